@@ -1,0 +1,1 @@
+"""Lowering of tegrad programs to loop nests and native code (LLVM through llvmlite)."""

@@ -1,0 +1,24 @@
+"""tegrad: tensor expressions, their gradients, and native code for both.
+
+>>> import numpy as np, tegrad as tg
+>>> A = tg.placeholder((2, 3), dtype="float64", name="A")
+>>> B = tg.placeholder((3, 2), dtype="float64", name="B")
+>>> k = tg.reduce_axis((0, 3), name="k")
+>>> C = tg.compute((2, 2), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
+>>> tg.evaluate(C, {A: np.ones((2, 3)), B: np.ones((3, 2))}).tolist()
+[[3.0, 3.0], [3.0, 3.0]]
+"""
+from . import dtypes
+from .api import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor, floordiv,
+                  floormod, if_then_else, log, max_value, min_value, power, round, sigmoid,
+                  sign, sin, sqrt, tanh, trunc)
+from .errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
+                     OutOfBoundsError, ScopeError, ShapeError, TegradError)
+from .evaluate import evaluate
+from .expr import Expr, IterVar, Var, structural_equal
+from .graph import placeholders, topological_order
+from .printer import format_tensor as format
+from .reduction import Reducer, comm_reducer, max, min, prod, reduce_axis, sum
+from .tensor import Tensor, compute, placeholder, scatter_add
+
+__version__ = "0.1.0"

@@ -1,0 +1,111 @@
+"""The scalar functions of the public API: constants, casts, selects and intrinsics.
+
+>>> import tegrad as tg
+>>> x = tg.placeholder((3,), name="x")
+>>> y = tg.compute((3,), lambda i: tg.if_then_else(x[i] > 0, tg.exp(x[i]), 0.0), name="y")
+"""
+from . import dtypes as _dt
+from .expr import Const, as_expr, binary, call, cast, logical_and, logical_or, select  # noqa: F401
+from .errors import TegradError
+
+__all__ = ["const", "cast", "if_then_else", "all", "any", "floordiv", "floormod", "exp",
+           "log", "sqrt", "tanh", "sigmoid", "power", "abs", "sign", "floor", "ceil", "round",
+           "trunc", "sin", "cos", "erf", "max_value", "min_value", "call"]
+
+
+def const(value, dtype=None):
+    """A constant; ``dtype`` defaults to int32 for ints and float32 for floats.
+
+    >>> const(2, "float64").value
+    2.0
+    """
+    if dtype is None:
+        return as_expr(value)
+    return Const(value, _dt.canonical_dtype(dtype))
+
+
+def if_then_else(cond, true_value, false_value):
+    """``cond ? true_value : false_value``; only the chosen branch is evaluated."""
+    return select(cond, true_value, false_value)
+
+
+def all(*conds):
+    """Logical and of the conditions (true for none): ``tg.all(i >= 0, i < n)``."""
+    if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
+        conds = tuple(conds[0])
+    if not conds:
+        return Const(True, "bool")
+    out = _as_cond(conds[0])
+    for c in conds[1:]:
+        out = logical_and(out, c)
+    return out
+
+
+def any(*conds):
+    """Logical or of the conditions (false for none)."""
+    if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
+        conds = tuple(conds[0])
+    if not conds:
+        return Const(False, "bool")
+    out = _as_cond(conds[0])
+    for c in conds[1:]:
+        out = logical_or(out, c)
+    return out
+
+
+def _as_cond(c):
+    e = Const(bool(c), "bool") if isinstance(c, bool) else as_expr(c)
+    if not _dt.is_bool(e.dtype):
+        raise TegradError(f"expected a bool condition, got {e} of dtype {e.dtype}")
+    return e
+
+
+def floordiv(a, b):
+    """Floor division, rounding toward minus infinity: ``floordiv(-7, 2) == -4``."""
+    return binary("floordiv", a, b)
+
+
+def floormod(a, b):
+    """Floor modulo, with the sign of the divisor: ``floormod(-7, 2) == 1``."""
+    return binary("floormod", a, b)
+
+
+def _unary(name, doc):
+    def fn(x):
+        return call(name, x)
+    fn.__name__ = name
+    fn.__doc__ = doc
+    return fn
+
+
+exp = _unary("exp", "``e**x``.")
+log = _unary("log", "Natural logarithm.")
+sqrt = _unary("sqrt", "Square root.")
+tanh = _unary("tanh", "Hyperbolic tangent.")
+sigmoid = _unary("sigmoid", "``1 / (1 + exp(-x))``, computed without overflow.")
+abs = _unary("abs", "Absolute value (integers and floats).")
+sign = _unary("sign", "-1, 0 or 1 by the sign of x.")
+floor = _unary("floor", "Largest integer value not above x (float result).")
+ceil = _unary("ceil", "Smallest integer value not below x (float result).")
+round = _unary("round", "Nearest integer value, ties to even (like numpy and PyTorch).")
+trunc = _unary("trunc", "Integer value toward zero.")
+sin = _unary("sin", "Sine.")
+cos = _unary("cos", "Cosine.")
+erf = _unary("erf", "The error function.")
+
+
+def power(a, b):
+    """``a ** b``."""
+    return call("pow", a, b)
+
+
+def max_value(dtype):
+    """The largest finite value of ``dtype`` as a constant."""
+    dtype = _dt.canonical_dtype(dtype)
+    return Const(_dt.max_value(dtype), dtype)
+
+
+def min_value(dtype):
+    """The smallest finite value of ``dtype`` as a constant."""
+    dtype = _dt.canonical_dtype(dtype)
+    return Const(_dt.min_value(dtype), dtype)

@@ -1,0 +1,339 @@
+"""The reference evaluator: computes a tensor DAG with numpy, vectorised per stage.
+
+Each stage is evaluated over its whole index space at once: variables are broadcast
+``arange`` arrays, a reduction appends its axes as trailing dimensions and reduces them.
+Evaluation carries a mask of the points that are really computed: a select evaluates
+each branch only where it is taken and a reduction only where its ``where`` holds, so a
+read guarded by a condition (``i >= 1 ? A[i - 1] : 0``) is not out of bounds. A read
+outside a tensor at an active point raises :class:`OutOfBoundsError`.
+
+>>> import numpy as np, tegrad as tg
+>>> A = tg.placeholder((2, 3), dtype="float64", name="A")
+>>> B = tg.compute((3, 2), lambda i, j: A[j, i] * 2, name="B")
+>>> tg.evaluate(B, {A: np.ones((2, 3))}).sum()
+12.0
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import FeedError, OutOfBoundsError, TegradError
+from .expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
+                   Select, Var)
+from .graph import topological_order
+from .intrinsics import INTRINSICS
+from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+
+#: stages whose broadcast index space exceeds this many elements are evaluated in chunks
+CHUNK_ELEMENTS = 1 << 22
+
+_BINARY_NUMPY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "floordiv": np.floor_divide, "floormod": np.mod, "min": np.minimum, "max": np.maximum,
+}
+_COMPARE_NUMPY = {
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal,
+}
+
+
+def _and_mask(mask, cond):
+    return cond if mask is None else mask & cond
+
+
+def _any_active(mask):
+    return mask is None or bool(np.any(mask))
+
+
+class _Scope:
+    """Variable values (arrays of ``ndim`` broadcastable dims) and the active mask."""
+
+    __slots__ = ("env", "ndim", "mask", "memo")
+
+    def __init__(self, env, ndim, mask):
+        self.env, self.ndim, self.mask, self.memo = env, ndim, mask, {}
+
+    def with_mask(self, mask):
+        return _Scope(self.env, self.ndim, mask)
+
+
+class _StageEvaluator:
+    def __init__(self, values):
+        self.values = values
+
+    def __call__(self, e, scope):
+        key = id(e)
+        hit = scope.memo.get(key)
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = getattr(self, "ev_" + type(e).__name__)(e, scope)
+        out = np.asarray(out)
+        if out.ndim != scope.ndim:
+            out = out.reshape((1,) * (scope.ndim - out.ndim) + out.shape)
+        scope.memo[key] = (e, out)
+        return out
+
+    def ev_Const(self, e, scope):
+        return np.array(e.value, dtype=e.dtype).reshape((1,) * scope.ndim)
+
+    def ev_Var(self, e, scope):
+        try:
+            return scope.env[e.name]
+        except KeyError:
+            raise TegradError(f"the variable {e.name!r} is not bound here") from None
+
+    def ev_Binary(self, e, scope):
+        a, b = self(e.a, scope), self(e.b, scope)
+        if e.op in ("floordiv", "floormod") and _dt.is_int(e.dtype):
+            zero = b == 0
+            if np.any(zero):
+                if np.any(_and_mask(scope.mask, zero)):
+                    raise TegradError(f"integer division by zero in {e}")
+                b = np.where(zero, 1, b)
+        return _BINARY_NUMPY[e.op](a, b)
+
+    def ev_Neg(self, e, scope):
+        return np.negative(self(e.a, scope))
+
+    def ev_Compare(self, e, scope):
+        return _COMPARE_NUMPY[e.op](self(e.a, scope), self(e.b, scope))
+
+    def ev_And(self, e, scope):
+        a = self(e.a, scope)
+        b = self(e.b, scope.with_mask(_and_mask(scope.mask, a)))
+        return a & b
+
+    def ev_Or(self, e, scope):
+        a = self(e.a, scope)
+        b = self(e.b, scope.with_mask(_and_mask(scope.mask, ~a)))
+        return a | b
+
+    def ev_Not(self, e, scope):
+        return ~self(e.a, scope)
+
+    def ev_Select(self, e, scope):
+        c = self(e.cond, scope)
+        if not np.any(c):
+            f = self(e.false_value, scope)
+            return np.broadcast_to(f, np.broadcast_shapes(c.shape, f.shape))
+        t = self(e.true_value, scope.with_mask(_and_mask(scope.mask, c)))
+        if np.all(c):
+            return np.broadcast_to(t, np.broadcast_shapes(c.shape, t.shape))
+        f = self(e.false_value, scope.with_mask(_and_mask(scope.mask, ~c)))
+        return np.where(c, t, f)
+
+    def ev_Cast(self, e, scope):
+        a = self(e.a, scope)
+        if _dt.is_int(e.dtype) and _dt.is_float(a.dtype.name):
+            a = np.where(np.isfinite(a), a, 0)
+        return a.astype(e.dtype)
+
+    def ev_Call(self, e, scope):
+        args = [self(a, scope) for a in e.args]
+        return np.asarray(INTRINSICS[e.name].numpy(*args)).astype(e.dtype, copy=False)
+
+    def ev_Read(self, e, scope):
+        data = self.values[id(e.tensor)]
+        if not e.indices:
+            return data.reshape((1,) * scope.ndim)
+        idx = np.broadcast_arrays(*[self(i, scope) for i in e.indices])
+        fixed = []
+        for d, (ix, extent) in enumerate(zip(idx, e.tensor.shape)):
+            bad = (ix < 0) | (ix >= extent)
+            if np.any(bad):
+                active_bad = bad if scope.mask is None else bad & scope.mask
+                if np.any(active_bad):
+                    pos = tuple(int(a[0]) for a in np.nonzero(active_bad))
+                    at = [int(np.broadcast_to(j, active_bad.shape)[pos]) for j in idx]
+                    raise OutOfBoundsError(
+                        f"read of {e.tensor.name!r} (shape {e.tensor.shape}) at index "
+                        f"{tuple(at)} is out of bounds in dimension {d}: {e}")
+                ix = np.clip(ix, 0, extent - 1)
+            fixed.append(ix)
+        return data[tuple(fixed)]
+
+    def ev_Reduce(self, e, scope):
+        n_red = len(e.axes)
+        expand = (Ellipsis,) + (None,) * n_red
+        env = {k: v[expand] for k, v in scope.env.items()}
+        ndim = scope.ndim + n_red
+        inner = _Scope(env, ndim, None if scope.mask is None else scope.mask[expand])
+        red_shape = [1] * ndim
+        for pos, ax in enumerate(e.axes):
+            lo = self(ax.lo, inner)
+            extent = self(ax.extent, inner)
+            active_extent = extent if inner.mask is None else np.where(inner.mask, extent, 0)
+            n = max(int(np.max(active_extent)), 0)
+            red_shape[scope.ndim + pos] = n
+            shape = [1] * ndim
+            shape[scope.ndim + pos] = n
+            t = np.arange(n, dtype=np.int64).reshape(shape)
+            env[ax.name] = lo + t
+            ragged = not (isinstance(ax.extent, Const) and ax.extent.value == n)
+            inner = _Scope(env, ndim, _and_mask(inner.mask, t < extent) if ragged else inner.mask)
+        if e.where is not None:
+            inner = _Scope(env, ndim, _and_mask(inner.mask, self(e.where, inner)))
+        identity = e.reducer.identity(e.dtype).value
+        if not _any_active(inner.mask):
+            result = np.full((1,) * scope.ndim, identity, dtype=e.dtype)
+        else:
+            src = self(e.source, inner)
+            full = np.broadcast_shapes(src.shape, tuple(red_shape),
+                                       (1,) if inner.mask is None else inner.mask.shape)
+            src = np.broadcast_to(src, full)
+            where = True if inner.mask is None else np.broadcast_to(inner.mask, full)
+            red_axes = tuple(range(scope.ndim, ndim))
+            if e.reducer.numpy_reduce is not None:
+                result = e.reducer.numpy_reduce(src, axis=red_axes, where=where, initial=identity)
+            else:
+                result = self._fold(e, src, where, scope, identity)
+        result = np.asarray(result, dtype=e.dtype)
+        if e.init is not None:
+            result = self._combine(e, self(e.init, scope), result, scope)
+        return result
+
+    def _combine(self, e, a, b, scope):
+        x, y, body = e.reducer.combiner(e.dtype)
+        env = dict(scope.env)
+        env[x.name], env[y.name] = a, b
+        return self(body, _Scope(env, scope.ndim, scope.mask))
+
+    def _fold(self, e, src, where, scope, identity):
+        outer = src.shape[:scope.ndim]
+        flat = src.reshape(outer + (-1,))
+        flat_where = None if where is True else where.reshape(outer + (-1,))
+        acc = np.full(outer, identity, dtype=e.dtype)
+        for r in range(flat.shape[-1]):
+            cand = np.broadcast_to(self._combine(e, acc, flat[..., r], scope), outer)
+            acc = cand if flat_where is None else np.where(flat_where[..., r], cand, acc)
+        return acc
+
+
+def _reduction_work(e, memo=None):
+    """An upper estimate of the reduction points per output element (for chunking)."""
+    memo = {} if memo is None else memo
+    if id(e) in memo:
+        return memo[id(e)]
+    from .mapper import children
+    inner = max([_reduction_work(c, memo) for c in children(e)] or [1])
+    if type(e) is Reduce:
+        for ax in e.axes:
+            if isinstance(ax.extent, Const):
+                inner *= max(ax.extent.value, 1)
+    memo[id(e)] = inner
+    return inner
+
+
+def _index_arrays(axes, ndim, rows=None):
+    env = {}
+    for d, ax in enumerate(axes):
+        shape = [1] * ndim
+        if d == 0 and rows is not None:
+            values = np.arange(*rows, dtype=np.int64)
+        else:
+            values = np.arange(ax.extent.value, dtype=np.int64)
+        shape[d] = values.size
+        env[ax.name] = values.reshape(shape)
+    return env
+
+
+def _evaluate_compute(t, values):
+    op = t.op
+    ev = _StageEvaluator(values)
+    ndim = len(t.shape)
+    work = _reduction_work(op.body) * max(int(np.prod(t.shape[1:], dtype=np.int64)), 1)
+    rows_per_chunk = max(1, CHUNK_ELEMENTS // work)
+    if ndim == 0 or rows_per_chunk >= t.shape[0]:
+        chunks = [None]
+    else:
+        chunks = [(s, min(s + rows_per_chunk, t.shape[0]))
+                  for s in range(0, t.shape[0], rows_per_chunk)]
+    parts = []
+    for rows in chunks:
+        scope = _Scope(_index_arrays(op.axes, ndim, rows), ndim, None)
+        val = ev(op.body, scope)
+        shape = t.shape if rows is None else (rows[1] - rows[0],) + t.shape[1:]
+        parts.append(np.broadcast_to(val, shape).astype(t.dtype))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+def _evaluate_scatter(t, values):
+    op = t.op
+    ev = _StageEvaluator(values)
+    ndim = len(op.axes)
+    domain = tuple(ax.extent.value for ax in op.axes)
+    out = (np.zeros(t.shape, dtype=t.dtype) if op.init is None
+           else values[id(op.init)].astype(t.dtype, copy=True))
+    scope = _Scope(_index_arrays(op.axes, ndim), ndim, None)
+    mask = np.ones(domain, dtype=bool)
+    if op.where is not None:
+        mask = np.broadcast_to(ev(op.where, scope), domain)
+        scope = scope.with_mask(mask)
+    if not mask.any():
+        return out
+    idx = [np.broadcast_to(ev(i, scope), domain)[mask] for i in op.indices]
+    val = np.broadcast_to(ev(op.value, scope), domain)[mask]
+    for d, (ix, extent) in enumerate(zip(idx, t.shape)):
+        bad = (ix < 0) | (ix >= extent)
+        if np.any(bad):
+            at = tuple(int(j[np.argmax(bad)]) for j in idx)
+            raise OutOfBoundsError(f"scatter_add {t.name!r} (shape {t.shape}) writes at "
+                                   f"{at}, out of bounds in dimension {d}")
+    np.add.at(out, tuple(idx), val)
+    return out
+
+
+def _feed_value(t, feed):
+    if t in feed:
+        value = feed[t]
+    elif t.name in feed and isinstance(t.name, str):
+        value = feed[t.name]
+    else:
+        raise FeedError(f"no value fed for the placeholder {t.name!r} (shape {t.shape}, "
+                        f"{t.dtype})")
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.dtype(t.dtype):
+            raise FeedError(f"placeholder {t.name!r} is {t.dtype} but was fed an array of "
+                            f"dtype {value.dtype}; convert it with .astype({t.dtype!r})")
+    else:
+        try:
+            value = np.asarray(value, dtype=t.dtype)
+        except (TypeError, ValueError) as err:
+            raise FeedError(f"placeholder {t.name!r}: cannot convert the feed to "
+                            f"{t.dtype}: {err}") from None
+    if value.shape != t.shape:
+        raise FeedError(f"placeholder {t.name!r} has shape {t.shape} but was fed an array of "
+                        f"shape {value.shape}")
+    return value
+
+
+def evaluate(outputs, feed=None):
+    """Compute ``outputs`` (a tensor or a list of tensors) with numpy.
+
+    ``feed`` maps each placeholder the outputs depend on (or its name) to an array of
+    its shape and dtype. Returns an array, or a list of arrays for a list of outputs.
+    """
+    single = isinstance(outputs, Tensor)
+    outs = [outputs] if single else list(outputs)
+    feed = {} if feed is None else feed
+    if not isinstance(feed, dict):
+        raise FeedError(f"feed must be a dict from placeholders to arrays, got "
+                        f"{type(feed).__name__}")
+    values = {}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for t in topological_order(outs):
+            if isinstance(t.op, PlaceholderOp):
+                values[id(t)] = _feed_value(t, feed)
+            elif isinstance(t.op, ComputeOp):
+                values[id(t)] = _evaluate_compute(t, values)
+            elif isinstance(t.op, ScatterOp):
+                values[id(t)] = _evaluate_scatter(t, values)
+            else:
+                raise TegradError(f"cannot evaluate the stage of {t.name!r}: "
+                                  f"{type(t.op).__name__}")
+    results = [values[id(t)] for t in outs]
+    return results[0] if single else results

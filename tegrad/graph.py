@@ -1,0 +1,57 @@
+"""Walks over the tensor DAG.
+
+>>> import tegrad as tg
+>>> A = tg.placeholder((2,), name="A")
+>>> B = tg.compute((2,), lambda i: A[i] + 1, name="B")
+>>> [t.name for t in topological_order([B])]
+['A', 'B']
+"""
+from .errors import TegradError
+
+
+def _as_list(outputs):
+    from .tensor import Tensor
+    if isinstance(outputs, Tensor):
+        return [outputs]
+    outputs = list(outputs)
+    for t in outputs:
+        if not isinstance(t, Tensor):
+            raise TegradError(f"expected tensors, got {t!r}")
+    return outputs
+
+
+def topological_order(outputs):
+    """All tensors the outputs depend on, each after its inputs (iterative DFS)."""
+    order, state = [], {}
+    for root in _as_list(outputs):
+        stack = [(root, False)]
+        while stack:
+            t, expanded = stack.pop()
+            if expanded:
+                if state.get(id(t)) != "done":
+                    state[id(t)] = "done"
+                    order.append(t)
+                continue
+            if id(t) in state:
+                continue
+            state[id(t)] = "open"
+            stack.append((t, True))
+            for inp in reversed(t.op.input_tensors()):
+                if id(inp) not in state:
+                    stack.append((inp, False))
+    return order
+
+
+def placeholders(outputs):
+    """The placeholders the outputs depend on, in topological order."""
+    from .tensor import PlaceholderOp
+    return [t for t in topological_order(outputs) if isinstance(t.op, PlaceholderOp)]
+
+
+def consumers(outputs):
+    """Map id(tensor) -> list of tensors reading it directly, within the outputs' DAG."""
+    out = {}
+    for t in topological_order(outputs):
+        for inp in t.op.input_tensors():
+            out.setdefault(id(inp), []).append(t)
+    return out

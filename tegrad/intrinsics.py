@@ -1,0 +1,77 @@
+"""The table of intrinsic functions: one entry per intrinsic, keyed by name.
+
+Each entry holds the numpy implementation used by the reference evaluator and the
+dtypes it accepts; differentiation rules live beside them in ``DERIVATIVES`` (see
+:mod:`tegrad.autodiff.rules`), so adding an intrinsic touches this table only.
+
+>>> INTRINSICS["exp"].numpy(np.array([0.0]))
+array([1.])
+"""
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import dtypes as _dt
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+    name: str
+    arity: int
+    numpy: Callable
+    #: "float": float operands only; "number": integer or float operands
+    domain: str = "float"
+    #: True when the function is piecewise constant (derivative zero almost everywhere)
+    piecewise_constant: bool = False
+
+    def accepts(self, dtype):
+        if self.domain == "float":
+            return _dt.is_float(dtype)
+        return _dt.is_float(dtype) or _dt.is_int(dtype)
+
+
+def _sigmoid(x):
+    # exp of a non-positive argument only, so neither branch overflows
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.result_type(x), copy=False)
+
+
+_erf_scalar = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _erf(x):
+    x = np.asarray(x)
+    return _erf_scalar(x).astype(x.dtype, copy=False)
+
+
+def _power(a, b):
+    return np.power(a, b)
+
+
+INTRINSICS = {}
+
+
+def register_intrinsic(name, arity, numpy_fn, domain="float", piecewise_constant=False):
+    """Add an intrinsic to the table; ``tegrad.call(name, ...)`` can then build it."""
+    INTRINSICS[name] = Intrinsic(name, arity, numpy_fn, domain, piecewise_constant)
+    return INTRINSICS[name]
+
+
+register_intrinsic("exp", 1, np.exp)
+register_intrinsic("log", 1, np.log)
+register_intrinsic("sqrt", 1, np.sqrt)
+register_intrinsic("tanh", 1, np.tanh)
+register_intrinsic("sigmoid", 1, _sigmoid)
+register_intrinsic("sin", 1, np.sin)
+register_intrinsic("cos", 1, np.cos)
+register_intrinsic("erf", 1, _erf)
+register_intrinsic("pow", 2, _power, domain="number")
+register_intrinsic("abs", 1, np.abs, domain="number")
+register_intrinsic("sign", 1, np.sign, domain="number", piecewise_constant=True)
+register_intrinsic("floor", 1, np.floor, piecewise_constant=True)
+register_intrinsic("ceil", 1, np.ceil, piecewise_constant=True)
+# half to even, like numpy and PyTorch
+register_intrinsic("round", 1, np.round, piecewise_constant=True)
+register_intrinsic("trunc", 1, np.trunc, piecewise_constant=True)

@@ -1,0 +1,275 @@
+"""Mappers over expressions: a dispatching base, an identity mapper, and common walks.
+
+An :class:`IdentityMapper` returns the very same node when nothing below it changed, so
+a transformation that finds nothing to do costs no allocation and keeps hashes cached.
+
+>>> from tegrad.expr import Var
+>>> e = Var("i") + 1
+>>> IdentityMapper()(e) is e
+True
+"""
+from __future__ import annotations
+
+from .expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
+                   Reduce, Select, Var)
+
+
+class Mapper:
+    """Dispatch ``self(expr)`` to ``self.map_<kind>(expr, *args)``."""
+
+    _method_names = {
+        Const: "map_const", Var: "map_var", Binary: "map_binary", Neg: "map_neg",
+        Compare: "map_compare", And: "map_and", Or: "map_or", Not: "map_not",
+        Select: "map_select", Cast: "map_cast", Call: "map_call", Read: "map_read",
+        Reduce: "map_reduce",
+    }
+
+    def __call__(self, expr, *args):
+        try:
+            name = self._method_names[type(expr)]
+        except KeyError:
+            raise TypeError(f"{type(self).__name__}: not an expression: {expr!r}") from None
+        return getattr(self, name)(expr, *args)
+
+
+class IdentityMapper(Mapper):
+    """Rebuilds an expression bottom-up; returns the same node where nothing changed."""
+
+    def map_const(self, e, *args):
+        return e
+
+    def map_var(self, e, *args):
+        return e
+
+    def map_binary(self, e, *args):
+        a, b = self(e.a, *args), self(e.b, *args)
+        return e if (a is e.a and b is e.b) else Binary(e.op, a, b, e.dtype)
+
+    def map_neg(self, e, *args):
+        a = self(e.a, *args)
+        return e if a is e.a else Neg(a, e.dtype)
+
+    def map_compare(self, e, *args):
+        a, b = self(e.a, *args), self(e.b, *args)
+        return e if (a is e.a and b is e.b) else Compare(e.op, a, b)
+
+    def map_and(self, e, *args):
+        a, b = self(e.a, *args), self(e.b, *args)
+        return e if (a is e.a and b is e.b) else And(a, b)
+
+    def map_or(self, e, *args):
+        a, b = self(e.a, *args), self(e.b, *args)
+        return e if (a is e.a and b is e.b) else Or(a, b)
+
+    def map_not(self, e, *args):
+        a = self(e.a, *args)
+        return e if a is e.a else Not(a)
+
+    def map_select(self, e, *args):
+        c, t, f = self(e.cond, *args), self(e.true_value, *args), self(e.false_value, *args)
+        if c is e.cond and t is e.true_value and f is e.false_value:
+            return e
+        return Select(c, t, f, e.dtype)
+
+    def map_cast(self, e, *args):
+        a = self(e.a, *args)
+        return e if a is e.a else Cast(a, e.dtype)
+
+    def map_call(self, e, *args):
+        new = tuple(self(a, *args) for a in e.args)
+        return e if all(x is y for x, y in zip(new, e.args)) else Call(e.name, new, e.dtype)
+
+    def map_read(self, e, *args):
+        new = tuple(self(i, *args) for i in e.indices)
+        if all(x is y for x, y in zip(new, e.indices)):
+            return e
+        return Read(e.tensor, new, e.dtype)
+
+    def map_itervar(self, iv, *args):
+        lo, extent = self(iv.lo, *args), self(iv.extent, *args)
+        return iv if (lo is iv.lo and extent is iv.extent) else IterVar(iv.var, lo, extent, iv.kind)
+
+    def map_reduce(self, e, *args):
+        axes = tuple(self.map_itervar(ax, *args) for ax in e.axes)
+        source = self(e.source, *args)
+        where = None if e.where is None else self(e.where, *args)
+        init = None if e.init is None else self(e.init, *args)
+        if (source is e.source and where is e.where and init is e.init
+                and all(x is y for x, y in zip(axes, e.axes))):
+            return e
+        return Reduce(e.reducer, source, axes, where, init, e.dtype)
+
+
+def children(e):
+    """The direct sub-expressions of ``e`` (reduce axis bounds included)."""
+    t = type(e)
+    if t in (Const, Var):
+        return ()
+    if t in (Binary, Compare, And, Or):
+        return (e.a, e.b)
+    if t in (Neg, Not, Cast):
+        return (e.a,)
+    if t is Select:
+        return (e.cond, e.true_value, e.false_value)
+    if t is Call:
+        return e.args
+    if t is Read:
+        return e.indices
+    if t is Reduce:
+        out = [e.source]
+        for ax in e.axes:
+            out += [ax.lo, ax.extent]
+        if e.where is not None:
+            out.append(e.where)
+        if e.init is not None:
+            out.append(e.init)
+        return tuple(out)
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def walk(e):
+    """Every node of ``e`` once (pre-order, shared sub-trees visited once)."""
+    seen = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def free_var_names(e):
+    """Names of the variables of ``e`` not bound by one of its reductions.
+
+    >>> from tegrad.expr import Var
+    >>> sorted(free_var_names(Var("i") * 2 + Var("j")))
+    ['i', 'j']
+    """
+    out = set()
+    _free(e, frozenset(), out, {})
+    return out
+
+
+def _free(e, bound, out, memo):
+    key = (id(e), bound)
+    if key in memo:
+        return
+    memo[key] = True
+    t = type(e)
+    if t is Var:
+        if e.name not in bound:
+            out.add(e.name)
+        return
+    if t is Reduce:
+        inner = bound
+        for ax in e.axes:
+            _free(ax.lo, inner, out, memo)
+            _free(ax.extent, inner, out, memo)
+            inner = inner | {ax.name}
+        _free(e.source, inner, out, memo)
+        if e.where is not None:
+            _free(e.where, inner, out, memo)
+        if e.init is not None:
+            _free(e.init, bound, out, memo)
+        return
+    for c in children(e):
+        _free(c, bound, out, memo)
+
+
+def reduce_axis_names(e):
+    """Names of all reduce axes bound anywhere inside ``e``."""
+    return {ax.name for node in walk(e) if type(node) is Reduce for ax in node.axes}
+
+
+def all_var_names(e):
+    """Every variable name occurring in ``e``, bound or free."""
+    names = {node.name for node in walk(e) if type(node) is Var}
+    return names | reduce_axis_names(e)
+
+
+def tensors_read(e):
+    """The tensors read by ``e``, in order of first appearance."""
+    out = {}
+    for node in walk(e):
+        if type(node) is Read:
+            out.setdefault(id(node.tensor), node.tensor)
+    return list(out.values())
+
+
+class Substitutor(IdentityMapper):
+    """Replace free variables by expressions, capture-avoiding.
+
+    A reduction's own axes shadow the mapping; an axis whose name occurs free in a
+    replacement is renamed first, so the replacement's variable is not captured.
+    """
+
+    def __init__(self, mapping):
+        self.mapping = mapping
+        self._replacement_names = None
+
+    def map_var(self, e, *args):
+        return self.mapping.get(e.name, e)
+
+    def _names_in_replacements(self):
+        if self._replacement_names is None:
+            names = set()
+            for v in self.mapping.values():
+                names |= free_var_names(v)
+            self._replacement_names = names
+        return self._replacement_names
+
+    def map_reduce(self, e, *args):
+        axis_names = {ax.name for ax in e.axes}
+        clashes = axis_names & self._names_in_replacements()
+        if clashes:
+            e = _rename_axes(e, clashes, axis_names | self._names_in_replacements()
+                             | all_var_names(e))
+            axis_names = {ax.name for ax in e.axes}
+        shadowed = axis_names & self.mapping.keys()
+        if not shadowed:
+            return super().map_reduce(e)
+        inner = Substitutor({k: v for k, v in self.mapping.items() if k not in shadowed})
+        axes = tuple(inner.map_itervar(ax) for ax in e.axes)
+        init = None if e.init is None else self(e.init)
+        return Reduce(e.reducer, inner(e.source), axes,
+                      None if e.where is None else inner(e.where), init, e.dtype)
+
+
+def _rename_axes(e, names, taken):
+    taken = set(taken)
+    renames = {}
+    for name in names:
+        renames[name] = fresh_name(name, taken)
+        taken.add(renames[name])
+    inner = Substitutor({old: Var(new) for old, new in renames.items()})
+    axes = tuple(IterVar(Var(renames.get(ax.name, ax.name), ax.var.dtype),
+                         inner(ax.lo), inner(ax.extent), ax.kind) for ax in e.axes)
+    return Reduce(e.reducer, inner(e.source), axes,
+                  None if e.where is None else inner(e.where), e.init, e.dtype)
+
+
+def substitute(e, mapping):
+    """Replace the free variables named in ``mapping`` (name or Var -> expression).
+
+    >>> from tegrad.expr import Var
+    >>> str(substitute(Var("i") + 1, {"i": Var("j") * 2}))
+    'j * 2 + 1'
+    """
+    from .expr import as_expr
+    norm = {(k.name if isinstance(k, (Var, IterVar)) else k): as_expr(v)
+            for k, v in mapping.items()}
+    if not norm:
+        return e
+    return Substitutor(norm)(e)
+
+
+def fresh_name(base, taken):
+    """``base`` or ``base_1``, ``base_2``, ... whichever is not in ``taken``."""
+    if base not in taken:
+        return base
+    n = 1
+    while f"{base}_{n}" in taken:
+        n += 1
+    return f"{base}_{n}"

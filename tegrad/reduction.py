@@ -1,0 +1,205 @@
+"""Reducers (sum, prod, max, min and user-defined commutative reducers) and reduce axes.
+
+>>> import tegrad as tg
+>>> A = tg.placeholder((4, 8), name="A")
+>>> k = tg.reduce_axis((0, 8), name="k")
+>>> S = tg.compute((4,), lambda i: tg.sum(A[i, k], axis=k), name="S")
+"""
+from __future__ import annotations
+
+import itertools
+import numbers
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import DTypeError, ScopeError, ShapeError, TegradError
+from .expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary
+
+_axis_counter = itertools.count()
+
+
+def reduce_axis(dom, name=None):
+    """A reduction variable ranging over ``[dom[0], dom[1])``.
+
+    >>> k = reduce_axis((0, 16), name="k")
+    >>> k.extent.value
+    16
+    """
+    if isinstance(dom, range):
+        if dom.step != 1:
+            raise ShapeError(f"reduce_axis {name!r}: only unit-step ranges, got {dom}")
+        dom = (dom.start, dom.stop)
+    if isinstance(dom, numbers.Integral):
+        dom = (0, dom)
+    if not (isinstance(dom, (tuple, list)) and len(dom) == 2):
+        raise ShapeError(f"reduce_axis {name!r}: expected (begin, end), got {dom!r}")
+    lo, hi = dom
+    for bound in (lo, hi):
+        if isinstance(bound, bool) or not isinstance(bound, (numbers.Integral, Expr, IterVar)):
+            raise ShapeError(f"reduce_axis {name!r}: bounds must be integers, got {dom!r}")
+    if name is None:
+        name = f"rk{next(_axis_counter)}"
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TegradError(f"reduce_axis: name must be an identifier, got {name!r}")
+    if isinstance(lo, numbers.Integral) and isinstance(hi, numbers.Integral):
+        if hi < lo:
+            raise ShapeError(f"reduce_axis {name!r}: end {hi} is before begin {lo}")
+        return IterVar(Var(name), Const(int(lo), _dt.INDEX_DTYPE),
+                       Const(int(hi) - int(lo), _dt.INDEX_DTYPE), "reduce")
+    lo_e, hi_e = as_expr(lo), as_expr(hi)
+    return IterVar(Var(name), lo_e, binary("sub", hi_e, lo_e), "reduce")
+
+
+class Reducer:
+    """A commutative, associative combination with an identity, usable like ``tg.sum``.
+
+    ``combine(a, b)`` builds the expression combining two partial results and
+    ``identity(dtype)`` gives the neutral element. Reducers compare by identity.
+    """
+
+    def __init__(self, name, combine, identity, numpy_reduce=None):
+        self.name = name
+        self._combine = combine
+        self._identity = identity
+        self.numpy_reduce = numpy_reduce
+        self._combiners = {}
+
+    def __repr__(self):
+        return f"<Reducer {self.name}>"
+
+    def identity(self, dtype):
+        """The neutral element as a ``Const`` of ``dtype``."""
+        value = self._identity(dtype)
+        return value if isinstance(value, Const) else Const(value, dtype)
+
+    def combine(self, a, b):
+        """The expression combining partial results ``a`` and ``b``."""
+        out = as_expr(self._combine(a, b))
+        return out
+
+    def combiner(self, dtype):
+        """``(x, y, combine(x, y))`` with fresh variables of ``dtype``: the symbolic combiner."""
+        if dtype not in self._combiners:
+            x, y = Var("_rx", dtype), Var("_ry", dtype)
+            body = self.combine(x, y)
+            if body.dtype != dtype:
+                raise DTypeError(f"reducer {self.name!r}: combining two {dtype} values gives "
+                                 f"{body.dtype}")
+            self._combiners[dtype] = (x, y, body)
+        return self._combiners[dtype]
+
+    def __call__(self, expr, axis=None, where=None, init=None):
+        """Reduce ``expr`` over ``axis`` (a reduce axis or a list of them)."""
+        return make_reduce(self, expr, axis, where, init)
+
+
+def _axes_tuple(reducer, axis):
+    if axis is None:
+        raise TegradError(f"{reducer.name}: the reduction needs axis= (a reduce_axis or a list)")
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    if not axes:
+        raise TegradError(f"{reducer.name}: the list of reduce axes is empty")
+    names = set()
+    for ax in axes:
+        if not isinstance(ax, IterVar):
+            raise TegradError(f"{reducer.name}: axis {ax!r} is not a reduce_axis")
+        if ax.kind != "reduce":
+            raise ScopeError(f"{reducer.name}: {ax.name!r} is an axis of a compute, not a "
+                             f"reduce_axis")
+        if ax.name in names:
+            raise ScopeError(f"{reducer.name}: reduce axis {ax.name!r} given twice")
+        names.add(ax.name)
+    return axes
+
+
+def make_reduce(reducer, expr, axis, where=None, init=None):
+    """Build a ``Reduce`` node, checking dtypes and nesting."""
+    from .mapper import reduce_axis_names
+    axes = _axes_tuple(reducer, axis)
+    source = as_expr(expr)
+    if _dt.is_bool(source.dtype):
+        raise DTypeError(f"{reducer.name}: cannot reduce the bool expression {source}; cast it")
+    inner = reduce_axis_names(source)
+    for ax in axes:
+        if ax.name in inner:
+            raise ScopeError(f"{reducer.name}: reduce axis {ax.name!r} is already reduced "
+                             f"inside {source}")
+    if where is not None:
+        if isinstance(where, (bool, np.bool_)):
+            where = Const(bool(where), "bool")
+        where = as_expr(where)
+        if not _dt.is_bool(where.dtype):
+            raise DTypeError(f"{reducer.name}: where= needs a bool condition, got {where} "
+                             f"of dtype {where.dtype}")
+    if init is not None:
+        init = as_expr(init, source.dtype)
+        if init.dtype != source.dtype:
+            raise DTypeError(f"{reducer.name}: init {init} has dtype {init.dtype} but the "
+                             f"reduced expression has {source.dtype}")
+        for ax in axes:
+            if ax.name in _free_names(init):
+                raise ScopeError(f"{reducer.name}: init {init} uses the reduce axis {ax.name!r}")
+    reducer.combiner(source.dtype)  # validates the combiner for this dtype
+    return Reduce(reducer, source, axes, where, init, source.dtype)
+
+
+def _free_names(expr):
+    from .mapper import free_var_names
+    return free_var_names(expr)
+
+
+def _float_extreme(dtype, sign):
+    if _dt.is_float(dtype):
+        return sign * float("inf")
+    return _dt.max_value(dtype) if sign > 0 else _dt.min_value(dtype)
+
+
+sum = Reducer("sum", lambda a, b: binary("add", a, b), lambda dtype: 0, np.sum)
+prod = Reducer("prod", lambda a, b: binary("mul", a, b), lambda dtype: 1, np.prod)
+_max = Reducer("max", lambda a, b: binary("max", a, b),
+               lambda dtype: _float_extreme(dtype, -1), np.max)
+_min = Reducer("min", lambda a, b: binary("min", a, b),
+               lambda dtype: _float_extreme(dtype, +1), np.min)
+
+BUILTIN_REDUCERS = {"sum": sum, "prod": prod, "max": _max, "min": _min}
+
+
+def _binary_or_reduce(reducer, op):
+    def fn(expr, *args, axis=None, where=None, init=None):
+        if args and not isinstance(args[0], (IterVar, list, tuple)):
+            if len(args) != 1 or axis is not None or where is not None or init is not None:
+                raise TegradError(f"tg.{op}(a, b) takes exactly two expressions")
+            return binary(op, expr, args[0])
+        if args:
+            if len(args) > 1 or axis is not None:
+                raise TegradError(f"tg.{op}: give the reduce axes once")
+            axis = args[0]
+        return reducer(expr, axis=axis, where=where, init=init)
+
+    fn.__name__ = op
+    fn.__doc__ = (f"``{op}(expr, axis=k, where=None, init=None)`` reduces over reduce axes;\n"
+                  f"``{op}(a, b)`` is the binary {op}imum of two expressions.")
+    return fn
+
+
+max = _binary_or_reduce(_max, "max")
+min = _binary_or_reduce(_min, "min")
+
+
+def comm_reducer(combine, identity, name="reducer"):
+    """A user-defined commutative reducer, usable like ``tg.sum``.
+
+    ``combine(a, b)`` builds the combination of two expressions; ``identity(dtype)``
+    returns the neutral element.
+
+    >>> import tegrad as tg
+    >>> absmax = tg.comm_reducer(lambda a, b: tg.max(tg.abs(a), tg.abs(b)),
+    ...                          lambda dtype: 0.0, name="absmax")
+    """
+    if not callable(combine) or not callable(identity):
+        raise TegradError("comm_reducer needs a callable combine(a, b) and identity(dtype)")
+    return Reducer(name, combine, identity)
+
+
+__all__ = ["reduce_axis", "Reducer", "sum", "prod", "max", "min", "comm_reducer"]

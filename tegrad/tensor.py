@@ -1,0 +1,281 @@
+"""Tensors and the stages that define them: placeholders, computes and scatter-adds.
+
+A :class:`Tensor` is the single output of an operation (``tensor.op``). Tensors compare
+and hash by identity; their definitions are immutable.
+
+>>> import tegrad as tg
+>>> A = tg.placeholder((3, 4), name="A")
+>>> B = tg.compute((4, 3), lambda i, j: A[j, i] * 2, name="B")
+>>> B.shape
+(4, 3)
+"""
+from __future__ import annotations
+
+import inspect
+import itertools
+import numbers
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
+from .expr import Const, Expr, IterVar, Var, as_expr, read
+from .mapper import free_var_names, reduce_axis_names, walk
+
+_name_counter = itertools.count()
+
+
+def _check_shape(shape, name):
+    if isinstance(shape, (numbers.Integral, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise ShapeError(f"tensor {name!r}: shape must be a tuple of positive integers, "
+                         f"got {shape!r}")
+    out = []
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, (numbers.Integral, np.integer)):
+            raise ShapeError(f"tensor {name!r}: shape {tuple(shape)!r} has the non-integer "
+                             f"extent {d!r}")
+        if d <= 0:
+            raise ShapeError(f"tensor {name!r}: shape {tuple(shape)!r} has the non-positive "
+                             f"extent {d}")
+        out.append(int(d))
+    return tuple(out)
+
+
+def _check_name(name, default):
+    if name is None:
+        return f"{default}{next(_name_counter)}"
+    if not isinstance(name, str) or not name:
+        raise TegradError(f"tensor names must be non-empty strings, got {name!r}")
+    return name
+
+
+class Tensor:
+    """A multi-dimensional array defined by ``op``; ``t[i, j]`` reads an element.
+
+    Attributes: ``shape`` (tuple of ints), ``dtype`` (str), ``name``, ``op``.
+    """
+
+    __slots__ = ("op", "shape", "dtype", "name")
+
+    def __init__(self, op, shape, dtype, name):
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "name", name)
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"tensor {self.name!r} is immutable")
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __getitem__(self, indices):
+        return read(self, indices)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError(f"scalar tensor {self.name!r} has no length")
+        return self.shape[0]
+
+    def __iter__(self):
+        raise TypeError(f"tensor {self.name!r} is not iterable; index it with t[i, j]")
+
+    def __bool__(self):
+        return True
+
+    def __repr__(self):
+        return f"Tensor({self.name}, shape={self.shape}, dtype={self.dtype})"
+
+    def __str__(self):
+        from .printer import format_tensor
+        return format_tensor(self)
+
+    @property
+    def inputs(self):
+        """The tensors this tensor's stage reads directly."""
+        return self.op.input_tensors()
+
+
+class PlaceholderOp:
+    """An input of the program, fed at evaluation time."""
+
+    def __init__(self, name, shape, dtype):
+        self.name, self.shape, self.dtype = name, shape, dtype
+
+    def input_tensors(self):
+        return []
+
+
+class ComputeOp:
+    """``output[axes] = body``: the body is an expression of the axes' variables."""
+
+    def __init__(self, name, axes, body):
+        self.name, self.axes, self.body = name, tuple(axes), body
+
+    def input_tensors(self):
+        from .mapper import tensors_read
+        return tensors_read(self.body) + [t for ax in self.axes for t in tensors_read(ax.extent)]
+
+
+class ScatterOp:
+    """``output = init; for each point of axes with where: output[indices] += value``.
+
+    The stage gradients of data-dependent reads need (``dX[I[i]] += head[i]``): the
+    iteration domain is ``axes``, and ``indices``/``value``/``where`` are expressions
+    of its variables; ``init`` is a tensor of the output's shape, or None for zeros.
+    """
+
+    def __init__(self, name, axes, indices, value, where, init):
+        self.name, self.axes, self.indices = name, tuple(axes), tuple(indices)
+        self.value, self.where, self.init = value, where, init
+
+    def input_tensors(self):
+        from .mapper import tensors_read
+        out = {}
+        for e in self.indices + (self.value,) + ((self.where,) if self.where is not None else ()):
+            for t in tensors_read(e):
+                out.setdefault(id(t), t)
+        if self.init is not None:
+            out.setdefault(id(self.init), self.init)
+        return list(out.values())
+
+
+def placeholder(shape, dtype="float32", name=None):
+    """An input tensor of the program.
+
+    >>> A = placeholder((2, 3), dtype="float64", name="A")
+    >>> A.dtype
+    'float64'
+    """
+    name = _check_name(name, "placeholder")
+    shape = _check_shape(shape, name)
+    dtype = _dt.canonical_dtype(dtype)
+    op = PlaceholderOp(name, shape, dtype)
+    return Tensor(op, shape, dtype, name)
+
+
+def _axis_names(fcompute, ndim, name):
+    try:
+        params = list(inspect.signature(fcompute).parameters.values())
+    except (TypeError, ValueError):
+        params = None
+    if params is not None:
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+        if not varargs:
+            required = [p for p in positional if p.default is p.empty]
+            if not (len(required) <= ndim <= len(positional)):
+                raise ShapeError(f"compute {name!r}: the function takes {len(positional)} "
+                                 f"index argument(s) but the shape has {ndim} dimension(s)")
+            names = [p.name for p in positional[:ndim]]
+            if len(set(names)) == len(names):
+                return names
+    return [f"ax{d}" for d in range(ndim)]
+
+
+def _data_axes(shape, names):
+    return tuple(IterVar(Var(n), Const(0, _dt.INDEX_DTYPE), Const(d, _dt.INDEX_DTYPE), "data")
+                 for n, d in zip(names, shape))
+
+
+def _check_scope(stage_kind, name, expr, axis_names, what):
+    """Free variables of ``expr`` must be the stage's axes; reduce axes must not clash."""
+    stray = free_var_names(expr) - set(axis_names)
+    if stray:
+        v = sorted(stray)[0]
+        raise ScopeError(f"{stage_kind} {name!r}: {what} uses the variable {v!r}, which is "
+                         f"not an axis of {name!r} (a reduce axis used outside its "
+                         f"reduction, or a variable of another stage)")
+    clash = reduce_axis_names(expr) & set(axis_names)
+    if clash:
+        raise ScopeError(f"{stage_kind} {name!r}: the reduce axis {sorted(clash)[0]!r} has the "
+                         f"same name as an axis of {name!r}; rename one of them")
+    for node in walk(expr):
+        if isinstance(node, Var) and not _dt.is_int(node.dtype) and node.name in axis_names:
+            raise DTypeError(f"{stage_kind} {name!r}: axis variable {node.name!r} is not an "
+                             f"integer")
+
+
+def compute(shape, fcompute, name=None, dtype=None):
+    """A tensor whose element ``[i, j, ...]`` is ``fcompute(i, j, ...)``.
+
+    The axis variables are named after ``fcompute``'s parameters. ``dtype`` casts a
+    constant body (e.g. ``lambda: 0``) and is checked against the body otherwise.
+
+    >>> A = placeholder((4, 4), name="A")
+    >>> T = compute((4, 4), lambda i, j: A[j, i], name="T")
+    """
+    name = _check_name(name, "compute")
+    shape = _check_shape(shape, name)
+    names = _axis_names(fcompute, len(shape), name)
+    axes = _data_axes(shape, names)
+    body = fcompute(*axes)
+    if isinstance(body, (list, tuple)):
+        raise TegradError(f"compute {name!r}: the function returned {type(body).__name__}; "
+                          f"multiple outputs are not supported, return one expression")
+    if isinstance(body, (numbers.Number, np.generic)) and dtype is not None:
+        body = Const(body, _dt.canonical_dtype(dtype))
+    try:
+        body = as_expr(body)
+    except TegradError as err:
+        raise TegradError(f"compute {name!r}: {err}") from None
+    if dtype is not None:
+        dtype = _dt.canonical_dtype(dtype)
+        if body.dtype != dtype:
+            raise DTypeError(f"compute {name!r}: the body has dtype {body.dtype} but dtype="
+                             f"{dtype} was asked for; use tg.cast")
+    _check_scope("compute", name, body, names, "the body")
+    op = ComputeOp(name, axes, body)
+    return Tensor(op, shape, body.dtype, name)
+
+
+def scatter_add(shape, domain, index, value, where=None, init=None, name=None, dtype=None):
+    """``out = init (or zeros); for every point p of domain: out[index(p)] += value(p)``.
+
+    ``domain`` is the shape of the iteration space; ``index(*p)`` returns one index
+    expression per output dimension (it may read tensors: data-dependent scatter),
+    ``value(*p)`` the amount added, and ``where(*p)`` an optional bool condition.
+
+    >>> I = placeholder((5,), dtype="int32", name="I")
+    >>> g = placeholder((5,), name="g")
+    >>> H = scatter_add((3,), (5,), lambda i: (I[i],), lambda i: g[i], name="H")
+    """
+    name = _check_name(name, "scatter")
+    shape = _check_shape(shape, name)
+    domain = _check_shape(domain, name)
+    names = _axis_names(index, len(domain), name)
+    axes = _data_axes(domain, names)
+    idx = index(*axes)
+    if not isinstance(idx, (tuple, list)):
+        idx = (idx,)
+    if len(idx) != len(shape):
+        raise IndexingError(f"scatter_add {name!r}: index gives {len(idx)} index(es) for an "
+                            f"output of shape {shape}")
+    idx = tuple(as_expr(i) for i in idx)
+    for pos, i in enumerate(idx):
+        if not _dt.is_int(i.dtype):
+            raise IndexingError(f"scatter_add {name!r}: index {pos} ({i}) is not an integer")
+    val = as_expr(value(*axes))
+    if dtype is not None and val.dtype != _dt.canonical_dtype(dtype):
+        raise DTypeError(f"scatter_add {name!r}: value has dtype {val.dtype}, not {dtype}")
+    cond = None
+    if where is not None:
+        cond = as_expr(where(*axes))
+        if not _dt.is_bool(cond.dtype):
+            raise DTypeError(f"scatter_add {name!r}: where must be a bool condition")
+    for what, e in [("the index", i) for i in idx] + [("the value", val)] + (
+            [("the condition", cond)] if cond is not None else []):
+        _check_scope("scatter_add", name, e, names, what)
+    if init is not None:
+        if not isinstance(init, Tensor) or init.shape != shape or init.dtype != val.dtype:
+            raise ShapeError(f"scatter_add {name!r}: init must be a {val.dtype} tensor of "
+                             f"shape {shape}")
+    op = ScatterOp(name, axes, idx, val, cond, init)
+    return Tensor(op, shape, val.dtype, name)
