@@ -22,3 +22,5 @@ from .reduction import Reducer, comm_reducer, max, min, prod, reduce_axis, sum
 from .tensor import Tensor, compute, placeholder, scatter_add
 
 __version__ = "0.1.0"
+
+from . import autodiff, nn, ops  # noqa: E402  (operator library and differentiation)

@@ -1,0 +1,1 @@
+"""Reverse-mode differentiation of tensor programs."""

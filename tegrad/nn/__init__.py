@@ -1,0 +1,2 @@
+"""Neural-network layers and losses (NCHW images, OIHW weights) as computes."""
+__all__ = []

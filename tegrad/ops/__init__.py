@@ -1,0 +1,2 @@
+"""Tensor operators (elementwise, shape manipulation, reductions, indexing) as computes."""
+__all__ = []
