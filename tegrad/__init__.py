@@ -14,7 +14,7 @@ from .api import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor, 
                   sign, sin, sqrt, tanh, trunc)
 from .errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
                      OutOfBoundsError, ScopeError, ShapeError, TegradError)
-from .evaluate import evaluate
+from .evaluator import evaluate
 from .expr import Expr, IterVar, Var, structural_equal
 from .graph import placeholders, topological_order
 from .printer import format_tensor as format

@@ -155,36 +155,33 @@ def _float_extreme(dtype, sign):
     return _dt.max_value(dtype) if sign > 0 else _dt.min_value(dtype)
 
 
-sum = Reducer("sum", lambda a, b: binary("add", a, b), lambda dtype: 0, np.sum)
-prod = Reducer("prod", lambda a, b: binary("mul", a, b), lambda dtype: 1, np.prod)
-_max = Reducer("max", lambda a, b: binary("max", a, b),
-               lambda dtype: _float_extreme(dtype, -1), np.max)
-_min = Reducer("min", lambda a, b: binary("min", a, b),
-               lambda dtype: _float_extreme(dtype, +1), np.min)
+class _ExtremumReducer(Reducer):
+    """``max``/``min``: a reducer when given axes, the binary function of two expressions.
 
-BUILTIN_REDUCERS = {"sum": sum, "prod": prod, "max": _max, "min": _min}
+    ``tg.max(expr, axis=k, where=None, init=None)`` reduces; ``tg.max(a, b)`` is the
+    larger of two expressions.
+    """
 
-
-def _binary_or_reduce(reducer, op):
-    def fn(expr, *args, axis=None, where=None, init=None):
+    def __call__(self, expr, *args, axis=None, where=None, init=None):
         if args and not isinstance(args[0], (IterVar, list, tuple)):
             if len(args) != 1 or axis is not None or where is not None or init is not None:
-                raise TegradError(f"tg.{op}(a, b) takes exactly two expressions")
-            return binary(op, expr, args[0])
+                raise TegradError(f"tg.{self.name}(a, b) takes exactly two expressions")
+            return binary(self.name, expr, args[0])
         if args:
             if len(args) > 1 or axis is not None:
-                raise TegradError(f"tg.{op}: give the reduce axes once")
+                raise TegradError(f"tg.{self.name}: give the reduce axes once")
             axis = args[0]
-        return reducer(expr, axis=axis, where=where, init=init)
-
-    fn.__name__ = op
-    fn.__doc__ = (f"``{op}(expr, axis=k, where=None, init=None)`` reduces over reduce axes;\n"
-                  f"``{op}(a, b)`` is the binary {op}imum of two expressions.")
-    return fn
+        return make_reduce(self, expr, axis, where, init)
 
 
-max = _binary_or_reduce(_max, "max")
-min = _binary_or_reduce(_min, "min")
+sum = Reducer("sum", lambda a, b: binary("add", a, b), lambda dtype: 0, np.sum)
+prod = Reducer("prod", lambda a, b: binary("mul", a, b), lambda dtype: 1, np.prod)
+max = _ExtremumReducer("max", lambda a, b: binary("max", a, b),
+                       lambda dtype: _float_extreme(dtype, -1), np.max)
+min = _ExtremumReducer("min", lambda a, b: binary("min", a, b),
+                       lambda dtype: _float_extreme(dtype, +1), np.min)
+
+BUILTIN_REDUCERS = {"sum": sum, "prod": prod, "max": max, "min": min}
 
 
 def comm_reducer(combine, identity, name="reducer"):

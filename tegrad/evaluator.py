@@ -10,7 +10,7 @@ outside a tensor at an active point raises :class:`OutOfBoundsError`.
 >>> import numpy as np, tegrad as tg
 >>> A = tg.placeholder((2, 3), dtype="float64", name="A")
 >>> B = tg.compute((3, 2), lambda i, j: A[j, i] * 2, name="B")
->>> tg.evaluate(B, {A: np.ones((2, 3))}).sum()
+>>> float(tg.evaluate(B, {A: np.ones((2, 3))}).sum())
 12.0
 """
 from __future__ import annotations

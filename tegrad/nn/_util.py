@@ -1,0 +1,157 @@
+"""Argument checking and index helpers shared by the layers of :mod:`tegrad.nn`.
+
+Every layer validates its arguments with these helpers so that error messages have one
+shape: they name the operator, the argument (or tensor) at fault and the problem.
+
+>>> pair(3, "conv2d", "stride")
+(3, 3)
+>>> normalize_axis(-1, 4, "softmax", "axis")
+3
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..errors import DTypeError, ShapeError, TegradError
+from ..expr import Const
+from ..reduction import reduce_axis
+from ..tensor import Tensor
+
+
+def is_int(value):
+    """True for a Python or numpy integer that is not a bool."""
+    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
+
+
+def check_tensor(x, op, what, ndim=None, float_only=True):
+    """``x`` must be a Tensor (of ``ndim`` dimensions, with a float dtype)."""
+    if not isinstance(x, Tensor):
+        raise TegradError(f"{op}: {what} must be a tegrad Tensor, got {type(x).__name__}")
+    if ndim is not None and x.ndim != ndim:
+        raise ShapeError(f"{op}: {what} {x.name!r} must have {ndim} dimension(s), but its "
+                         f"shape is {x.shape}")
+    if float_only and not _dt.is_float(x.dtype):
+        raise DTypeError(f"{op}: {what} {x.name!r} has dtype {x.dtype}; a float dtype is "
+                         f"needed")
+    return x
+
+
+def check_same_dtype(op, x, other, what):
+    """``other`` must have the dtype of ``x``."""
+    if other.dtype != x.dtype:
+        raise DTypeError(f"{op}: {what} {other.name!r} has dtype {other.dtype} but "
+                         f"{x.name!r} has dtype {x.dtype}; convert one with a cast")
+
+
+def check_int(value, op, what, minimum=None):
+    """``value`` must be an integer (at least ``minimum``); returns it as an int."""
+    if not is_int(value):
+        raise TegradError(f"{op}: {what} must be an integer, got {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        kind = {0: "non-negative", 1: "positive"}.get(minimum, f"at least {minimum}")
+        raise TegradError(f"{op}: {what} must be {kind}, got {value}")
+    return value
+
+
+def check_number(value, op, what):
+    """``value`` must be a real Python or numpy number; returns it as a float."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.number)):
+        raise TegradError(f"{op}: {what} must be a number, got {value!r}")
+    return float(value)
+
+
+def pair(value, op, what, minimum=None):
+    """An int or a pair of ints as a pair ``(height, width)`` of checked ints."""
+    if is_int(value):
+        values = (value, value)
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        values = tuple(value)
+    else:
+        raise TegradError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
+    return tuple(check_int(v, op, what, minimum) for v in values)
+
+
+def normalize_axis(axis, ndim, op, what="axis"):
+    """``axis`` in ``[-ndim, ndim)`` as a non-negative position."""
+    if not is_int(axis):
+        raise TegradError(f"{op}: {what} must be an integer, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise TegradError(f"{op}: {what} {axis} is out of range for a tensor of {ndim} "
+                          f"dimension(s)")
+    return int(axis) % ndim
+
+
+def const(value, dtype):
+    """A constant of ``dtype``."""
+    return Const(value, dtype)
+
+
+def reduce_axes(extents, prefix):
+    """One reduce axis ``prefix0, prefix1, ...`` over ``[0, extent)`` per extent."""
+    return [reduce_axis((0, e), name=f"{prefix}{d}") for d, e in enumerate(extents)]
+
+
+def replace_at(index, position, value):
+    """The tuple ``index`` with ``value`` inserted in place of ``index[position]``."""
+    index = tuple(index)
+    return index[:position] + (value,) + index[position + 1:]
+
+
+def channel_reader(param, channels, op, what, x):
+    """A function ``c -> param[c]`` for a per-channel vector of shape (C,) or (1,).
+
+    A vector of one element is broadcast to every channel.
+    """
+    check_tensor(param, op, what, ndim=1)
+    check_same_dtype(op, x, param, what)
+    if param.shape[0] == channels:
+        return lambda c: param[c]
+    if param.shape[0] == 1:
+        return lambda c: param[0]
+    raise ShapeError(f"{op}: {what} {param.name!r} has shape {param.shape}, but {x.name!r} has "
+                     f"{channels} channel(s) along the axis; expected ({channels},) or (1,)")
+
+
+def in_bounds(index, extent, lowest, highest):
+    """Conditions keeping ``index`` in ``[0, extent)`` given that it ranges over
+    ``[lowest, highest]``; only the sides that can be violated get a condition."""
+    conds = []
+    if lowest < 0:
+        conds.append(index >= 0)
+    if highest >= extent:
+        conds.append(index < extent)
+    return conds
+
+
+def window_index(out, tap, stride, dilation, offset):
+    """``out * stride + tap * dilation - offset`` without unit factors or zero terms."""
+    e = out if stride == 1 else out * stride
+    e = e + (tap if dilation == 1 else tap * dilation)
+    return e - offset if offset else e
+
+
+def check_window(op, x, size, kernel, dilation, padding, dim):
+    """The dilated kernel must fit in the padded input along ``dim``."""
+    effective = dilation * (kernel - 1) + 1
+    if effective > size + 2 * padding:
+        raise ShapeError(f"{op}: the kernel of {x.name!r} along {dim} ({kernel}, dilated to "
+                         f"{effective}) is larger than the padded input ({size} + 2 * "
+                         f"{padding} = {size + 2 * padding})")
+    return effective
+
+
+def sliding_output(size, kernel, stride, padding, dilation, ceil_mode=False):
+    """Windows of a sliding kernel (PyTorch's rule for ``ceil_mode``).
+
+    ``floor((size + 2p - d(k-1) - 1) / s) + 1``, rounding up instead with ``ceil_mode``
+    unless the last window would then start beyond the input and the left padding.
+    """
+    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
