@@ -297,26 +297,28 @@ class Affine:
 
     # -- printing --------------------------------------------------------
     def __str__(self) -> str:
+        # Valid Python: a division atom with coefficient +-1 needs no
+        # parentheses inside a sum (// binds tighter than + and -), except
+        # when negated at the front, where -a // b would mean (-a) // b.
         parts = []
         for a, c in self.terms:
-            text = a if type(a) is str else f"({a})"
             mag = abs(c)
-            body = text if mag == 1 else f"{mag}*{text}"
+            if type(a) is str:
+                body = a if mag == 1 else f"{mag}*{a}"
+            else:
+                body = str(a) if mag == 1 else f"{mag}*({a})"
             if not parts:
-                parts.append(body if c > 0 else f"-{body}")
+                if c > 0:
+                    parts.append(body)
+                else:
+                    parts.append(f"-({body})" if type(a) is not str and mag == 1 else f"-{body}")
             else:
                 parts.append(("+ " if c > 0 else "- ") + body)
-        if self.constant or not parts:
-            if not parts:
-                parts.append(str(self.constant))
-            else:
-                parts.append(("+ " if self.constant > 0 else "- ") + str(abs(self.constant)))
-        text = " ".join(parts)
-        # Bare atoms at top level read better without the parentheses we add
-        # to protect them inside sums and products.
-        if len(self.terms) == 1 and self.terms[0][1] == 1 and not self.constant:
-            return str(self.terms[0][0])
-        return text
+        if not parts:
+            return str(self.constant)
+        if self.constant:
+            parts.append(("+ " if self.constant > 0 else "- ") + str(abs(self.constant)))
+        return " ".join(parts)
 
     def _operand_str(self) -> str:
         # How the expression looks as the left operand of // or %.
