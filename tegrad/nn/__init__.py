@@ -1,2 +1,28 @@
-"""Neural-network layers and losses (NCHW images, OIHW weights) as computes."""
-__all__ = []
+"""Neural-network layers and losses (NCHW images, OIHW weights) as computes.
+
+Every operator takes and returns :class:`tegrad.Tensor` s, builds one compute stage per
+layer where it can (named after the operator), keeps its index expressions affine and
+pads through reduction masks rather than padded copies. See each function's docstring
+for its formula; :mod:`tegrad.nn._util` holds the shared argument checks.
+"""
+from .activation import leaky_relu, log_softmax, prelu, relu, softmax
+from .conv import conv2d, conv2d_transpose
+from .dense import bias_add, dense
+from .dropout import dropout
+from .loss import binary_cross_entropy, mse_loss, softmax_cross_entropy
+from .norm import batch_norm, l2_normalize, lrn
+from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
+from .resize import resize, upsampling
+from .winograd import conv2d_winograd_weight_transform, conv2d_winograd_without_weight_transform
+
+__all__ = [
+    "relu", "leaky_relu", "prelu", "softmax", "log_softmax",
+    "bias_add", "dense",
+    "dropout",
+    "batch_norm", "lrn", "l2_normalize",
+    "conv2d", "conv2d_transpose",
+    "max_pool2d", "avg_pool2d", "global_max_pool2d", "global_avg_pool2d",
+    "upsampling", "resize",
+    "conv2d_winograd_weight_transform", "conv2d_winograd_without_weight_transform",
+    "softmax_cross_entropy", "binary_cross_entropy", "mse_loss",
+]

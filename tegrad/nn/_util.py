@@ -15,6 +15,7 @@ import numbers
 import numpy as np
 
 from .. import dtypes as _dt
+from ..api import all as _all
 from ..errors import DTypeError, ShapeError, TegradError
 from ..expr import Const
 from ..reduction import reduce_axis
@@ -155,3 +156,17 @@ def sliding_output(size, kernel, stride, padding, dilation, ceil_mode=False):
     if ceil_mode and (out - 1) * stride >= size + padding:
         out -= 1
     return out
+
+
+def sliding_window(out, tap, out_size, kernel, stride, dilation, padding, extent):
+    """The input index of output ``out`` and kernel tap ``tap`` of a sliding window,
+    ``out * stride + tap * dilation - padding``, and the conditions keeping it inside an
+    input of ``extent`` (only those that some output/tap pair can violate)."""
+    index = window_index(out, tap, stride, dilation, padding)
+    highest = (out_size - 1) * stride + (kernel - 1) * dilation - padding
+    return index, in_bounds(index, extent, -padding, highest)
+
+
+def conjunction(conds):
+    """``None`` for no conditions (an unmasked reduction), else their logical and."""
+    return _all(*conds) if conds else None

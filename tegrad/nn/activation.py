@@ -1,0 +1,94 @@
+"""Activations: relu, leaky_relu, prelu, softmax and log_softmax.
+
+Elementwise activations are one compute stage each, named after the operator. The
+softmaxes reduce along one axis in two stages (the maximum, then the sum of
+``exp(x - max)``) so that no exponential overflows, and a final elementwise stage.
+
+>>> import numpy as np, tegrad as tg
+>>> x = tg.placeholder((2, 3), dtype="float64", name="x")
+>>> tg.evaluate(relu(x), {x: np.array([[-1., 0., 2.], [3., -4., 5.]])}).tolist()
+[[0.0, 0.0, 2.0], [3.0, 0.0, 5.0]]
+"""
+from __future__ import annotations
+
+from ..api import exp, if_then_else, log
+from ..reduction import max as _max
+from ..reduction import reduce_axis
+from ..reduction import sum as _sum
+from ..tensor import compute
+from ._util import channel_reader, check_number, check_tensor, normalize_axis
+
+__all__ = ["relu", "leaky_relu", "prelu", "softmax", "log_softmax"]
+
+
+def relu(x):
+    """Rectified linear unit: ``relu(x) = max(x, 0)`` elementwise (as TOPI; any dtype)."""
+    check_tensor(x, "relu", "x", float_only=False)
+    return compute(x.shape, lambda *i: _max(x[i], 0), name="relu")
+
+
+def leaky_relu(x, alpha=0.01):
+    """``leaky_relu(x) = x if x > 0 else alpha * x`` elementwise (TOPI's select form)."""
+    check_tensor(x, "leaky_relu", "x")
+    alpha = check_number(alpha, "leaky_relu", "alpha")
+    return compute(x.shape, lambda *i: if_then_else(x[i] > 0, x[i], x[i] * alpha),
+                   name="leaky_relu")
+
+
+def prelu(x, alpha, axis=1):
+    """Parametric relu: ``out[..., c, ...] = x if x > 0 else alpha[c] * x``.
+
+    ``alpha`` is a vector with one slope per index of ``axis`` (shape ``(C,)``), or a
+    single slope shared by all channels (shape ``(1,)``, like PyTorch's default PReLU).
+    """
+    check_tensor(x, "prelu", "x")
+    axis = normalize_axis(axis, x.ndim, "prelu")
+    slope = channel_reader(alpha, x.shape[axis], "prelu", "alpha", x)
+    return compute(x.shape, lambda *i: if_then_else(x[i] > 0, x[i], x[i] * slope(i[axis])),
+                   name="prelu")
+
+
+def logsumexp_parts(x, axis, op):
+    """The stages ``m = max_k x[.., k, ..]`` and ``s = sum_k exp(x[.., k, ..] - m)``.
+
+    Both have the shape of ``x`` without ``axis`` (a scalar for a 1-D ``x``), and
+    ``log(sum_k exp(x)) = m + log(s)`` without overflow. Returns ``(m, s, expand)``
+    where ``expand(idx)`` drops ``axis`` from an index of ``x`` to index ``m`` and ``s``.
+    """
+    extent = x.shape[axis]
+    shape = x.shape[:axis] + x.shape[axis + 1:]
+
+    def full(idx, k):
+        return idx[:axis] + (k,) + idx[axis:]
+
+    def row_max(*idx):
+        k = reduce_axis((0, extent), name="rmax")
+        return _max(x[full(idx, k)], axis=k)
+
+    m = compute(shape, row_max, name=f"{op}_max")
+
+    def row_sum(*idx):
+        k = reduce_axis((0, extent), name="rsum")
+        return _sum(exp(x[full(idx, k)] - m[idx]), axis=k)
+
+    s = compute(shape, row_sum, name=f"{op}_sum")
+    return m, s, lambda idx: idx[:axis] + idx[axis + 1:]
+
+
+def softmax(x, axis=-1):
+    """``softmax(x)[.., j, ..] = exp(x_j - m) / sum_k exp(x_k - m)`` along ``axis``,
+    with ``m = max_k x_k`` subtracted for stability."""
+    check_tensor(x, "softmax", "x")
+    axis = normalize_axis(axis, x.ndim, "softmax")
+    m, s, drop = logsumexp_parts(x, axis, "softmax")
+    return compute(x.shape, lambda *i: exp(x[i] - m[drop(i)]) / s[drop(i)], name="softmax")
+
+
+def log_softmax(x, axis=-1):
+    """``log_softmax(x)[.., j, ..] = x_j - m - log(sum_k exp(x_k - m))`` along ``axis``,
+    with ``m = max_k x_k`` (the stable log-sum-exp)."""
+    check_tensor(x, "log_softmax", "x")
+    axis = normalize_axis(axis, x.ndim, "log_softmax")
+    m, s, drop = logsumexp_parts(x, axis, "log_softmax")
+    return compute(x.shape, lambda *i: x[i] - m[drop(i)] - log(s[drop(i)]),
+                   name="log_softmax")

@@ -1,0 +1,146 @@
+"""2-D convolution and transposed convolution (NCHW data, OIHW weights).
+
+Each layer is one compute stage whose reduction reads the input at affine indices
+(``y * stride + ry * dilation - pad``); zero padding is a ``where=`` mask on the
+reduction, never a padded copy of the input.
+
+>>> import numpy as np, tegrad as tg
+>>> x = tg.placeholder((1, 1, 4, 4), dtype="float64", name="x")
+>>> w = tg.placeholder((1, 1, 3, 3), dtype="float64", name="w")
+>>> tg.evaluate(conv2d(x, w, padding=1), {x: np.ones((1, 1, 4, 4)),
+...                                       w: np.ones((1, 1, 3, 3))})[0, 0, 0].tolist()
+[4.0, 6.0, 6.0, 4.0]
+"""
+from __future__ import annotations
+
+from ..errors import ShapeError, TegradError
+from ..reduction import reduce_axis
+from ..reduction import sum as _sum
+from ..tensor import compute
+from ._util import (check_int, check_same_dtype, check_tensor, check_window, conjunction,
+                    in_bounds, pair, sliding_output, sliding_window)
+
+__all__ = ["conv2d", "conv2d_transpose"]
+
+
+def _check_inputs(op, x, w):
+    check_tensor(x, op, "x", ndim=4)
+    check_tensor(w, op, "weight", ndim=4)
+    check_same_dtype(op, x, w, "weight")
+
+
+def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation, as PyTorch and Relay):
+
+    ``out[n, f, y, x] = sum_{rc, ry, rx} xp[n, g(f) * C/G + rc, y*sh + ry*dh - ph,
+    x*sw + rx*dw - pw] * w[f, rc, ry, rx]`` with ``xp`` the input padded with zeros,
+    ``g(f) = f // (O/G)`` the group of output channel ``f`` and ``G = groups``.
+
+    ``x`` is ``(N, C, H, W)``, ``w`` is ``(O, C/G, KH, KW)``; ``stride``, ``padding``
+    (symmetric) and ``dilation`` are ints or ``(h, w)`` pairs. The output is
+    ``(N, O, OH, OW)`` with ``OH = (H + 2ph - dh(KH-1) - 1) // sh + 1``.
+    """
+    op = "conv2d"
+    _check_inputs(op, x, w)
+    strides = pair(stride, op, "stride", 1)
+    pads = pair(padding, op, "padding", 0)
+    dilations = pair(dilation, op, "dilation", 1)
+    groups = check_int(groups, op, "groups", 1)
+    n_batch, channels, height, width = x.shape
+    out_channels, group_channels, kh, kw = w.shape
+    if channels % groups:
+        raise ShapeError(f"{op}: groups={groups} does not divide the {channels} input "
+                         f"channel(s) of x {x.name!r}")
+    if out_channels % groups:
+        raise ShapeError(f"{op}: groups={groups} does not divide the {out_channels} output "
+                         f"channel(s) of weight {w.name!r}")
+    if group_channels * groups != channels:
+        raise ShapeError(f"{op}: weight {w.name!r} of shape {w.shape} has {group_channels} "
+                         f"input channel(s) per group, but x {x.name!r} has {channels} "
+                         f"channel(s) in {groups} group(s) ({channels // groups} per group)")
+    sizes, kernels = (height, width), (kh, kw)
+    out_hw = []
+    for d, dim in enumerate(("height", "width")):
+        check_window(op, x, sizes[d], kernels[d], dilations[d], pads[d], dim)
+        out_hw.append(sliding_output(sizes[d], kernels[d], strides[d], pads[d], dilations[d]))
+    per_group_out = out_channels // groups
+
+    def input_channel(ff, rc):
+        if groups == 1:
+            return rc
+        group = ff if per_group_out == 1 else ff // per_group_out
+        return group * group_channels + rc
+
+    def body(nn, ff, yy, xx):
+        rc = reduce_axis((0, group_channels), name="rc")
+        ry = reduce_axis((0, kh), name="ry")
+        rx = reduce_axis((0, kw), name="rx")
+        iy, cy = sliding_window(yy, ry, out_hw[0], kh, strides[0], dilations[0], pads[0],
+                                height)
+        ix, cx = sliding_window(xx, rx, out_hw[1], kw, strides[1], dilations[1], pads[1],
+                                width)
+        return _sum(x[nn, input_channel(ff, rc), iy, ix] * w[ff, rc, ry, rx],
+                    axis=[rc, ry, rx], where=conjunction(cy + cx))
+
+    return compute((n_batch, out_channels, out_hw[0], out_hw[1]), body, name=op)
+
+
+def conv2d_transpose(x, w, stride=1, padding=0, output_padding=0, dilation=1):
+    """2-D transposed convolution (the gradient of conv2d with respect to its input),
+    with PyTorch's ``conv_transpose2d`` semantics:
+
+    ``out[n, o, y, x] = sum_{c, ky, kx} x[n, c, iy, ix] * w[c, o, ky, kx]`` over the taps
+    with ``iy * sh = y + ph - ky * dh`` (and the same for x) for an integer
+    ``0 <= iy < H``; written as ``iy = (y + ph - ky*dh) // sh`` masked by
+    ``(y + ph - ky*dh) % sh == 0`` (no dilated copy of the input is made).
+
+    ``x`` is ``(N, C, H, W)`` and ``w`` is ``(C, O, KH, KW)``; the output is
+    ``(N, O, OH, OW)`` with ``OH = (H - 1) sh - 2 ph + dh (KH - 1) + oph + 1``.
+    ``output_padding`` must be smaller than the stride or the dilation (as PyTorch).
+    """
+    op = "conv2d_transpose"
+    _check_inputs(op, x, w)
+    strides = pair(stride, op, "stride", 1)
+    pads = pair(padding, op, "padding", 0)
+    extra = pair(output_padding, op, "output_padding", 0)
+    dilations = pair(dilation, op, "dilation", 1)
+    n_batch, channels, height, width = x.shape
+    in_channels, out_channels, kh, kw = w.shape
+    if in_channels != channels:
+        raise ShapeError(f"{op}: weight {w.name!r} of shape {w.shape} expects {in_channels} "
+                         f"input channel(s) but x {x.name!r} has {channels}")
+    sizes, kernels = (height, width), (kh, kw)
+    out_hw = []
+    for d, dim in enumerate(("height", "width")):
+        if extra[d] >= strides[d] and extra[d] >= dilations[d]:
+            raise TegradError(f"{op}: output_padding {extra[d]} along {dim} must be smaller "
+                              f"than either the stride ({strides[d]}) or the dilation "
+                              f"({dilations[d]})")
+        size = ((sizes[d] - 1) * strides[d] - 2 * pads[d] + dilations[d] * (kernels[d] - 1)
+                + extra[d] + 1)
+        if size <= 0:
+            raise ShapeError(f"{op}: padding {pads[d]} along {dim} leaves no output for x "
+                             f"{x.name!r} of shape {x.shape} (output size {size})")
+        out_hw.append(size)
+
+    def source(out, tap, d):
+        """The input index feeding output ``out`` through ``tap`` and its conditions."""
+        s, dil, p = strides[d], dilations[d], pads[d]
+        t = out - (tap if dil == 1 else tap * dil)
+        t = t + p if p else t
+        lowest, highest = p - dil * (kernels[d] - 1), out_hw[d] - 1 + p
+        conds = in_bounds(t, sizes[d] * s, lowest, highest)
+        if s == 1:
+            return t, conds
+        return t // s, [t % s == 0] + conds
+
+    def body(nn, ff, yy, xx):
+        rc = reduce_axis((0, channels), name="rc")
+        ry = reduce_axis((0, kh), name="ry")
+        rx = reduce_axis((0, kw), name="rx")
+        iy, cy = source(yy, ry, 0)
+        ix, cx = source(xx, rx, 1)
+        return _sum(x[nn, rc, iy, ix] * w[rc, ff, ry, rx], axis=[rc, ry, rx],
+                    where=conjunction(cy + cx))
+
+    return compute((n_batch, out_channels, out_hw[0], out_hw[1]), body, name=op)

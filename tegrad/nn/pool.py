@@ -1,0 +1,158 @@
+"""2-D max and average pooling (NCHW), windowed and global.
+
+Windows follow PyTorch: ``stride`` defaults to the kernel, padding is symmetric and at
+most half the kernel, and with ``ceil_mode`` the output size is rounded up as long as the
+last window starts inside the input or the left padding. Each layer is one stage whose
+reduction is masked (``where=``) to the taps inside the input: for max pooling the
+masked taps act as ``-inf`` padding (the identity of ``max``), for average pooling as
+zeros, and the divisor is an affine-arithmetic count of the taps.
+
+>>> import numpy as np, tegrad as tg
+>>> x = tg.placeholder((1, 1, 4, 4), dtype="float64", name="x")
+>>> tg.evaluate(max_pool2d(x, 2), {x: np.arange(16.).reshape(1, 1, 4, 4)})[0, 0].tolist()
+[[5.0, 7.0], [13.0, 15.0]]
+"""
+from __future__ import annotations
+
+from ..api import cast
+from ..errors import TegradError
+from ..reduction import max as _max
+from ..reduction import min as _min
+from ..reduction import reduce_axis
+from ..reduction import sum as _sum
+from ..tensor import compute
+from ._util import (check_tensor, check_window, conjunction, pair, sliding_output,
+                    sliding_window)
+
+__all__ = ["max_pool2d", "avg_pool2d", "global_max_pool2d", "global_avg_pool2d"]
+
+
+class _Window:
+    """Checked pooling attributes of one call and the output size."""
+
+    def __init__(self, op, x, kernel, stride, padding, dilation, ceil_mode):
+        self.kernel = pair(kernel, op, "kernel", 1)
+        self.stride = self.kernel if stride is None else pair(stride, op, "stride", 1)
+        self.padding = pair(padding, op, "padding", 0)
+        self.dilation = pair(dilation, op, "dilation", 1)
+        if not isinstance(ceil_mode, bool):
+            raise TegradError(f"{op}: ceil_mode must be True or False, got {ceil_mode!r}")
+        self.size = x.shape[2:]
+        self.out = []
+        for d, dim in enumerate(("height", "width")):
+            k, p = self.kernel[d], self.padding[d]
+            if 2 * p > k:
+                raise TegradError(f"{op}: padding {p} along {dim} is more than half the "
+                                  f"kernel size {k} (as PyTorch requires)")
+            check_window(op, x, self.size[d], k, self.dilation[d], p, dim)
+            self.out.append(sliding_output(self.size[d], k, self.stride[d], p,
+                                           self.dilation[d], ceil_mode))
+
+    def tap(self, out, r, d):
+        """Input index of output ``out``, tap ``r`` along dim ``d``, and its bounds."""
+        return sliding_window(out, r, self.out[d], self.kernel[d], self.stride[d],
+                              self.dilation[d], self.padding[d], self.size[d])
+
+    def count(self, out, d, lo, hi):
+        """The number of taps of window ``out`` along ``d`` with an index in ``[lo, hi)``.
+
+        Taps ``r`` in ``[0, k)`` with ``lo <= start + r*dil < hi`` (``start = out*s - p``):
+        ``min(k-1, (hi-1-start) // dil) - max(0, ceil((lo-start) / dil)) + 1``; each clamp
+        is kept only if some window needs it, so the count is often a Python int.
+        """
+        k, s, dil, p = self.kernel[d], self.stride[d], self.dilation[d], self.padding[d]
+        scaled = out if s == 1 else out * s  # the window starts at scaled - p
+        high = k - 1
+        if (self.out[d] - 1) * s - p + (k - 1) * dil >= hi:
+            room = (hi - 1 + p) - scaled
+            high = _min(k - 1, room if dil == 1 else room // dil)
+        low = 0
+        if -p < lo:
+            before = (lo + p) - scaled
+            low = _max(0, before if dil == 1 else -((-before) // dil))
+        return high - low + 1
+
+
+def _pool_input(op, x, float_only):
+    check_tensor(x, op, "x", ndim=4, float_only=float_only)
+
+
+def max_pool2d(x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False,
+               count_include_pad=True):
+    """2-D max pooling: ``out[n, c, y, x] = max_{ry, rx} x[n, c, y*sh + ry*dh - ph,
+    x*sw + rx*dw - pw]`` over the taps inside the input (padding is ``-inf``, as
+    PyTorch). ``count_include_pad`` only concerns average pooling and is ignored."""
+    op = "max_pool2d"
+    _pool_input(op, x, float_only=False)
+    win = _Window(op, x, kernel, stride, padding, dilation, ceil_mode)
+
+    def body(nn, cc, yy, xx):
+        ry = reduce_axis((0, win.kernel[0]), name="ry")
+        rx = reduce_axis((0, win.kernel[1]), name="rx")
+        iy, cy = win.tap(yy, ry, 0)
+        ix, cx = win.tap(xx, rx, 1)
+        return _max(x[nn, cc, iy, ix], axis=[ry, rx], where=conjunction(cy + cx))
+
+    return compute(x.shape[:2] + tuple(win.out), body, name=op)
+
+
+def avg_pool2d(x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False,
+               count_include_pad=True):
+    """2-D average pooling: ``out[n, c, y, x] = sum_{ry, rx} x[n, c, y*sh + ry*dh - ph,
+    x*sw + rx*dw - pw] / count`` over the taps inside the input.
+
+    As PyTorch, ``count`` is the number of taps inside the padded input ``[-p, size+p)``
+    with ``count_include_pad`` (so a window that ``ceil_mode`` lets run past the right
+    padding is not divided by the full kernel size), and the number inside the input
+    otherwise. PyTorch has no dilated average pooling; here dilation counts taps alike.
+    """
+    op = "avg_pool2d"
+    _pool_input(op, x, float_only=True)
+    if not isinstance(count_include_pad, bool):
+        raise TegradError(f"{op}: count_include_pad must be True or False, got "
+                          f"{count_include_pad!r}")
+    win = _Window(op, x, kernel, stride, padding, dilation, ceil_mode)
+
+    def divisor(yy, xx):
+        counts = []
+        for d, out in enumerate((yy, xx)):
+            pad = win.padding[d] if count_include_pad else 0
+            counts.append(win.count(out, d, -pad, win.size[d] + pad))
+        total = counts[0] * counts[1]
+        return total if isinstance(total, int) else cast(total, x.dtype)
+
+    def body(nn, cc, yy, xx):
+        ry = reduce_axis((0, win.kernel[0]), name="ry")
+        rx = reduce_axis((0, win.kernel[1]), name="rx")
+        iy, cy = win.tap(yy, ry, 0)
+        ix, cx = win.tap(xx, rx, 1)
+        total = _sum(x[nn, cc, iy, ix], axis=[ry, rx], where=conjunction(cy + cx))
+        return total / divisor(yy, xx)
+
+    return compute(x.shape[:2] + tuple(win.out), body, name=op)
+
+
+def _global(op, x, reducer, scale):
+    n_batch, channels, height, width = x.shape
+
+    def body(nn, cc, i, j):
+        ry = reduce_axis((0, height), name="ry")
+        rx = reduce_axis((0, width), name="rx")
+        out = reducer(x[nn, cc, ry, rx], axis=[ry, rx])
+        return out if scale is None else out * scale
+
+    return compute((n_batch, channels, 1, 1), body, name=op)
+
+
+def global_max_pool2d(x):
+    """``out[n, c, 0, 0] = max_{y, x} x[n, c, y, x]``; the output is ``(N, C, 1, 1)``
+    like Relay's ``nn.global_max_pool2d``."""
+    _pool_input("global_max_pool2d", x, float_only=False)
+    return _global("global_max_pool2d", x, _max, None)
+
+
+def global_avg_pool2d(x):
+    """``out[n, c, 0, 0] = sum_{y, x} x[n, c, y, x] / (H * W)``; the output is
+    ``(N, C, 1, 1)`` like Relay's ``nn.global_avg_pool2d``."""
+    _pool_input("global_avg_pool2d", x, float_only=True)
+    return _global("global_avg_pool2d", x, _sum, 1.0 / (x.shape[2] * x.shape[3]))
