@@ -1,0 +1,174 @@
+"""Conversion between integer tegrad expressions and the solver's affine terms.
+
+Index arithmetic (``+``, ``-``, multiplication by constants, ``//`` and ``%`` by
+positive constants) maps onto :class:`solver.Affine`; anything else (tensor reads,
+min/max, division by a variable) is not quasi-affine and stays a tegrad expression.
+
+>>> from tegrad.expr import Var
+>>> str(to_affine((Var("i") * 2 + Var("k")) // 3 - 1))
+'(2*i + k) // 3 - 1'
+>>> str(from_affine(to_affine(Var("i") + 1 - 1)))
+'i'
+"""
+from __future__ import annotations
+
+import solver
+from solver.affine import FloorDiv, Mod
+
+from .. import dtypes as _dt
+from ..expr import And, Binary, Cast, Compare, Const, Neg, Not, Var
+
+INDEX_DTYPE = _dt.INDEX_DTYPE
+
+
+def to_affine(e):
+    """The :class:`solver.Affine` equal to the integer expression ``e``, or None."""
+    return _to_affine(e, {})
+
+
+def _to_affine(e, memo):
+    key = id(e)
+    if key in memo and memo[key][0] is e:
+        return memo[key][1]
+    out = _convert(e, memo)
+    memo[key] = (e, out)
+    return out
+
+
+def _convert(e, memo):
+    t = type(e)
+    if not _dt.is_int(e.dtype):
+        return None
+    if t is Const:
+        return solver.Affine.const(e.value)
+    if t is Var:
+        return solver.Affine.var(e.name)
+    if t is Neg:
+        a = _to_affine(e.a, memo)
+        return None if a is None else -a
+    if t is Cast:
+        return _to_affine(e.a, memo) if _dt.is_int(e.a.dtype) else None
+    if t is not Binary:
+        return None
+    a = _to_affine(e.a, memo)
+    if a is None:
+        return None
+    if e.op in ("floordiv", "floormod"):
+        if type(e.b) is not Const or e.b.value <= 0:
+            return None
+        return a // e.b.value if e.op == "floordiv" else a % e.b.value
+    b = _to_affine(e.b, memo)
+    if b is None:
+        return None
+    if e.op == "add":
+        return a + b
+    if e.op == "sub":
+        return a - b
+    if e.op == "mul":
+        if a.is_constant or b.is_constant:
+            return a * b
+    return None
+
+
+def from_affine(aff, dtype=INDEX_DTYPE):
+    """The tegrad expression of a :class:`solver.Affine`, terms in the solver's order."""
+    aff = solver.lift(aff)
+    out = None
+    for atom, coeff in aff.as_dict().items():
+        term = _atom_expr(atom, dtype)
+        if abs(coeff) != 1:
+            term = Binary("mul", term, Const(abs(coeff), dtype), dtype)
+        if out is None:
+            out = Neg(term, dtype) if coeff < 0 else term
+        else:
+            out = Binary("sub" if coeff < 0 else "add", out, term, dtype)
+    c = aff.constant
+    if out is None:
+        return Const(c, dtype)
+    if c != 0:
+        out = Binary("add" if c > 0 else "sub", out, Const(abs(c), dtype), dtype)
+    return out
+
+
+def _atom_expr(atom, dtype):
+    if isinstance(atom, str):
+        return Var(atom, dtype)
+    inner = from_affine(atom.expr, dtype)
+    op = "floordiv" if isinstance(atom, FloorDiv) else "floormod"
+    assert isinstance(atom, (FloorDiv, Mod))
+    return Binary(op, inner, Const(atom.divisor, dtype), dtype)
+
+
+_CONSTRAINT_OF = {"lt": solver.lt, "le": solver.le, "gt": solver.gt, "ge": solver.ge,
+                  "eq": solver.eq}
+
+
+def to_constraints(cond):
+    """Affine constraints equivalent to the conjunction ``cond``, or None.
+
+    Handles conjunctions of integer comparisons (``!=`` is a disjunction: None) and
+    negated inequalities.
+    """
+    out = []
+    for c in conjuncts(cond):
+        con = to_constraint(c)
+        if con is None:
+            return None
+        out.append(con)
+    return out
+
+
+def to_constraint(c):
+    """The :class:`solver.Constraint` of one integer comparison, or None."""
+    negate = False
+    if type(c) is Not:
+        c, negate = c.a, True
+    if type(c) is not Compare or not _dt.is_int(c.a.dtype):
+        return None
+    op = c.op
+    if negate:
+        op = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}[op]
+    if op == "ne":
+        return None
+    a, b = to_affine(c.a), to_affine(c.b)
+    if a is None or b is None:
+        return None
+    return _CONSTRAINT_OF[op](a, b)
+
+
+def from_constraint(con, dtype=INDEX_DTYPE):
+    """The tegrad comparison ``expr == 0`` or ``expr >= 0`` of a solver constraint."""
+    expr = con.expr
+    lhs, rhs = _split_sides(expr)
+    op = "eq" if con.is_equality else "ge"
+    return Compare(op, from_affine(lhs, dtype), from_affine(rhs, dtype))
+
+
+def _split_sides(expr):
+    """``expr`` as ``lhs - rhs`` with positive coefficients on both sides (readable)."""
+    pos = {a: c for a, c in expr.as_dict().items() if c > 0}
+    neg = {a: -c for a, c in expr.as_dict().items() if c < 0}
+    const = expr.constant
+    return solver.Affine(pos, max(const, 0)), solver.Affine(neg, max(-const, 0))
+
+
+def conjuncts(cond):
+    """The operands of a conjunction ``a && b && ...`` as a list (``true`` gives [])."""
+    out, stack = [], [cond]
+    while stack:
+        c = stack.pop()
+        if type(c) is And:
+            stack.extend((c.b, c.a))
+        elif type(c) is Const and c.value is True:
+            continue
+        else:
+            out.append(c)
+    return out
+
+
+def conjunction(conds):
+    """``c1 && c2 && ...`` (``true`` for none)."""
+    out = None
+    for c in conds:
+        out = c if out is None else And(out, c)
+    return Const(True, "bool") if out is None else out

@@ -1,0 +1,128 @@
+"""Simplification of one term's summation domain with :mod:`solver`.
+
+The affine conditions of a term and the ranges of its axes form an integer domain
+whose parameters are the enclosing stage's variables. ``simplify_domain`` solves the
+equalities (also through ``//`` and ``%``), so summation variables fixed by them
+disappear; the remaining ones get tight bounds; conditions on the parameters alone
+move outside the sum, and those implied by the parameters' own ranges are dropped.
+
+>>> import tegrad as tg
+>>> from tegrad.expr import Var
+>>> from tegrad.zero_elim.terms import expand
+>>> A, H = tg.placeholder((3, 4), name="A"), tg.placeholder((3, 4), name="H")
+>>> y0, y1 = tg.reduce_axis((0, 3), name="y0"), tg.reduce_axis((0, 4), name="y1")
+>>> a, b = Var("a"), Var("b")
+>>> g = tg.sum(H[y0, y1] * tg.if_then_else(tg.all(y0 == b, y1 == a), 1.0, 0.0), axis=[y0, y1])
+>>> outer, term = simplify_term(expand(g)[0], {"a": (0, 4), "b": (0, 3)})
+>>> outer, str(term)
+((), 'H[b, a]')
+"""
+from __future__ import annotations
+
+import solver
+
+from ..expr import Const, IterVar, Var
+from ..mapper import free_var_names, substitute
+from ..simplify import simplify
+from .affine import from_affine, from_constraint, to_affine, to_constraint
+from .indices import normalize_indices
+from .terms import Term
+
+
+class _Split:
+    """The conditions of a term sorted by what can be reasoned about exactly."""
+
+    def __init__(self, conds):
+        self.affine, self.residual = [], []
+        for c in conds:
+            con = to_constraint(c)
+            if con is None:
+                self.residual.append(c)
+            else:
+                self.affine.append(con)
+
+
+def _affine_bounds(ax):
+    lo, extent = to_affine(ax.lo), to_affine(ax.extent)
+    if lo is None or extent is None:
+        return None
+    return lo, lo + extent
+
+
+def simplify_term(term, params):
+    """Simplify ``term`` whose free variables range over ``params`` (name -> (lo, hi)).
+
+    Returns ``(outer_conditions, term)`` where the outer conditions involve only the
+    parameters, or None when the term's domain is empty (the term is zero).
+    """
+    split = _Split(term.conds)
+    axis_names = [ax.name for ax in term.axes]
+    variables = []
+    for ax in term.axes:
+        bounds = _affine_bounds(ax)
+        if bounds is None:
+            return _keep(term, split, params)
+        variables.append((ax.name, bounds[0], bounds[1]))
+    names = set(axis_names)
+    free = set()
+    for con in split.affine:
+        free |= con.variables()
+    for _, lo, hi in variables:
+        free |= lo.variables() | hi.variables()
+    parameters = sorted(free - names)
+    domain = solver.Domain(variables, split.affine, parameters=parameters)
+    transformation = solver.simplify_domain(domain)
+    new = transformation.new
+    if transformation.is_empty or new.is_empty():
+        return None
+    mapping = {name: from_affine(transformation.old_to_new[name]) for name in axis_names}
+    new_axes = []
+    for name, lo, hi in new.variables:
+        new_axes.append(IterVar(Var(name), from_affine(lo), from_affine(hi - lo), "reduce"))
+    new_names = {ax.name for ax in new_axes}
+    inner_conds = [from_constraint(c) for c in new.variable_conditions]
+    outer_conds = [from_constraint(c) for c in new.parameter_conditions
+                   if not _implied_by_ranges(c, params)]
+    for c in split.residual:
+        c = simplify(normalize_indices(substitute(c, mapping)))
+        (inner_conds if free_var_names(c) & new_names else outer_conds).append(c)
+    value = simplify(normalize_indices(substitute(term.value, mapping)))
+    return tuple(outer_conds), Term(tuple(new_axes), tuple(inner_conds), value)
+
+
+def _keep(term, split, params):
+    """A term whose domain is not affine: only conditions free of its axes move out."""
+    names = {ax.name for ax in term.axes}
+    inner, outer = [], []
+    for c in term.conds:
+        (inner if free_var_names(c) & names else outer).append(c)
+    return tuple(outer), Term(term.axes, tuple(inner), term.value)
+
+
+def _implied_by_ranges(con, params):
+    """True when the parameters' ranges alone imply the constraint ``con``."""
+    names = sorted(con.variables())
+    if any(n not in params for n in names):
+        return False
+    box = [(n, params[n][0], params[n][1]) for n in names]
+    for negation in _negations(con):
+        if not solver.Domain(box, [negation]).is_empty():
+            return False
+    return True
+
+
+def _negations(con):
+    """Constraints whose union is the complement of ``con``."""
+    if con.is_equality:
+        return [solver.ge(con.expr, 1), solver.le(con.expr, -1)]
+    return [solver.le(con.expr, -1)]
+
+
+def parameter_ranges(axes):
+    """``{name: (lo, hi)}`` for axes with constant bounds (the stage's own axes)."""
+    out = {}
+    for ax in axes:
+        if type(ax.lo) is Const and type(ax.extent) is Const:
+            out[ax.name] = (ax.lo.value, ax.lo.value + ax.extent.value)
+    return out
+

@@ -1,0 +1,144 @@
+"""Zero elimination of one compute stage.
+
+The body is expanded into terms (:mod:`.terms`); each term's summation domain is
+simplified (:mod:`.domain`); terms that end on the same domain are added back into one
+sum; a term whose output index is fixed only by data (``I[b] == v``: a gradient of a
+data-dependent read) becomes a scatter-accumulate over its own domain instead of a
+gather that would scan that domain for every output element.
+
+The result computes the same values as the stage: ``stage[x] == optimized[x]`` for
+every ``x`` in the stage's shape.
+"""
+from __future__ import annotations
+
+from ..expr import Binary, Compare, Const, IterVar, Select, Var
+from ..mapper import free_var_names, substitute
+from ..simplify import simplify
+from ..tensor import ComputeOp, ScatterOp, Tensor
+from .affine import conjunction, to_affine
+from .domain import parameter_ranges, simplify_term
+from .indices import normalize_indices
+from .terms import Term, expand, merge_terms
+
+
+def _zero(dtype):
+    return Const(0, dtype)
+
+
+def optimize_stage(t):
+    """The stage of ``t`` with its zeros eliminated, as a new tensor (or ``t`` itself)."""
+    op = t.op
+    if not isinstance(op, ComputeOp):
+        return t
+    params = parameter_ranges(op.axes)
+    axis_names = [ax.name for ax in op.axes]
+    gathers, scatters = [], []
+    for term in expand(op.body, taken=axis_names):
+        pinned = _data_pinned_axes(term, axis_names)
+        if pinned:
+            scatters.append((term, pinned))
+            continue
+        simplified = simplify_term(term, params)
+        if simplified is not None:
+            gathers.append(simplified)
+    body = _gather_body(gathers, t.dtype)
+    if not scatters:
+        if body is op.body or bool(body == op.body):
+            return t
+        return Tensor(ComputeOp(op.name, op.axes, body), t.shape, t.dtype, op.name)
+    init = None
+    if not (type(body) is Const and body.value == 0):
+        init = Tensor(ComputeOp(op.name + "_gather", op.axes, body), t.shape, t.dtype,
+                      op.name + "_gather")
+    out = init
+    for k, (term, pinned) in enumerate(scatters):
+        name = op.name if k == len(scatters) - 1 else f"{op.name}_scatter{k}"
+        out = _scatter_stage(name, t, op.axes, term, pinned, out)
+    return out
+
+
+def _gather_body(gathers, dtype):
+    """``sum over groups of (outer ? sum_axes[inner] value : 0)``, equal domains merged."""
+    groups = []
+    for outer, term in gathers:
+        wrapped = Term(term.axes, term.conds, term.value)
+        for g in groups:
+            if bool(_conds_key(g[0]) == _conds_key(outer)):
+                g[1].append(wrapped)
+                break
+        else:
+            groups.append((outer, [wrapped]))
+    body = None
+    for outer, terms in groups:
+        inner = None
+        for term in merge_terms(terms):
+            e = term.to_expr()
+            inner = e if inner is None else Binary("add", inner, e, dtype)
+        if outer:
+            inner = Select(conjunction(outer), inner, _zero(dtype), dtype)
+        body = inner if body is None else Binary("add", body, inner, dtype)
+    return simplify(body) if body is not None else _zero(dtype)
+
+
+def _conds_key(conds):
+    return tuple(sorted(conds, key=str))
+
+
+def _data_pinned_axes(term, axis_names):
+    """``{output axis: expression}`` for output axes fixed by data-dependent equalities.
+
+    Only when at least one equality ``v == e`` has a non-affine ``e`` (a read) over the
+    term's axes; affine equalities ``v == f(axes)`` then pin further output axes.
+    """
+    axes = {ax.name for ax in term.axes}
+    if not axes:
+        return None
+    pinned, data = {}, False
+    for c in term.conds:
+        if type(c) is not Compare or c.op != "eq":
+            continue
+        for var, other in ((c.a, c.b), (c.b, c.a)):
+            if type(var) is Var and var.name in axis_names and var.name not in pinned:
+                names = free_var_names(other)
+                if names & set(axis_names) or not names & axes:
+                    continue
+                pinned[var.name] = other
+                data |= to_affine(other) is None
+                break
+    return pinned if data else None
+
+
+def _scatter_stage(name, t, out_axes, term, pinned, init):
+    """``out[pinned or v] += value`` over the term's axes and the unpinned output axes."""
+    domain_axes = [IterVar(Var(ax.name), ax.lo, ax.extent, "data")
+                   for ax in out_axes if ax.name not in pinned]
+    for ax in term.axes:
+        if type(ax.lo) is not Const or type(ax.extent) is not Const:
+            raise NotImplementedError("scatter over a non-rectangular domain")
+        domain_axes.append(IterVar(ax.var, ax.lo, ax.extent, "data"))
+    shift = {ax.name: ax.var + ax.lo.value for ax in domain_axes if ax.lo.value != 0}
+    axes = tuple(IterVar(ax.var, Const(0, ax.lo.dtype), ax.extent, "data") for ax in domain_axes)
+    mapping = dict(pinned)
+
+    def rewrite(e):
+        e = substitute(e, mapping)
+        e = substitute(e, shift) if shift else e
+        return simplify(normalize_indices(e))
+
+    indices = tuple(rewrite(pinned[ax.name]) if ax.name in pinned else rewrite(ax.var)
+                    for ax in out_axes)
+    conds = [rewrite(c) for c in term.conds if not _is_pinning(c, pinned)]
+    conds = [c for c in conds if not (type(c) is Const and c.value is True)]
+    value = rewrite(term.value)
+    where = conjunction(conds) if conds else None
+    op = ScatterOp(name, axes, indices, value, where, init)
+    return Tensor(op, t.shape, t.dtype, name)
+
+
+def _is_pinning(c, pinned):
+    if type(c) is not Compare or c.op != "eq":
+        return False
+    for var, other in ((c.a, c.b), (c.b, c.a)):
+        if type(var) is Var and var.name in pinned and pinned[var.name] is other:
+            return True
+    return False

@@ -1,0 +1,190 @@
+"""Sum-of-terms form: an expression as ``sum_t sum_{axes_t} [cond_t] * value_t``.
+
+Expanding an expression lifts every ``cond ? v : 0`` into the condition of its term
+(``*`` ANDs conditions, ``+`` and ``-`` make separate terms, ``/`` keeps the
+numerator's condition, a select splits into its two branches) and flattens nested sums
+into the axes of the term. Each term is then simplified on its own domain: the sum
+splitting that TVM left as a TODO.
+
+>>> import tegrad as tg
+>>> from tegrad.expr import Var
+>>> x = tg.placeholder((4,), name="x")
+>>> i, a = Var("i"), Var("a")
+>>> [str(t) for t in expand(tg.if_then_else(i == a, x[i], 0.0) * 2.0 + x[a])]
+['[i == a] x[i] * 2.0', 'x[a]']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dtypes as _dt
+from ..expr import (Binary, Cast, Const, IterVar, Neg, Not, Reduce, Select, Var,
+                    structural_equal)
+from ..mapper import all_var_names, free_var_names, fresh_name, substitute
+from ..reduction import sum as sum_reducer
+from .affine import conjunction, conjuncts
+
+#: terms produced by one product before it is left unexpanded (bounds the blow-up)
+MAX_PRODUCT_TERMS = 64
+
+
+@dataclass(frozen=True)
+class Term:
+    """``sum over axes of (all conds ? value : 0)``."""
+
+    axes: tuple
+    conds: tuple
+    value: object
+
+    def __str__(self):
+        axes = "".join(f"sum_{ax.name}[{ax.lo}, {ax.hi}) " for ax in self.axes)
+        cond = "".join(f"[{c}] " for c in self.conds)
+        return f"{axes}{cond}{self.value}"
+
+    def to_expr(self):
+        """The term as a tegrad expression (a Reduce when it has axes)."""
+        value = self.value
+        cond = conjunction(self.conds) if self.conds else None
+        if self.axes:
+            return Reduce(sum_reducer, value, self.axes, cond, None, value.dtype)
+        if cond is None:
+            return value
+        return Select(cond, value, _zero(value.dtype), value.dtype)
+
+
+def _zero(dtype):
+    return Const(0, dtype)
+
+
+def is_zero(e):
+    return type(e) is Const and e.value == 0
+
+
+class _Expander:
+    def __init__(self, taken):
+        self.taken = set(taken)
+
+    def fresh_axes(self, axes, avoid):
+        """Rename the axes whose names are in ``avoid``, to names used nowhere else."""
+        renames, new_axes = {}, []
+        for ax in axes:
+            name = ax.name
+            if name in avoid:
+                name = fresh_name(ax.name, self.taken | avoid)
+                renames[ax.name] = Var(name, ax.var.dtype)
+            self.taken.add(name)
+            lo = substitute(ax.lo, renames) if renames else ax.lo
+            extent = substitute(ax.extent, renames) if renames else ax.extent
+            new_axes.append(ax if name == ax.name and lo is ax.lo and extent is ax.extent
+                            else IterVar(Var(name, ax.var.dtype), lo, extent, "reduce"))
+        return tuple(new_axes), renames
+
+    def __call__(self, e):
+        t = type(e)
+        if not _dt.is_float(e.dtype):
+            return [Term((), (), e)]
+        if t is Const:
+            return [] if e.value == 0 else [Term((), (), e)]
+        if t is Binary and e.op in ("add", "sub"):
+            left, right = self(e.a), self(e.b)
+            if e.op == "sub":
+                right = [Term(r.axes, r.conds, _neg(r.value)) for r in right]
+            return left + right
+        if t is Neg:
+            return [Term(r.axes, r.conds, _neg(r.value)) for r in self(e.a)]
+        if t is Binary and e.op == "mul":
+            left, right = self(e.a), self(e.b)
+            if len(left) * len(right) > MAX_PRODUCT_TERMS:
+                return [Term((), (), e)]
+            return [self.product(a, b) for a in left for b in right]
+        if t is Binary and e.op == "div":
+            return [self.scale(r, e.b, "div") for r in self(e.a)]
+        if t is Select:
+            return self.select(e)
+        if t is Cast and _dt.is_float(e.a.dtype):
+            return [Term(r.axes, r.conds, Cast(r.value, e.dtype)) for r in self(e.a)]
+        if t is Reduce and e.reducer is sum_reducer:
+            return self.reduce(e)
+        return [Term((), (), e)]
+
+    def select(self, e):
+        out = []
+        cond_names = free_var_names(e.cond)
+        for branch, cond in ((e.true_value, e.cond), (e.false_value, _negate(e.cond))):
+            for r in self(branch):
+                r = self.rename_term(r, cond_names)
+                out.append(Term(r.axes, tuple(conjuncts(cond)) + r.conds, r.value))
+        return out
+
+    def reduce(self, e):
+        out = []
+        if e.init is not None:
+            out += self(e.init)
+        where = conjuncts(e.where) if e.where is not None else []
+        outer = {ax.name for ax in e.axes}
+        for c in where:
+            outer |= free_var_names(c)
+        for r in self(e.source):
+            r = self.rename_term(r, outer)
+            out.append(Term(e.axes + r.axes, tuple(where) + r.conds, r.value))
+        return out
+
+    def rename_term(self, r, avoid):
+        """Rename the term's axes that clash with ``avoid`` (free names of a factor)."""
+        if not r.axes or not ({ax.name for ax in r.axes} & avoid):
+            return r
+        axes, renames = self.fresh_axes(r.axes, avoid)
+        return Term(axes, tuple(substitute(c, renames) for c in r.conds),
+                    substitute(r.value, renames))
+
+    def product(self, a, b):
+        b = self.rename_term(b, _term_names(a))
+        a = self.rename_term(a, _term_names(b))
+        return Term(a.axes + b.axes, a.conds + b.conds, _mul(a.value, b.value))
+
+    def scale(self, r, factor, op):
+        r = self.rename_term(r, free_var_names(factor))
+        return Term(r.axes, r.conds, Binary(op, r.value, factor, r.value.dtype))
+
+
+def _term_names(t):
+    names = free_var_names(t.value)
+    for c in t.conds:
+        names |= free_var_names(c)
+    for ax in t.axes:
+        names.add(ax.name)
+    return names
+
+
+def _neg(v):
+    return v.a if type(v) is Neg else Neg(v, v.dtype)
+
+
+def _mul(a, b):
+    if type(a) is Const and a.value == 1:
+        return b
+    if type(b) is Const and b.value == 1:
+        return a
+    return Binary("mul", a, b, a.dtype)
+
+
+def _negate(c):
+    return c.a if type(c) is Not else Not(c)
+
+
+def expand(e, taken=()):
+    """The terms of ``e`` (see the module docstring); ``taken``: names not to reuse."""
+    return _Expander(set(taken) | all_var_names(e))(e)
+
+
+def merge_terms(terms):
+    """Terms with the same axes and conditions, added into one term each (order kept)."""
+    groups = []
+    for t in terms:
+        for k, g in enumerate(groups):
+            if structural_equal(g.axes, t.axes) and structural_equal(g.conds, t.conds):
+                groups[k] = Term(g.axes, g.conds, Binary("add", g.value, t.value, g.value.dtype))
+                break
+        else:
+            groups.append(t)
+    return groups
