@@ -24,3 +24,5 @@ from .tensor import Tensor, compute, placeholder, scatter_add
 __version__ = "0.1.0"
 
 from . import autodiff, nn, ops  # noqa: E402  (operator library and differentiation)
+from .autodiff import DifferentiationResult, differentiate, jacobian  # noqa: E402
+from . import testing  # noqa: E402

@@ -1,0 +1,182 @@
+"""Normalising the forward program: every reduction becomes the whole body of a stage.
+
+A float reduction that is not the whole body of its compute is moved into a new compute
+stage ``<name>_r<n>`` indexed by the reduction's free variables (the compute's axes and
+enclosing reduce axes it uses, in that order), and replaced by a read of that stage::
+
+    S[i] = exp(sum(A[i, k], k)) * 2      becomes     S_r0[i] = sum(A[i, k], k in [0, 8))
+                                                      S[i] = exp(S_r0[i]) * 2
+
+so that the max/min/prod rules read the stage's value ``Y[y]`` instead of recomputing
+the reduction. Stages that only read rebuilt stages are rebuilt to read the new ones;
+stages with nothing to change are kept as they are (same tensor objects).
+
+A reduction is left in place (and its rules recompute it) when hoisting could evaluate
+it where the original program does not: inside a select branch, the right operand of
+``&``/``|``, or the source of a reduction with ``where`` or with bounds that depend on
+other variables; also when one of its free variables has a non-constant range.
+
+>>> import tegrad as tg
+>>> A = tg.placeholder((2, 3), name="A")
+>>> k = tg.reduce_axis((0, 3), name="k")
+>>> S = tg.compute((2,), lambda i: tg.exp(tg.sum(A[i, k], axis=k)), name="S")
+>>> (S2,), stages = normalize([S])
+>>> print(tg.format(S2).splitlines()[-1])
+S[i] = exp(S_r0[i])
+"""
+from __future__ import annotations
+
+import itertools
+
+from ..expr import Const, Read, Reduce, Var, binary
+from ..graph import topological_order
+from ..mapper import IdentityMapper, free_var_names, substitute
+from ..tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from .algebra import differentiable
+from .names import make_compute
+
+
+class _Retarget(IdentityMapper):
+    """Reads of rebuilt tensors are pointed at their new versions."""
+
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def map_read(self, e, *args):
+        e2 = super().map_read(e)
+        t = self.mapping.get(id(e.tensor), e.tensor)
+        return e2 if t is e.tensor else Read(t, e2.indices, e2.dtype)
+
+
+def _const_int(e):
+    return e.value if isinstance(e, Const) else None
+
+
+class _Hoister(IdentityMapper):
+    """Replaces hoistable non-root reductions by reads of new stages.
+
+    The extra argument is ``(ranges, conditional)``: ``ranges`` maps each variable in
+    scope to ``(lo, extent)`` (None when not constant), in scope order.
+    """
+
+    def __init__(self, base_name, counter):
+        self.base_name = base_name
+        self.counter = counter
+
+    def map_select(self, e, ctx):
+        ranges, _ = ctx
+        cond = self(e.cond, ctx)
+        t = self(e.true_value, (ranges, True))
+        f = self(e.false_value, (ranges, True))
+        if cond is e.cond and t is e.true_value and f is e.false_value:
+            return e
+        from ..expr import Select
+        return Select(cond, t, f, e.dtype)
+
+    def _logical(self, e, ctx, cls):
+        a = self(e.a, ctx)
+        b = self(e.b, (ctx[0], True))
+        return e if (a is e.a and b is e.b) else cls(a, b)
+
+    def map_and(self, e, ctx):
+        from ..expr import And
+        return self._logical(e, ctx, And)
+
+    def map_or(self, e, ctx):
+        from ..expr import Or
+        return self._logical(e, ctx, Or)
+
+    def map_reduce(self, e, ctx):
+        ranges, conditional = ctx
+        if not conditional and differentiable(e.dtype):
+            free = free_var_names(e)
+            if all(ranges.get(v) is not None for v in free):
+                return self._hoist(e, [v for v in ranges if v in free], ranges)
+        return self.reduce_children(e, ctx)
+
+    def reduce_children(self, e, ctx):
+        """Hoist inside ``e`` (kept in place): its axes' bounds, source, where and init."""
+        ranges, conditional = ctx
+        inner = dict(ranges)
+        ragged = False
+        for ax in e.axes:
+            lo, extent = _const_int(ax.lo), _const_int(ax.extent)
+            ragged = ragged or lo is None or extent is None
+            inner[ax.name] = None if ragged else (lo, extent)
+        inner_ctx = (inner, conditional or ragged or e.where is not None)
+        source = self(e.source, inner_ctx)
+        where = None if e.where is None else self(e.where, inner_ctx)
+        init = None if e.init is None else self(e.init, ctx)
+        if source is e.source and where is e.where and init is e.init:
+            return e
+        return Reduce(e.reducer, source, e.axes, where, init, e.dtype)
+
+    def _hoist(self, e, names, ranges):
+        name = f"{self.base_name}_r{next(self.counter)}"
+        shifts = {v: ranges[v][0] for v in names if ranges[v][0] != 0}
+        shape = tuple(ranges[v][1] for v in names)
+        if shifts:
+            body = substitute(e, {v: binary("add", Var(v), shifts[v]) for v in shifts})
+        else:
+            body = e
+        stage = make_compute(name, shape, names, lambda *vs: hoist_body(name, names, shape, body))
+        indices = tuple(binary("sub", Var(v), shifts[v]) if v in shifts else Var(v)
+                        for v in names)
+        return Read(stage, indices, stage.dtype)
+
+
+def hoist_body(name, axis_names, shape, body, counter=None):
+    """``body`` with every hoistable reduction that is not the whole body moved out."""
+    counter = counter if counter is not None else itertools.count()
+    h = _Hoister(name, counter)
+    ctx = ({n: (0, d) for n, d in zip(axis_names, shape)}, False)
+    if type(body) is Reduce:
+        return h.reduce_children(body, ctx)
+    return h(body, ctx)
+
+
+def normalize(outputs):
+    """Normalise the program of ``outputs``; returns ``(new outputs, {id(old): new})``."""
+    mapping = {}
+    for t in topological_order(outputs):
+        new = t
+        if isinstance(t.op, ComputeOp):
+            new = _normalize_compute(t, mapping)
+        elif isinstance(t.op, ScatterOp):
+            new = _retarget_scatter(t, mapping)
+        elif not isinstance(t.op, PlaceholderOp):
+            from ..errors import DifferentiationError
+            raise DifferentiationError(f"cannot differentiate the stage of {t.name!r} "
+                                       f"({type(t.op).__name__})")
+        if new is not t:
+            mapping[id(t)] = new
+    return [mapping.get(id(t), t) for t in outputs], mapping
+
+
+def _normalize_compute(t, mapping):
+    op = t.op
+    body = _Retarget(mapping)(op.body) if mapping else op.body
+    names = [ax.name for ax in op.axes]
+    body = hoist_body(t.name, names, t.shape, body)
+    if body is op.body:
+        return t
+    return Tensor(ComputeOp(t.name, op.axes, body), t.shape, t.dtype, t.name)
+
+
+def _retarget_scatter(t, mapping):
+    op = t.op
+    if not mapping:
+        return t
+    r = _Retarget(mapping)
+    indices = tuple(r(i) for i in op.indices)
+    value = r(op.value)
+    where = None if op.where is None else r(op.where)
+    init = None if op.init is None else mapping.get(id(op.init), op.init)
+    if (value is op.value and where is op.where and init is op.init
+            and all(a is b for a, b in zip(indices, op.indices))):
+        return t
+    new_op = ScatterOp(t.name, op.axes, indices, value, where, init)
+    return Tensor(new_op, t.shape, t.dtype, t.name)
+
+
+__all__ = ["normalize", "hoist_body"]

@@ -1,0 +1,76 @@
+"""Fresh variable names, renamed axes and building stages with chosen axis names.
+
+Gradient stages introduce variables (the adjoint's axes, the consumer's axes turned into
+reduce axes, copies ``k_1`` of reduce axes); every new name is picked with
+:func:`tegrad.mapper.fresh_name` against all names of the expressions involved.
+
+>>> from tegrad.expr import Var
+>>> fresh_names(["i", "j"], {"i"})
+['i_1', 'j']
+"""
+from __future__ import annotations
+
+from ..expr import IterVar, Reduce, Var
+from ..mapper import all_var_names, fresh_name, substitute
+from ..tensor import ComputeOp, Tensor, _check_scope, _data_axes
+
+
+def fresh_names(bases, taken):
+    """One fresh name per base, distinct from ``taken`` and from each other."""
+    taken = set(taken)
+    out = []
+    for base in bases:
+        name = fresh_name(base, taken)
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def names_in(*exprs):
+    """All variable names (bound or free) in the expressions (None is skipped)."""
+    out = set()
+    for e in exprs:
+        if e is not None:
+            out |= all_var_names(e)
+    return out
+
+
+def rename_axes(axes, taken):
+    """Copies of ``axes`` with fresh names; returns ``(new_axes, {old name: new Var})``.
+
+    Later axes' bounds may use earlier axes; they are rewritten to the new names.
+    """
+    new_names = fresh_names([ax.name for ax in axes], taken)
+    mapping, out = {}, []
+    for ax, name in zip(axes, new_names):
+        var = Var(name, ax.var.dtype)
+        lo = substitute(ax.lo, mapping) if mapping else ax.lo
+        extent = substitute(ax.extent, mapping) if mapping else ax.extent
+        out.append(IterVar(var, lo, extent, ax.kind))
+        mapping[ax.name] = var
+    return tuple(out), mapping
+
+
+def rename_reduce(e, taken):
+    """``e`` (a Reduce) with its axes renamed away from ``taken``."""
+    axes, mapping = rename_axes(e.axes, taken | names_in(e))
+    source = substitute(e.source, mapping)
+    where = None if e.where is None else substitute(e.where, mapping)
+    return Reduce(e.reducer, source, axes, where, e.init, e.dtype)
+
+
+def make_compute(name, shape, axis_names, body_fn):
+    """A compute stage whose axes have the given names; ``body_fn(*axis_vars)`` -> body.
+
+    >>> import tegrad as tg
+    >>> T = make_compute("T", (2,), ["q"], lambda q: q * 2)
+    >>> T.op.axes[0].name
+    'q'
+    """
+    axes = _data_axes(tuple(shape), list(axis_names))
+    body = body_fn(*[ax.var for ax in axes])
+    _check_scope("compute", name, body, list(axis_names), "the body")
+    return Tensor(ComputeOp(name, axes, body), tuple(shape), body.dtype, name)
+
+
+__all__ = ["fresh_names", "names_in", "rename_axes", "rename_reduce", "make_compute"]

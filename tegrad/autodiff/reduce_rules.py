@@ -1,0 +1,167 @@
+"""Forward-mode rules for reductions, one entry per builtin reducer plus a generic rule.
+
+For ``Y = reduce_k(f(k) if where(k), init)`` with tangents ``df`` (source) and ``dI``:
+
+- sum:  ``dY = sum_k(df) + dI``;
+- prod: ``dY = sum_k(P_k * df) + Q * dI`` with ``P_k = f(k) != 0 ? Y / f(k) :
+  init * prod_{k' != k} f(k')`` and ``Q = init != 0 ? Y / init : prod_k f(k)``;
+- max/min: the tangent flows to the positions equal to ``Y`` (``init`` counts as one),
+  split equally among ties: ``dY = (sum_k(f(k) == Y ? df : 0) + (init == Y ? dI : 0))
+  / max(count, 1)``;
+- any other reducer (``tg.comm_reducer``): ``dY = sum_k(dcombine/db(rest_k, f(k)) * df)
+  + dcombine/da(init, R) * dI`` where ``rest_k`` reduces all ``k' != k`` (with init) and
+  ``R`` is the reduction without init; the combiner is differentiated by the rules.
+
+``Y`` is ``fd.answer(e)``: the read ``Y[y]`` of the stage computing the reduction when
+the forward program was normalised (see :mod:`tegrad.autodiff.hoist`), else the
+reduction itself (with renamed axes, recomputed).
+
+>>> import tegrad as tg
+>>> reducer_rule(tg.sum).__name__
+'sum_rule'
+"""
+from __future__ import annotations
+
+from .. import reduction as _red
+from ..expr import And, Binary, Const, Or, Reduce, Var, compare, select
+from ..mapper import substitute
+from .algebra import ZERO, add, choose, div, mul
+from .names import names_in, rename_axes, rename_reduce
+
+SUM, PROD = _red.BUILTIN_REDUCERS["sum"], _red.BUILTIN_REDUCERS["prod"]
+
+REDUCER_RULES = {}
+
+
+def reducer_rule(reducer):
+    """The rule for ``reducer``: its own entry, or the generic combiner rule."""
+    return REDUCER_RULES.get(reducer, generic_rule)
+
+
+def _register(reducer):
+    def register(fn):
+        REDUCER_RULES[reducer] = fn
+        return fn
+    return register
+
+
+def _tangents(fd, e):
+    df = fd.tangent(e.source)
+    di = ZERO if e.init is None else fd.tangent(e.init)
+    return df, di
+
+
+def _value(fd, e):
+    """The reduction's value, usable inside a reduction over the same axes."""
+    y = fd.answer(e)
+    if y is e:
+        y = rename_reduce(e, set(fd.reserved) | names_in(e))
+    return y
+
+
+def _others(fd, e, extra=()):
+    """``(f(k'), where(k') && k' != k, k')``: the source over fresh copies k' of the axes."""
+    taken = set(fd.reserved) | names_in(e, *extra)
+    axes2, mapping = rename_axes(e.axes, taken)
+    source2 = substitute(e.source, mapping)
+    differs = None
+    for ax in e.axes:
+        c = compare("ne", mapping[ax.name], ax.var)
+        differs = c if differs is None else Or(differs, c)
+    where2 = differs if e.where is None else And(substitute(e.where, mapping), differs)
+    return source2, where2, axes2
+
+
+def _sum_k(e, term):
+    """``sum_k(term if where)`` over the axes of ``e`` (ZERO stays ZERO)."""
+    if term is ZERO:
+        return ZERO
+    return Reduce(SUM, term, e.axes, e.where, None, e.dtype)
+
+
+@_register(SUM)
+def sum_rule(fd, e):
+    df, di = _tangents(fd, e)
+    return add(_sum_k(e, df), di)
+
+
+@_register(PROD)
+def prod_rule(fd, e):
+    df, di = _tangents(fd, e)
+    if df is ZERO and di is ZERO:
+        return ZERO
+    y = _value(fd, e)
+    zero = Const(0, e.dtype)
+    out = ZERO
+    if df is not ZERO:
+        source2, where2, axes2 = _others(fd, e, (y,))
+        rest = Reduce(PROD, source2, axes2, where2, e.init, e.dtype)
+        partial = select(compare("ne", e.source, zero), y / e.source, rest)
+        out = _sum_k(e, mul(partial, df))
+    if di is not ZERO:
+        whole = Reduce(PROD, e.source, e.axes, e.where, None, e.dtype)
+        partial = select(compare("ne", e.init, zero), y / e.init, whole)
+        out = add(out, mul(partial, di))
+    return out
+
+
+def _extremum_rule(fd, e):
+    df, di = _tangents(fd, e)
+    if df is ZERO and di is ZERO:
+        return ZERO
+    y = _value(fd, e)
+    one, zero = Const(1, e.dtype), Const(0, e.dtype)
+    hit = compare("eq", e.source, y)
+    count = _sum_k(e, select(hit, one, zero))
+    total = _sum_k(e, choose(hit, df, ZERO, e.dtype))
+    if e.init is not None:
+        init_hit = compare("eq", e.init, y)
+        count = add(count, select(init_hit, one, zero))
+        total = add(total, choose(init_hit, di, ZERO, e.dtype))
+    return div(total, Binary("max", count, one, e.dtype))
+
+
+REDUCER_RULES[_red.BUILTIN_REDUCERS["max"]] = _extremum_rule
+REDUCER_RULES[_red.BUILTIN_REDUCERS["min"]] = _extremum_rule
+
+
+def combiner_partials(reducer, dtype):
+    """``(x, y, d combine/dx, d combine/dy)`` for the reducer's symbolic combiner.
+
+    >>> import tegrad as tg
+    >>> x, y, da, db = combiner_partials(tg.prod, "float64")
+    >>> str(da), str(db)
+    ('_ry', '_rx')
+    """
+    from .rules import ForwardDiff
+    x, y, body = reducer.combiner(dtype)
+    one = Const(1, dtype)
+
+    def partial(var):
+        seed = (lambda leaf: one if isinstance(leaf, Var) and leaf.name == var.name
+                else ZERO)
+        return ForwardDiff(seed).tangent(body)
+
+    return x, y, partial(x), partial(y)
+
+
+def generic_rule(fd, e):
+    df, di = _tangents(fd, e)
+    if df is ZERO and di is ZERO:
+        return ZERO
+    x, y, da, db = combiner_partials(e.reducer, e.dtype)
+    out = ZERO
+    if df is not ZERO and db is not ZERO:
+        source2, where2, axes2 = _others(fd, e)
+        rest = Reduce(e.reducer, source2, axes2, where2, e.init, e.dtype)
+        partial = substitute(db, {x.name: rest, y.name: e.source})
+        out = _sum_k(e, mul(partial, df))
+    if di is not ZERO and da is not ZERO:
+        whole = Reduce(e.reducer, e.source, e.axes, e.where, None, e.dtype)
+        partial = substitute(da, {x.name: e.init, y.name: whole})
+        out = add(out, mul(partial, di))
+    return out
+
+
+__all__ = ["REDUCER_RULES", "reducer_rule", "sum_rule", "prod_rule", "generic_rule",
+           "combiner_partials"]

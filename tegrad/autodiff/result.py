@@ -1,0 +1,43 @@
+"""The value returned by :func:`tegrad.differentiate` (see the class for an example)."""
+from __future__ import annotations
+
+
+class DifferentiationResult:
+    """The gradients of one differentiation.
+
+    ``result`` is the list of gradient tensors, in the order of the inputs (the object
+    also unpacks, indexes and has a length like that list); ``adjoints`` maps every
+    tensor on a path from the inputs to the output (the output included) to its
+    adjoint tensor; ``inputs``, ``output`` and ``head`` are what was differentiated.
+
+    >>> import tegrad as tg
+    >>> w = tg.placeholder((3,), dtype="float64", name="w")
+    >>> y = tg.compute((3,), lambda i: w[i] * w[i], name="y")
+    >>> res = tg.differentiate(y, [w])
+    >>> (dw,) = res
+    >>> len(res), res.adjoints[w] is dw
+    (1, True)
+    """
+
+    def __init__(self, output, inputs, head, result, adjoints):
+        self.output = output
+        self.inputs = list(inputs)
+        self.head = head
+        self.result = list(result)
+        self.adjoints = adjoints
+
+    def __iter__(self):
+        return iter(self.result)
+
+    def __len__(self):
+        return len(self.result)
+
+    def __getitem__(self, index):
+        return self.result[index]
+
+    def __repr__(self):
+        names = ", ".join(t.name for t in self.result)
+        return f"DifferentiationResult(d{self.output.name} -> [{names}])"
+
+
+__all__ = ["DifferentiationResult"]

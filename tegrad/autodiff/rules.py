@@ -1,0 +1,217 @@
+"""Forward-mode derivative rules, one table entry per node kind (and per binary op).
+
+``RULES[node type](fd, e)`` returns the tangent of ``e`` given the forward-mode driver
+``fd`` (``fd.tangent(sub)`` is the tangent of a sub-expression, ``fd.answer(e)`` the
+value of ``e``, possibly a read of an already computed stage). Binary nodes dispatch on
+``BINARY_RULES[op]``, intrinsic calls on :data:`tegrad.intrinsics.DERIVATIVES`, and
+reductions on :data:`tegrad.autodiff.reduce_rules.REDUCER_RULES`. A tangent is an
+expression or the symbolic :data:`ZERO`.
+
+Conventions (documented choices at points where the derivative does not exist):
+
+- integer- and bool-typed expressions are not differentiated: their tangent is ZERO;
+  comparisons, logical operators and ``floordiv`` have zero derivative;
+- ``floor``, ``ceil``, ``round``, ``trunc`` and ``sign`` have zero derivative;
+  ``abs'(0) = 0``;
+- binary ``max(a, b)``/``min(a, b)`` at a tie ``a == b`` give half of the tangent to
+  each operand (like ``torch.maximum``), so ``relu(x) = max(x, 0)`` has ``relu'(0) =
+  0.5``; a relu written as ``x > 0 ? x : 0`` follows the select and has ``relu'(0) = 0``;
+- ``select(c, a, b)`` differentiates each branch where it is taken (``c`` is constant);
+- max/min *reductions* split the tangent equally among all tied positions (like JAX
+  and ``torch.amax``), see :mod:`tegrad.autodiff.reduce_rules`.
+
+>>> from tegrad.expr import Var, Read
+>>> x = Var("x", "float64")
+>>> str(ForwardDiff(lambda leaf: Const(1.0, "float64") if leaf is x else ZERO).tangent(x * x))
+'x + x'
+"""
+from __future__ import annotations
+
+from ..errors import DifferentiationError
+from ..expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
+                    Select, Var, select)
+from ..intrinsics import DERIVATIVES
+from .algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg, sub,
+                      sum_all)
+
+
+class ForwardDiff:
+    """Forward-mode differentiation of expressions, memoised per node.
+
+    ``seed(leaf)`` gives the tangent of a ``Read`` or ``Var`` leaf (or ZERO);
+    ``answers`` maps ``id(node)`` to an expression to use for the node's value
+    (e.g. the read ``Y[y]`` of the stage whose whole body is the node); ``reserved``
+    holds variable names of the enclosing context that new reduce axes must avoid.
+    """
+
+    def __init__(self, seed, answers=None, reserved=()):
+        self.seed = seed
+        self.answers = answers or {}
+        self.reserved = frozenset(reserved)
+        self._memo = {}
+
+    def answer(self, e):
+        """The value of ``e``: its replacement in ``answers``, or ``e`` itself."""
+        return self.answers.get(id(e), e)
+
+    def tangent(self, e):
+        """The tangent of ``e`` (an expression or ZERO)."""
+        hit = self._memo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        if not differentiable(e.dtype):
+            t = ZERO
+        else:
+            try:
+                rule = RULES[type(e)]
+            except KeyError:
+                raise DifferentiationError(
+                    f"no derivative rule for the node {e} ({type(e).__name__})") from None
+            t = rule(self, e)
+        self._memo[id(e)] = (e, t)
+        return t
+
+
+RULES = {}
+BINARY_RULES = {}
+
+
+def rule(*kinds):
+    """Register a rule for node types (``RULES``) or binary op names (``BINARY_RULES``)."""
+    def register(fn):
+        for kind in kinds:
+            (BINARY_RULES if isinstance(kind, str) else RULES)[kind] = fn
+        return fn
+    return register
+
+
+# --- leaves and nodes without derivative ----------------------------------------------
+
+@rule(Const)
+def _const(fd, e):
+    return ZERO
+
+
+@rule(Var, Read)
+def _leaf(fd, e):
+    return fd.seed(e)
+
+
+@rule(Compare, And, Or, Not)
+def _logical(fd, e):
+    return ZERO  # bool-valued (never reached: bool is not differentiable)
+
+
+# --- structural nodes -------------------------------------------------------------------
+
+@rule(Neg)
+def _neg(fd, e):
+    return neg(fd.tangent(e.a))
+
+
+@rule(Select)
+def _select(fd, e):
+    return choose(e.cond, fd.tangent(e.true_value), fd.tangent(e.false_value), e.dtype)
+
+
+@rule(Cast)
+def _cast(fd, e):
+    if not differentiable(e.a.dtype):
+        return ZERO  # int -> float: the integer operand is constant
+    return cast_to(fd.tangent(e.a), e.dtype)
+
+
+@rule(Binary)
+def _binary(fd, e):
+    try:
+        fn = BINARY_RULES[e.op]
+    except KeyError:
+        raise DifferentiationError(f"no derivative rule for the binary op {e.op!r} in {e}") \
+            from None
+    return fn(fd, e, fd.tangent(e.a), fd.tangent(e.b))
+
+
+@rule(Call)
+def _call(fd, e):
+    try:
+        partials = DERIVATIVES[e.name]
+    except KeyError:
+        raise DifferentiationError(
+            f"the intrinsic {e.name!r} has no derivative rule (in {e}); register one with "
+            f"tegrad.intrinsics.register_derivative") from None
+    terms = []
+    for arg, partial in zip(e.args, partials):
+        g = fd.tangent(arg)
+        if g is ZERO or partial is None:
+            continue
+        terms.append(partial(g, fd.answer(e), *e.args))
+    return sum_all(terms)
+
+
+@rule(Reduce)
+def _reduce(fd, e):
+    from .reduce_rules import reducer_rule
+    return reducer_rule(e.reducer)(fd, e)
+
+
+# --- binary operators -------------------------------------------------------------------
+
+@rule("add")
+def _add(fd, e, da, db):
+    return add(da, db)
+
+
+@rule("sub")
+def _sub(fd, e, da, db):
+    return sub(da, db)
+
+
+@rule("mul")
+def _mul(fd, e, da, db):
+    return add(mul(da, e.b), mul(e.a, db))
+
+
+@rule("div")
+def _div(fd, e, da, db):
+    # d(a / b) = (da - (a / b) db) / b
+    return div(sub(da, mul(fd.answer(e), db)), e.b)
+
+
+@rule("floordiv")
+def _floordiv(fd, e, da, db):
+    return ZERO  # piecewise constant in a and b
+
+
+@rule("floormod")
+def _floormod(fd, e, da, db):
+    # a % b = a - floor(a / b) * b
+    from ..expr import call
+    return sub(da, mul(call("floor", e.a / e.b), db))
+
+
+def _extremum(pick_a):
+    def fn(fd, e, da, db):
+        if da is ZERO and db is ZERO:
+            return ZERO
+        half = mul(add(da, db), Const(0.5, e.dtype))
+        return choose(pick_a(e.a, e.b), da,
+                      choose(e.a == e.b, half, db, e.dtype), e.dtype)
+    return fn
+
+
+BINARY_RULES["max"] = _extremum(lambda a, b: a > b)
+BINARY_RULES["min"] = _extremum(lambda a, b: a < b)
+
+
+def index_select(indices, xs, dtype):
+    """``(idx_0 == x_0 && ...) ? 1 : 0`` in ``dtype``: the tangent of ``X[idx]`` w.r.t. ``X[x]``."""
+    if not indices:
+        return Const(1, dtype)
+    cond = None
+    for i, x in zip(indices, xs):
+        c = i == x
+        cond = c if cond is None else And(cond, c)
+    return select(cond, Const(1, dtype), Const(0, dtype))
+
+
+__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "rule", "index_select"]
