@@ -134,7 +134,8 @@ def bound_expression(expr: Affine, var: str):
         raise ValueError(f"{var} does not occur in {expr}")
     rest = expr - Affine._raw({var: a}, 0)
     if a > 0:
-        return "lower", -(rest // a)
+        # ceil(-rest / a), written as a floor division so it prints plainly
+        return "lower", (-rest + (a - 1)) // a
     return "upper", rest // (-a) + 1
 
 
@@ -196,16 +197,18 @@ def project(inequalities: Sequence[Affine], order: Sequence[str]) -> tuple:
 
 
 def drop_redundant_bounds(per_var: dict, rest: Sequence[Affine], order: Sequence[str],
-                          parameters: Sequence[str], context: Sequence = ()) -> dict:
+                          parameters: Sequence[str], context: Sequence = (), system=None) -> dict:
     """Remove bounds implied by the others, exactly (integer implication via isl).
 
     ``per_var`` and ``rest`` come from :func:`project`; ``context`` holds
     extra :class:`~solver.constraint.Constraint` objects over the parameters
     (e.g. divisibility conditions).  Only a side with several bounds is
     examined: a lone bound is never redundant in a non-empty system.
+    ``system`` may pass a prepared :class:`~solver.isl_bridge.IslSystem` over
+    ``order`` and ``parameters``.
     """
-    from . import isl_bridge
     from .constraint import Constraint, GE
+    from .isl_bridge import IslSystem
 
     base = list(context) + [Constraint(e, GE) for e in rest]
     out = {}
@@ -215,9 +218,13 @@ def drop_redundant_bounds(per_var: dict, rest: Sequence[Affine], order: Sequence
             side = [e for e in kept if (_coeff(e, v) > 0) == positive]
             if len(side) < 2:
                 continue
+            if system is None:
+                universe = base + [Constraint(e, GE) for u in order for e in per_var.get(u, ())]
+                system = IslSystem(order, parameters, universe)
+            start = system.basic_set(base)
             for e in side:
                 others = [Constraint(x, GE) for x in kept if x is not e]
-                if isl_bridge.is_implied(order[:k + 1], parameters, base + others, e):
+                if system.is_implied(others, e, start):
                     kept = [x for x in kept if x is not e]
         out[v] = kept
         base.extend(Constraint(e, GE) for e in kept)

@@ -2,10 +2,20 @@
 
 Everything here addresses dimensions by *name*: callers pass variable names,
 parameter names and :class:`~solver.constraint.Constraint` objects, and get
-names and constraints back.  Sets are built from isl's textual syntax with
-mangled names (``v0``, ``p0``, ...), which is both faster than building them
-through islpy's per-coefficient API and immune to names that are not isl
-identifiers; :func:`to_isl` then renames the dimensions to the real names.
+names and constraints back.
+
+Two ways in:
+
+* :class:`IslSystem` — the fast path used by the solver.  Each of our
+  constraints becomes an ``isl.Constraint`` once (cached) and sets are built by
+  adding constraint objects, since parsing isl text costs about a millisecond
+  per set.  Every division atom ``e // c`` becomes an extra dimension ``A``
+  with ``c*A <= e <= c*A + c - 1`` (a parameter when ``e`` mentions only
+  parameters, an existential set dimension otherwise) and ``e % c`` is
+  ``e - c*A``: exact for emptiness, implication and the affine hull.
+* textual syntax with mangled names (``v0``, ``p0``, ...; immune to names that
+  are not isl identifiers) for the public :func:`to_isl` and for counting,
+  where isl's own division handling is wanted.
 
 isl is used as the exact oracle of the solver: integer emptiness,
 implication (redundancy), the integer affine hull (pinned variables) and point
@@ -19,10 +29,11 @@ from typing import Sequence
 
 import islpy as isl
 
-from .affine import Affine, FloorDiv
+from .affine import Affine, FloorDiv, Mod
 from .constraint import Constraint, EQ, GE
 
-__all__ = ["to_isl", "from_isl", "is_empty", "is_implied", "affine_hull", "count_points"]
+__all__ = ["IslSystem", "to_isl", "from_isl", "is_empty", "is_implied", "affine_hull",
+           "count_points"]
 
 _SET = isl.dim_type.set
 _PARAM = isl.dim_type.param
@@ -93,13 +104,15 @@ def to_isl(variables: Sequence[str], parameters: Sequence[str], constraints) -> 
 
 def is_empty(variables, parameters, constraints) -> bool:
     """Whether no integer (parameter, variable) point satisfies ``constraints``."""
-    return _make(variables, parameters, constraints).is_empty()
+    constraints = list(constraints)
+    return IslSystem(variables, parameters, constraints).is_empty(constraints)
 
 
 def is_implied(variables, parameters, constraints, candidate: Affine) -> bool:
     """Whether ``constraints`` imply ``candidate >= 0`` over the integers."""
-    negation = Constraint(-candidate - 1, GE)
-    return _make(variables, parameters, list(constraints) + [negation]).is_empty()
+    constraints = list(constraints)
+    system = IslSystem(variables, parameters, constraints + [Constraint(candidate, GE)])
+    return system.is_implied(constraints, candidate)
 
 
 def count_points(variables, constraints) -> int:
@@ -113,20 +126,187 @@ def count_points(variables, constraints) -> int:
 def affine_hull(variables, parameters, constraints):
     """Equalities (Affines ``== 0``) of the integer affine hull; None if empty.
 
-    Hull equalities that need an existential variable are left out.
+    Only equalities over the variables, parameters and parameter divisions
+    are returned (not those that need a division of variables).
     """
-    s = _make(variables, parameters, constraints)
-    if s.is_empty():
-        return None
-    hull = s.affine_hull()
-    inverse = {m: n for n, m in _mangle(variables, parameters).items()}
-    out = []
-    set_names = [inverse[n] for n in hull.get_var_names(_SET)]
-    param_names = [inverse[n] for n in hull.get_var_names(_PARAM)]
-    for c in _basic_set_constraints(hull, set_names, param_names, allow_var_divs=False):
-        if c.is_equality:
-            out.append(c.expr)
-    return out
+    constraints = list(constraints)
+    return IslSystem(variables, parameters, constraints).affine_hull(constraints)
+
+
+_VALS: dict = {}
+
+
+def _val(v: int):
+    val = _VALS.get(v)
+    if val is None:
+        if -(1 << 62) < v < (1 << 62):
+            val = isl.Val.int_from_si(isl.DEFAULT_CONTEXT, v)
+        else:
+            val = isl.Val.read_from_str(isl.DEFAULT_CONTEXT, str(v))
+        if len(_VALS) < 4096:
+            _VALS[v] = val
+    return val
+
+
+class IslSystem:
+    """isl view of constraints over fixed variables and parameters.
+
+    ``universe`` lists constraints whose division atoms should be known up
+    front (new atoms met later rebuild the space, which clears the cache).
+
+    >>> from solver.constraint import ge, le
+    >>> s = IslSystem(["y"], ["p"], [])
+    >>> s.is_implied([ge("y", 0), le("y", "p")], Affine.var("p"))
+    True
+    """
+
+    def __init__(self, variables: Sequence[str], parameters: Sequence[str], universe=()):
+        self.variables = tuple(variables)
+        self.parameters = tuple(parameters)
+        self.atoms: dict = {}  # (inner, divisor) -> (dim_type, index)
+        self.param_atoms: list = []
+        self.set_atoms: list = []
+        self._dims = {v: (_SET, i) for i, v in enumerate(self.variables)}
+        self._dims.update((p, (_PARAM, i)) for i, p in enumerate(self.parameters))
+        self._space = None
+        self._cache: dict = {}
+        self._definitions: list = []
+        self._discover(c.expr for c in universe)
+
+    # -- atoms and space -----------------------------------------------------
+    def _discover(self, exprs) -> None:
+        before = len(self.atoms)
+        for e in exprs:
+            self._collect(e)
+        if self._space is None or len(self.atoms) != before:
+            self._build_space()
+
+    def _collect(self, expr: Affine) -> None:
+        for a, _ in expr.terms:
+            if type(a) is str:
+                if a not in self._dims:
+                    raise ValueError(f"unknown name {a!r} in {expr}")
+                continue
+            self._collect(a.expr)
+            key = (a.expr, a.divisor)
+            if key in self.atoms:
+                continue
+            if a.expr.variables() <= set(self.parameters):
+                self.atoms[key] = (_PARAM, len(self.parameters) + len(self.param_atoms))
+                self.param_atoms.append(key)
+            else:
+                self.atoms[key] = (_SET, len(self.variables) + len(self.set_atoms))
+                self.set_atoms.append(key)
+
+    def _build_space(self) -> None:
+        pnames = list(self.parameters) + [f"_a{i}" for i in range(len(self.param_atoms))]
+        snames = list(self.variables) + [f"_e{i}" for i in range(len(self.set_atoms))]
+        self._space = isl.Space.create_from_names(isl.DEFAULT_CONTEXT, set=snames, params=pnames)
+        self._base = None
+        self._cache = {}
+        self._definitions = []
+        for key in self.param_atoms + self.set_atoms:
+            inner, c = key
+            quotient = Affine({FloorDiv(inner, c): 1})
+            # c*A <= inner <= c*A + c - 1
+            self._definitions.append(self._isl(inner - quotient * c, False))
+            self._definitions.append(self._isl(quotient * c + (c - 1) - inner, False))
+
+    def _linear(self, expr: Affine) -> tuple:
+        """``({(dim_type, index): coefficient}, constant)`` with atoms as dimensions."""
+        coeffs: dict = {}
+        const = expr.constant
+        for a, k in expr.terms:
+            if type(a) is str:
+                dims = {self._dims[a]: 1}
+                inner_const = 0
+            elif isinstance(a, FloorDiv):
+                dims = {self.atoms[(a.expr, a.divisor)]: 1}
+                inner_const = 0
+            else:  # e % c == e - c * (e // c)
+                dims, inner_const = self._linear(a.expr)
+                q = self.atoms[(a.expr, a.divisor)]
+                dims = dict(dims)
+                dims[q] = dims.get(q, 0) - a.divisor
+            for d, v in dims.items():
+                coeffs[d] = coeffs.get(d, 0) + k * v
+            const += k * inner_const
+        return coeffs, const
+
+    def _isl(self, expr: Affine, equality: bool):
+        coeffs, const = self._linear(expr)
+        c = (isl.Constraint.equality_alloc if equality else isl.Constraint.inequality_alloc)(self._space)
+        for (tp, i), v in coeffs.items():
+            if v:
+                c = c.set_coefficient_val(tp, i, _val(v))
+        return c.set_constant_val(_val(const))
+
+    def _constraint(self, c: Constraint):
+        out = self._cache.get(c)
+        if out is None:
+            out = self._isl(c.expr, c.kind == EQ)
+            self._cache[c] = out
+        return out
+
+    def basic_set(self, constraints, start=None) -> isl.BasicSet:
+        """The constraints as a basic set (added to ``start``, an earlier result)."""
+        constraints = list(constraints)
+        space = self._space
+        self._discover(c.expr for c in constraints)
+        if start is None or space is not self._space:
+            if self._base is None:
+                bset = isl.BasicSet.universe(self._space)
+                for d in self._definitions:
+                    bset = bset.add_constraint(d)
+                self._base = bset
+            bset = self._base
+        else:
+            bset = start
+        for c in constraints:
+            truth = c.truth
+            if truth is True:
+                continue
+            if truth is False:
+                return isl.BasicSet.empty(self._space)
+            bset = bset.add_constraint(self._constraint(c))
+        return bset
+
+    # -- queries -----------------------------------------------------------------
+    def is_empty(self, constraints, start=None) -> bool:
+        return self.basic_set(constraints, start).is_empty()
+
+    def is_implied(self, constraints, candidate: Affine, start=None) -> bool:
+        """Whether ``constraints`` (and ``start``) imply ``candidate >= 0`` over the integers."""
+        return self.is_empty(list(constraints) + [Constraint(-candidate - 1, GE)], start)
+
+    def affine_hull(self, constraints):
+        """Integer affine hull equalities (Affines); None when empty."""
+        bset = self.basic_set(constraints)
+        if bset.is_empty():
+            return None
+        names = {}
+        for v, (tp, i) in self._dims.items():
+            names[(tp, i)] = Affine.var(v)
+        for key in self.param_atoms:
+            names[self.atoms[key]] = key[0] // key[1]
+        out = []
+        for c in bset.affine_hull().get_constraints():
+            if not c.is_equality():
+                continue
+            expr = Affine.const(_int(c.get_constant_val()))
+            usable = True
+            for tp, count in ((_SET, self._space.dim(_SET)), (_PARAM, self._space.dim(_PARAM))):
+                for i in range(count):
+                    v = _int(c.get_coefficient_val(tp, i))
+                    if not v:
+                        continue
+                    if (tp, i) not in names:
+                        usable = False
+                        break
+                    expr = expr + names[(tp, i)] * v
+            if usable and c.get_local_space().dim(_DIV) == 0:
+                out.append(expr)
+        return out
 
 
 def from_isl(s) -> tuple:

@@ -56,7 +56,7 @@ class LinearSolution:
     def __str__(self) -> str:
         if self.solvable is False:
             return "no solution" + (f" ({_join(self.condition)})" if self.condition != (FALSE,) else "")
-        lines = []
+        lines = [] if self.solution or self.condition else ["solvable"]
         if self.condition:
             lines.append("if " + _join(self.condition) + ":")
         for v, e in self.solution.items():

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import isl_bridge
 from .affine import Affine
 from .bounds import (InfeasibleError, bound_expression, drop_redundant_bounds, project,
                      prune_inequalities)
 from .constraint import Constraint, EQ, GE
 from .domain import Domain
+from .isl_bridge import IslSystem
 from .linear_equations import solve_lattice
 from .system import NameSupply, lower_division_atoms, variable_atoms
 from .transform import DomainTransformation
@@ -120,7 +120,8 @@ class _Simplifier:
             self.split_ineqs()
             if self.eqs:
                 continue
-            hull = isl_bridge.affine_hull(self.cur, self.params, self.all_constraints())
+            everything = self.all_constraints()
+            hull = IslSystem(self.cur, self.params, everything).affine_hull(everything)
             if hull is None:
                 raise _Empty
             cur = set(self.cur)
@@ -180,8 +181,10 @@ class _Simplifier:
         per_var, rest = project(self.ineqs, order)
         for e in rest:
             self.add_pcond(Constraint(e, GE))
-        self.drop_redundant_pconds()
-        tight = drop_redundant_bounds(per_var, [], order, self.params, self.pconds)
+        universe = self.pconds + [Constraint(e, GE) for v in order for e in per_var[v]]
+        system = IslSystem(order, self.params, universe)
+        self.drop_redundant_pconds(system)
+        tight = drop_redundant_bounds(per_var, [], order, self.params, self.pconds, system)
 
         shift_sub = {}  # current name -> final name (+ shift)
         n2o_final = {}
@@ -214,20 +217,47 @@ class _Simplifier:
         new = Domain(variables, var_conds + self.pconds, self.params)
         return DomainTransformation(self.domain, new, o2n, n2o_final)
 
-    def drop_redundant_pconds(self) -> None:
+    def drop_redundant_pconds(self, system) -> None:
         kept = list(self.pconds)
         for c in list(kept):
             others = [x for x in kept if x is not c]
-            if c.kind == GE:
-                implied = isl_bridge.is_implied((), self.params, others, c.expr)
+            if c.kind == EQ:
+                # Inequalities alone practically never imply a divisibility
+                # or an equality (pinned parameters aside), so only look when
+                # another equality shares a name with it.
+                shared = [x for x in others if x.kind == EQ and x.variables() & c.variables()]
+                implied = bool(shared) and system.is_implied(others, c.expr) \
+                    and system.is_implied(others, -c.expr)
+            elif _may_be_implied(c, others):
+                implied = system.is_implied(others, c.expr)
             else:
-                implied = (isl_bridge.is_implied((), self.params, others, c.expr)
-                           and isl_bridge.is_implied((), self.params, others, -c.expr))
+                implied = False
             if implied:
                 kept = others
-        if kept and isl_bridge.is_empty((), self.params, kept):
+        if kept and system.is_empty(kept):
             raise _Empty
         self.pconds = kept
+
+
+def _may_be_implied(c: Constraint, others) -> bool:
+    """Cheap necessary condition for ``others`` to imply the inequality ``c``.
+
+    Say a plain name (not inside any division) has a positive coefficient
+    in ``c``.  If no other constraint has it with a positive coefficient (or
+    in an equality), decreasing it keeps all the others satisfied and
+    eventually violates ``c``: ``c`` is not implied.
+    """
+    inside = set()
+    for x in [c] + list(others):
+        for a in x.expr.atoms():
+            inside |= a.variables()
+    for a, k in c.expr.terms:
+        if type(a) is not str or a in inside:
+            continue
+        if not any(x.expr.coeff(a) and (x.kind == EQ or (x.expr.coeff(a) > 0) == (k > 0))
+                   for x in others):
+            return False
+    return True
 
 
 def _choose(constraints: list, var: str):

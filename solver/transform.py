@@ -80,6 +80,33 @@ class DomainTransformation:
         new_to_old = {v: e.substitute(self.new_to_old) for v, e in other.new_to_old.items()}
         return DomainTransformation(self.old, other.new, old_to_new, new_to_old)
 
+    def check_bijection(self, parameter_values: Mapping[str, int] | None = None) -> int:
+        """Verify by enumeration that the maps are inverse bijections between the points.
+
+        For small domains (tests, debugging).  Returns the number of points;
+        raises AssertionError describing the first mismatch.
+        """
+        params = dict(parameter_values or {})
+        old_points = list(self.old.points(params))
+        new_points = list(self.new.points(params))
+        seen = set()
+        for pt in old_points:
+            full = {**params, **pt}
+            image = self.map_old_point(full)
+            if not self.new.contains({**params, **image}):
+                raise AssertionError(f"old point {pt} maps to {image}, outside the new domain")
+            back = self.map_new_point({**params, **image})
+            if back != pt:
+                raise AssertionError(f"old point {pt} -> {image} -> {back}")
+            seen.add(tuple(sorted(image.items())))
+        for pt in new_points:
+            if tuple(sorted(pt.items())) not in seen:
+                back = self.map_new_point({**params, **pt})
+                raise AssertionError(f"new point {pt} (old {back}) has no preimage")
+        if len(new_points) != len(old_points):
+            raise AssertionError(f"{len(old_points)} old points but {len(new_points)} new points")
+        return len(old_points)
+
     def inverse(self) -> "DomainTransformation":
         return DomainTransformation(self.new, self.old, self.new_to_old, self.old_to_new)
 
