@@ -1,0 +1,8 @@
+"""Shared fixtures of the tegrad.nn tests."""
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261122)
