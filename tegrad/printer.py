@@ -92,7 +92,15 @@ class _Printer:
         raise TypeError(f"cannot print {e!r}")
 
     def axis(self, ax):
-        return f"{ax.name} in [{self(ax.lo)}, {self(simplify_bound(ax.lo + ax.extent))})"
+        return f"{ax.name} in [{self(ax.lo)}, {self(axis_end(ax))})"
+
+
+def axis_end(ax):
+    """The exclusive end of an axis, read back from ``lo + extent`` where possible."""
+    ext = ax.extent
+    if type(ext) is Binary and ext.op == "sub" and bool(ext.b == ax.lo):
+        return ext.a
+    return simplify_bound(ax.lo + ax.extent)
 
 
 def format_expr(e):

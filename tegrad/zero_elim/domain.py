@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import solver
 
-from ..expr import Const, IterVar, Var
+from ..expr import Binary, Const, IterVar, Var
 from ..mapper import free_var_names, substitute
 from ..simplify import simplify
 from .affine import from_affine, from_constraint, to_affine, to_constraint
@@ -76,11 +76,10 @@ def simplify_term(term, params):
     if transformation.is_empty or new.is_empty():
         return None
     mapping = {name: from_affine(transformation.old_to_new[name]) for name in axis_names}
-    new_axes = []
-    for name, lo, hi in new.variables:
-        new_axes.append(IterVar(Var(name), from_affine(lo), from_affine(hi - lo), "reduce"))
+    new_axes = tight_axes(new)
     new_names = {ax.name for ax in new_axes}
-    inner_conds = [from_constraint(c) for c in new.variable_conditions]
+    inner_conds = [from_constraint(c) for c in new.variable_conditions
+                   if not _captured_by_bounds(c, new_names)]
     outer_conds = [from_constraint(c) for c in new.parameter_conditions
                    if not _implied_by_ranges(c, params)]
     for c in split.residual:
@@ -88,6 +87,40 @@ def simplify_term(term, params):
         (inner_conds if free_var_names(c) & new_names else outer_conds).append(c)
     value = simplify(normalize_indices(substitute(term.value, mapping)))
     return tuple(outer_conds), Term(tuple(new_axes), tuple(inner_conds), value)
+
+
+def tight_axes(domain):
+    """Reduce axes over ``domain``'s variables, each with its tightest bounds.
+
+    ``max(lowers) <= v < min(uppers)``, the bounds affine in parameters and outer axes.
+    """
+    bounds = solver.variable_bounds(domain)
+    axes = []
+    for name, lo, hi in domain.variables:
+        b = bounds.get(name)
+        lowers = b.lower if b is not None and b.lower else (lo,)
+        uppers = b.upper if b is not None and b.upper else (hi,)
+        lo_e = _extreme("max", [from_affine(x) for x in lowers])
+        hi_e = _extreme("min", [from_affine(x) for x in uppers])
+        extent = b.extent if b is not None and b.extent is not None else None
+        extent_e = from_affine(extent) if extent is not None else simplify(hi_e - lo_e)
+        axes.append(IterVar(Var(name), lo_e, extent_e, "reduce"))
+    return axes
+
+
+def _extreme(op, exprs):
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = Binary(op, out, e, out.dtype)
+    return out
+
+
+def _captured_by_bounds(con, names):
+    """A linear inequality over the axes is enforced by their bounds (Fourier–Motzkin)."""
+    if con.is_equality:
+        return False
+    return all(isinstance(atom, str) or not (atom.variables() & names)
+               for atom in con.expr.as_dict())
 
 
 def _keep(term, split, params):

@@ -1,0 +1,28 @@
+"""Zero elimination over a whole gradient program.
+
+>>> import tegrad as tg
+>>> A = tg.placeholder((3, 4), name="A")
+>>> H = tg.placeholder((3, 4), name="H")
+>>> y0, y1 = tg.reduce_axis((0, 3), name="y0"), tg.reduce_axis((0, 4), name="y1")
+>>> one, zero = tg.const(1.0), tg.const(0.0)
+>>> dA = tg.compute((3, 4), lambda a, b: tg.sum(
+...     H[y0, y1] * tg.if_then_else(tg.all(y0 == a, y1 == b), one, zero), axis=[y0, y1]),
+...     name="dA")
+>>> [str(t.op.body) for t in eliminate_zeros([dA])]
+['H[a, b]']
+"""
+from __future__ import annotations
+
+from ..rewrite import rewrite_program
+from .stage import optimize_stage
+
+
+def eliminate_zeros(tensors, keep=()):
+    """The tensors with every stage they depend on zero-eliminated, except ``keep``.
+
+    ``keep`` is typically the forward program, whose stages the gradient reads as they
+    are. Returns a list parallel to ``tensors``; each result computes the same values.
+    """
+    tensors = list(tensors)
+    mapping = rewrite_program(tensors, optimize_stage, skip=keep)
+    return [mapping[id(t)] for t in tensors]
