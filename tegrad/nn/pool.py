@@ -2,7 +2,9 @@
 
 Windows follow PyTorch: ``stride`` defaults to the kernel, padding is symmetric and at
 most half the kernel, and with ``ceil_mode`` the output size is rounded up as long as the
-last window starts inside the input or the left padding. Each layer is one stage whose
+last window starts inside the input or the left padding. A window holding no input
+element at all (possible with dilation) is an error rather than a ``-inf`` or 0/0
+output. Each layer is one stage whose
 reduction is masked (``where=``) to the taps inside the input: for max pooling the
 masked taps act as ``-inf`` padding (the identity of ``max``), for average pooling as
 zeros, and the divisor is an affine-arithmetic count of the taps.
@@ -47,6 +49,16 @@ class _Window:
             check_window(op, x, self.size[d], k, self.dilation[d], p, dim)
             self.out.append(sliding_output(self.size[d], k, self.stride[d], p,
                                            self.dilation[d], ceil_mode))
+            self._check_no_empty_window(op, x, d, dim)
+
+    def _check_no_empty_window(self, op, x, d, dim):
+        """Every window must hold an input element (a dilated window can skip the input)."""
+        k, s, dil, p = self.kernel[d], self.stride[d], self.dilation[d], self.padding[d]
+        for o in range(self.out[d]):
+            if not any(0 <= o * s - p + r * dil < self.size[d] for r in range(k)):
+                raise TegradError(f"{op}: window {o} of {x.name!r} along {dim} (taps "
+                                  f"{o * s - p}, {o * s - p + dil}, ... with dilation {dil}) "
+                                  f"holds no input element, only padding")
 
     def tap(self, out, r, d):
         """Input index of output ``out``, tap ``r`` along dim ``d``, and its bounds."""
