@@ -239,4 +239,6 @@ def bounds_of(exprs: Iterable[Affine], var: str) -> Bounds:
         side = lower if kind == "lower" else upper
         if b not in side:
             side.append(b)
-    return Bounds(tuple(lower), tuple(upper))
+    # constants first, then simpler expressions: stable, readable output
+    order = lambda b: (not b.is_constant, len(b.terms), str(b))  # noqa: E731
+    return Bounds(tuple(sorted(lower, key=order)), tuple(sorted(upper, key=order)))

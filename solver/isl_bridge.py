@@ -369,8 +369,20 @@ def _basic_set_constraints(bset, set_names, param_names, allow_var_divs):
                     break
                 expr = expr + d * v
         if usable:
-            out.append(Constraint(expr, EQ if c.is_equality() else GE))
+            out.append(_as_mod(Constraint(expr, EQ)) if c.is_equality()
+                       else Constraint(expr, GE))
     return out
+
+
+def _as_mod(c: Constraint) -> Constraint:
+    """Read ``e - d*(e // d) + k == 0`` back as ``e % d + k == 0``."""
+    for expr in (c.expr, -c.expr):
+        for a, k in expr.terms:
+            if isinstance(a, FloorDiv) and k == -a.divisor:
+                rest = expr - Affine({a: k}) - a.expr
+                if rest.is_constant:
+                    return Constraint(a.expr % a.divisor + rest.constant, EQ)
+    return c
 
 
 def _aff_numerator(aff, den, set_names, param_names, divs):
