@@ -4,10 +4,10 @@ Windows follow PyTorch: ``stride`` defaults to the kernel, padding is symmetric 
 most half the kernel, and with ``ceil_mode`` the output size is rounded up as long as the
 last window starts inside the input or the left padding. A window holding no input
 element at all (possible with dilation) is an error rather than a ``-inf`` or 0/0
-output. Each layer is one stage whose
-reduction is masked (``where=``) to the taps inside the input: for max pooling the
-masked taps act as ``-inf`` padding (the identity of ``max``), for average pooling as
-zeros, and the divisor is an affine-arithmetic count of the taps.
+output. Each layer is one stage whose reduction is masked (``where=``) to the taps
+inside the input: for max pooling the masked taps act as ``-inf`` padding (the identity
+of ``max``), for average pooling as zeros, and the divisor is an affine-arithmetic count
+of the taps.
 
 >>> import numpy as np, tegrad as tg
 >>> x = tg.placeholder((1, 1, 4, 4), dtype="float64", name="x")
