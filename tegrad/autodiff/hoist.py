@@ -2,7 +2,8 @@
 
 A float reduction that is not the whole body of its compute is moved into a new compute
 stage ``<name>_r<n>`` indexed by the reduction's free variables (the compute's axes and
-enclosing reduce axes it uses, in that order), and replaced by a read of that stage::
+enclosing reduce axes it uses, in that order), and replaced by a read of that stage (one
+stage for structurally equal reductions)::
 
     S[i] = exp(sum(A[i, k], k)) * 2      becomes     S_r0[i] = sum(A[i, k], k in [0, 8))
                                                       S[i] = exp(S_r0[i]) * 2
@@ -62,6 +63,7 @@ class _Hoister(IdentityMapper):
     def __init__(self, base_name, counter):
         self.base_name = base_name
         self.counter = counter
+        self.hoisted = {}  # reduction (structurally) -> read of its stage
 
     def map_select(self, e, ctx):
         ranges, _ = ctx
@@ -91,7 +93,11 @@ class _Hoister(IdentityMapper):
         if not conditional and differentiable(e.dtype):
             free = free_var_names(e)
             if all(ranges.get(v) is not None for v in free):
-                return self._hoist(e, [v for v in ranges if v in free], ranges)
+                names = [v for v in ranges if v in free]
+                key = (e, tuple((v, ranges[v]) for v in names))
+                if key not in self.hoisted:
+                    self.hoisted[key] = self._hoist(e, names, ranges)
+                return self.hoisted[key]
         return self.reduce_children(e, ctx)
 
     def reduce_children(self, e, ctx):
