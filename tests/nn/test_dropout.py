@@ -10,7 +10,8 @@ def _ph(shape, name, dtype="float64"):
     return tg.placeholder(shape, dtype=dtype, name=name)
 
 
-@pytest.mark.parametrize("shape,mshape,rate", [((3, 4), (3, 4), 0.5), ((2, 3, 2, 2), (2, 3, 1, 1), 0.25),
+@pytest.mark.parametrize("shape,mshape,rate", [((3, 4), (3, 4), 0.5),
+                                               ((2, 3, 2, 2), (2, 3, 1, 1), 0.25),
                                                ((4,), (4,), 0.0)])
 def test_dropout_with_mask(rng, shape, mshape, rate):
     x, m = _ph(shape, "x"), _ph(mshape, "m")
