@@ -111,7 +111,8 @@ def normalize_axes(axis, x, what="axis"):
     """``None`` (every axis), an int or a sequence of ints as a sorted tuple of positions."""
     if axis is None:
         return tuple(range(x.ndim))
-    axes = [normalize_axis(a, x, what=what) for a in int_list(axis, what)]
+    each = what if is_int(axis) else f"{what} entry"
+    axes = [normalize_axis(a, x, what=each) for a in int_list(axis, what)]
     if len(set(axes)) != len(axes):
         raise ShapeError(f"{what} {axis!r} names an axis of tensor {x.name!r} twice")
     return tuple(sorted(axes))

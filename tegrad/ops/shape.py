@@ -61,10 +61,10 @@ def reshaped(x, shape, name):
 
 
 def _infer_shape(x, shape):
-    shape = check_shape(shape, "newshape", allow_infer=True)
+    shape = check_shape(shape, "shape", allow_infer=True)
     unknown = [d for d, e in enumerate(shape) if e == -1]
     if len(unknown) > 1:
-        raise ShapeError(f"newshape {shape} has more than one -1")
+        raise ShapeError(f"shape {shape} has more than one -1")
     known = numel(e for e in shape if e != -1)
     if unknown:
         if x.size % known:
@@ -79,15 +79,15 @@ def _infer_shape(x, shape):
 
 
 @operator
-def reshape(x, newshape):
-    """``x`` with its elements in row-major order arranged in ``newshape``.
+def reshape(x, shape):
+    """``x`` with its elements in row-major order arranged in ``shape``.
 
-    ``out[i...] = x[unravel(ravel(i, newshape), x.shape)]``. One extent may be -1: it is
+    ``out[i...] = x[unravel(ravel(i, shape), x.shape)]``. One extent may be -1: it is
     inferred from the number of elements (numpy's rule; Relay's special codes 0, -2, -3
     and -4 are not supported, as extents must be positive).
     """
     check_tensor(x)
-    return reshaped(x, _infer_shape(x, newshape), "reshape")
+    return reshaped(x, _infer_shape(x, shape), "reshape")
 
 
 @operator

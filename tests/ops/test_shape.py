@@ -23,7 +23,7 @@ RESHAPES = [((2, 3, 4), (6, -1), (6, 4)), ((2, 3, 4), (4, 3, 2), (4, 3, 2)),
 @pytest.mark.parametrize("src,newshape,expected", RESHAPES)
 def test_reshape(src, newshape, expected, rng, run):
     a = rng.normal(size=src)
-    out = run(lambda x: ops.reshape(x, newshape=newshape), a)
+    out = run(lambda x: ops.reshape(x, shape=newshape), a)
     assert out.shape == expected
     np.testing.assert_array_equal(out, _row_major(a, expected))
 
@@ -41,9 +41,9 @@ def test_reshape_errors():
         ops.reshape(x, (4,))
     with pytest.raises(tg.ShapeError, match=r"^reshape: .*'x'.*6 is not a multiple of 4"):
         ops.reshape(x, (4, -1))
-    with pytest.raises(tg.ShapeError, match=r"^reshape: newshape \(-1, -1\) has more than one"):
+    with pytest.raises(tg.ShapeError, match=r"^reshape: shape \(-1, -1\) has more than one"):
         ops.reshape(x, (-1, -1))
-    with pytest.raises(tg.ShapeError, match=r"^reshape: newshape \(0, 6\) has the invalid extent"):
+    with pytest.raises(tg.ShapeError, match=r"^reshape: shape \(0, 6\) has the invalid extent"):
         ops.reshape(x, (0, 6))
     with pytest.raises(tg.TegradError, match=r"^reshape: x must be a tegrad Tensor"):
         ops.reshape([1, 2], (2,))
