@@ -282,7 +282,8 @@ def _scan(names, bounds, checks, point, k):
 def variable_bounds(domain: Domain) -> dict:
     """Tightest bounds of each variable in terms of parameters and outer variables.
 
-    Returns ``{name: Bounds}`` meaning ``max(lower) <= v < min(upper)``.  The
+    Returns ``{name: Bounds}`` meaning ``max(lower) <= v < min(upper)`` (all
+    ``[0, 0)`` when the constraints are visibly contradictory).  The
     bounds come from Fourier–Motzkin projection (divisions over variables are
     first replaced by quotient/remainder variables, which are projected out);
     bounds implied by the others are dropped exactly with isl.
@@ -305,7 +306,10 @@ def variable_bounds(domain: Domain) -> dict:
             ineqs.extend((c.expr, -c.expr))
         else:
             ineqs.append(c.expr)
-    per_var, rest = project(ineqs, order)
+    try:
+        per_var, rest = project(ineqs, order)
+    except InfeasibleError:
+        return {v: Bounds((Affine.const(0),), (Affine.const(0),)) for v in domain.names}
     per_var = {v: per_var[v] for v in domain.names}
     tight = drop_redundant_bounds(per_var, rest, list(domain.names), domain.parameters, context)
     return {v: bounds_of(tight[v], v) for v in domain.names}
