@@ -3,7 +3,8 @@
 Source coordinates are rational functions of the output index, so they are computed
 exactly in integer arithmetic: a source index is ``(a * dst + b) // c`` and a bilinear
 weight is ``((a * dst + b) % c) / c`` with constants ``a, b, c`` (reduced by their
-common divisor). Every index stays affine (``//`` and ``%`` by constants).
+common divisor). Every index stays affine (``//`` and ``%`` by constants): the clamps of
+bilinear sampling at the borders are selects on affine conditions, not min/max.
 
 >>> import numpy as np, tegrad as tg
 >>> x = tg.placeholder((1, 1, 2, 2), dtype="float64", name="x")
@@ -14,10 +15,8 @@ from __future__ import annotations
 
 from math import gcd
 
-from ..api import cast
+from ..api import cast, if_then_else
 from ..errors import TegradError
-from ..reduction import max as _max
-from ..reduction import min as _min
 from ..tensor import compute
 from ._util import check_tensor, pair
 
@@ -26,53 +25,66 @@ __all__ = ["resize", "upsampling"]
 _METHODS = ("nearest", "bilinear")
 
 
-def _affine_floor(dst, scale, offset, den):
-    """``(floor((scale * dst + offset) / den), ((scale * dst + offset) mod den, den))``
-    with the fraction reduced and the numerator clamped at 0 if it can be negative."""
+def _reduced_numerator(dst, scale, offset, den):
+    """``(num, den)`` with ``num = scale * dst + offset`` after dividing all three
+    constants by their common divisor (a Python int when ``scale`` is 0)."""
     g = gcd(gcd(scale, offset), den)
     scale, offset, den = scale // g, offset // g, den // g
     if scale == 0:
-        num = max(offset, 0)
-    else:
-        num = dst if scale == 1 else dst * scale
-        if offset > 0:
-            num = num + offset
-        elif offset < 0:
-            num = _max(num - (-offset), 0)
-    if den == 1:
-        return num, None
-    return num // den, (num % den, den)
+        return offset, den
+    num = dst if scale == 1 else dst * scale
+    if offset > 0:
+        num = num + offset
+    elif offset < 0:
+        num = num - (-offset)
+    return num, den
 
 
 def _nearest_index(dst, n_in, n_out):
     """PyTorch's ``nearest``: ``floor(dst * n_in / n_out)`` (exact, see :func:`resize`)."""
-    return _affine_floor(dst, n_in, 0, n_out)[0]
+    num, den = _reduced_numerator(dst, n_in, 0, n_out)
+    return num if den == 1 else num // den
 
 
-def _linear_source(dst, n_in, n_out, align_corners):
-    """``(i0, i1, frac)``: source ``src = i0 + frac`` of output ``dst`` (PyTorch's
-    bilinear rule) and the next index ``i1 = min(i0 + 1, n_in - 1)``; ``frac`` is
-    ``None`` where it is always zero."""
+def _linear_pieces(dst, n_in, n_out, align_corners):
+    """PyTorch's linear source of output ``dst`` as pieces ``(condition, i0, frac)``:
+    the sample is ``x[i0]`` if ``frac`` is None, else ``x[i0] + (x[i0+1] - x[i0]) * frac``
+    with ``frac = (num % den) / den``; the first piece whose condition holds applies
+    (the last one has the condition None).
+
+    With ``src = num / den`` (``num`` affine in ``dst``) the interior piece has
+    ``i0 = num // den``; clamping ``src`` at 0 and ``i0 + 1`` at ``n_in - 1`` are
+    separate pieces selected by affine conditions, so no index needs a min or max.
+    """
     if align_corners:
         # src = dst * (n_in - 1) / (n_out - 1), or 0 for a single output
         scale, offset, den = (n_in - 1, 0, n_out - 1) if n_out > 1 else (0, 0, 1)
     else:
         # src = max((dst + 1/2) * n_in / n_out - 1/2, 0)
         scale, offset, den = 2 * n_in, n_in - n_out, 2 * n_out
-    i0, frac = _affine_floor(dst, scale, offset, den)
-    if frac is None:
-        return i0, None, None
-    last = max(scale * (n_out - 1) + offset, 0) // den
-    i1 = i0 + 1 if last + 1 < n_in else _min(i0 + 1, n_in - 1)
-    return i0, i1, frac
+    reaches_last = scale * (n_out - 1) + offset >= (n_in - 1) * den
+    num, den = _reduced_numerator(dst, scale, offset, den)
+    if den == 1:
+        return [(None, num, None)]
+    pieces = []
+    if offset < 0:
+        pieces.append((num < 0, 0, None))
+    if reaches_last:
+        pieces.append((num >= (n_in - 1) * den, n_in - 1, None))
+    pieces.append((None, num // den, (num % den, den)))
+    return pieces
 
 
-def _lerp(a, b, frac, dtype):
-    if frac is None:
-        return a
-    num, den = frac
-    w = cast(num, dtype) / den
-    return a + (b - a) * w
+def _interpolate(pieces, sample, dtype):
+    """The linear interpolation along one dimension of ``sample(index)``."""
+    out = None
+    for cond, i0, frac in reversed(pieces):
+        value = sample(i0)
+        if frac is not None:
+            num, den = frac
+            value = value + (sample(i0 + 1) - value) * (cast(num, dtype) / den)
+        out = value if out is None else if_then_else(cond, value, out)
+    return out
 
 
 def resize(x, size, method="nearest", align_corners=False):
@@ -86,8 +98,9 @@ def resize(x, size, method="nearest", align_corners=False):
     - ``"bilinear"``: ``src = y * (H-1)/(OH-1)`` with ``align_corners`` (0 when OH = 1),
       else ``src = max((y + 0.5) * H / OH - 0.5, 0)``; with ``y0 = floor(src)``,
       ``y1 = min(y0 + 1, H - 1)`` and ``t = src - y0`` the output interpolates
-      ``(1-t) * x[y0] + t * x[y1]`` along both dimensions, i.e.
-      ``a + (b - a) * t`` with the weight ``t`` an exact ratio of integers.
+      ``(1-t) * x[y0] + t * x[y1]`` along both dimensions, computed as
+      ``a + (b - a) * t`` with the weight ``t`` an exact ratio of integers (outputs whose
+      source is clamped read the border pixel through a select).
     """
     return _resize("resize", x, size, method, align_corners)
 
@@ -113,14 +126,10 @@ def _resize(op, x, size, method, align_corners):
         return compute((x.shape[0], x.shape[1], out_h, out_w), nearest, name=op)
 
     def bilinear(nn, cc, yy, xx):
-        y0, y1, fy = _linear_source(yy, height, out_h, align_corners)
-        x0, x1, fx = _linear_source(xx, width, out_w, align_corners)
-
-        def row(iy):
-            return _lerp(x[nn, cc, iy, x0], None if fx is None else x[nn, cc, iy, x1], fx,
-                         x.dtype)
-
-        return _lerp(row(y0), None if fy is None else row(y1), fy, x.dtype)
+        rows = _linear_pieces(yy, height, out_h, align_corners)
+        cols = _linear_pieces(xx, width, out_w, align_corners)
+        return _interpolate(rows, lambda iy: _interpolate(
+            cols, lambda ix: x[nn, cc, iy, ix], x.dtype), x.dtype)
 
     return compute((x.shape[0], x.shape[1], out_h, out_w), bilinear, name=op)
 

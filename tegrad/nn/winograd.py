@@ -121,7 +121,7 @@ def conv2d_winograd_weight_transform(w, tile_size=2):
         rb = reduce_axis((0, kw), name="rb")
         return _sum(g[eps, ra] * w[oc, ic, ra, rb] * g[nu, rb], axis=[ra, rb])
 
-    return compute((alpha, alpha, out_c, in_c), body, name="winograd_weight")
+    return compute((alpha, alpha, out_c, in_c), body, name=op)
 
 
 def conv2d_winograd_without_weight_transform(x, u, stride=1, padding=0, tile_size=2):
@@ -197,5 +197,4 @@ def conv2d_winograd_without_weight_transform(x, u, stride=1, padding=0, tile_siz
         return _sum(at[yy % tile, ra] * m[ra, rb, nn, oc, yy // tile, xx // tile]
                     * at[xx % tile, rb], axis=[ra, rb])
 
-    return compute((n_batch, out_c, out_hw[0], out_hw[1]), output_transform,
-                   name="conv2d_winograd")
+    return compute((n_batch, out_c, out_hw[0], out_hw[1]), output_transform, name=op)

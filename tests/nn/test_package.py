@@ -56,11 +56,28 @@ def test_modules_are_small():
         assert len(path.read_text().splitlines()) <= 400, path.name
 
 
-def test_stages_are_named_after_the_operator():
+def test_outputs_are_named_after_the_operator():
     x = tg.placeholder((1, 2, 6, 6), dtype="float64", name="x")
     w = tg.placeholder((2, 2, 3, 3), dtype="float64", name="w")
-    assert nn.conv2d(x, w).name == "conv2d"
-    assert nn.relu(x).name == "relu"
-    assert nn.batch_norm(x, None, None)[0].name == "batch_norm"
-    assert nn.upsampling(x).name == "upsampling"
-    assert nn.l2_normalize(x).name == "l2_normalize"
+    v = tg.placeholder((2, 2), dtype="float64", name="v")
+    b = tg.placeholder((2,), dtype="float64", name="b")
+    labels = tg.placeholder((2,), dtype="int32", name="labels")
+    u = nn.conv2d_winograd_weight_transform(w)
+    built = {
+        "relu": nn.relu(x), "leaky_relu": nn.leaky_relu(x), "prelu": nn.prelu(x, b),
+        "softmax": nn.softmax(x), "log_softmax": nn.log_softmax(x), "dropout": nn.dropout(x),
+        "batch_norm": nn.batch_norm(x, None, None)[0], "conv2d": nn.conv2d(x, w),
+        "conv2d_transpose": nn.conv2d_transpose(x, w), "dense": nn.dense(v, v),
+        "bias_add": nn.bias_add(v, b), "max_pool2d": nn.max_pool2d(x, 2),
+        "avg_pool2d": nn.avg_pool2d(x, 2), "global_max_pool2d": nn.global_max_pool2d(x),
+        "global_avg_pool2d": nn.global_avg_pool2d(x), "upsampling": nn.upsampling(x),
+        "resize": nn.resize(x, 3), "lrn": nn.lrn(x), "l2_normalize": nn.l2_normalize(x),
+        "conv2d_winograd_weight_transform": u,
+        "conv2d_winograd_without_weight_transform":
+            nn.conv2d_winograd_without_weight_transform(x, u),
+        "softmax_cross_entropy": nn.softmax_cross_entropy(v, labels),
+        "binary_cross_entropy": nn.binary_cross_entropy(v, v), "mse_loss": nn.mse_loss(v, v),
+    }
+    assert sorted(built) == sorted(OPERATORS)
+    for name, t in built.items():
+        assert t.name == name

@@ -125,8 +125,11 @@ def test_resize_indices_are_affine():
     x = _ph((1, 1, 3, 4))
     text = tg.format(nn.resize(x, (7, 8), "bilinear"))
     assert "floor" not in text and "float32(yy" not in text
-    # width 4 -> 8: src = max((x + 1/2) / 2 - 1/2, 0) = max(2x - 1, 0) / 4
-    assert "max(xx * 2 - 1, 0) // 4" in text and "max(xx * 2 - 1, 0) % 4" in text
+    # width 4 -> 8: src = max((x + 1/2) / 2 - 1/2, 0) = max(2x - 1, 0) / 4; the clamps are
+    # selects on affine conditions, the indices are affine
+    assert "(xx * 2 - 1) // 4" in text and "(xx * 2 - 1) % 4" in text
+    assert "xx * 2 - 1 < 0 ?" in text and "yy * 3 - 2 >= 14 ?" in text
+    assert "max(" not in text and "min(" not in text
 
 
 def test_resize_errors():

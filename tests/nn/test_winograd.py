@@ -81,10 +81,10 @@ def test_winograd_stage_names():
     x, w = _ph((1, 1, 4, 4), "x"), _ph((1, 1, 3, 3), "w")
     y = nn.conv2d_winograd_without_weight_transform(x, nn.conv2d_winograd_weight_transform(w),
                                                     padding=1)
-    assert y.name == "conv2d_winograd"
+    assert y.name == "conv2d_winograd_without_weight_transform"
     names = {t.name for t in tg.topological_order([y])}
-    assert names == {"x", "w", "winograd_G", "winograd_weight", "winograd_AT", "winograd_BT",
-                     "winograd_input", "winograd_batch_gemm", "conv2d_winograd"}
+    assert names == {"x", "w", "winograd_G", "conv2d_winograd_weight_transform", "winograd_AT",
+                     "winograd_BT", "winograd_input", "winograd_batch_gemm", y.name}
 
 
 def test_weight_transform_errors():
