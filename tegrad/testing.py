@@ -3,8 +3,8 @@
 :func:`check_grad` compares every element of the gradients built by
 :func:`tegrad.differentiate` with central finite differences; :func:`check_vjp` checks
 the adjoint identity ``<v, J u> == <J^T v, u>`` for random directions. Both evaluate
-with the reference evaluator; use float64 programs for tight tolerances (finite
-differences in float32 are accurate to about 1e-3 only).
+with the reference evaluator, in float64: a program with other float dtypes is first
+rebuilt with every float dtype turned into float64 (:func:`as_float64`).
 
 >>> import tegrad as tg
 >>> x = tg.placeholder((3,), dtype="float64", name="x")
@@ -19,8 +19,105 @@ import numpy as np
 from . import dtypes as _dt
 from .errors import FeedError, TegradError
 from .evaluator import evaluate
-from .graph import placeholders
-from .tensor import PlaceholderOp, Tensor, placeholder
+from .expr import Cast, Const, Read, Var
+from .graph import placeholders, topological_order
+from .mapper import IdentityMapper
+from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor, placeholder
+
+F64 = "float64"
+
+
+def _f64(dtype):
+    return F64 if _dt.is_float(dtype) else dtype
+
+
+class _ToFloat64(IdentityMapper):
+    """Rebuilds an expression with float64 in place of every float dtype."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def _retype(self, e, new):
+        if new.dtype == _f64(e.dtype):
+            return new
+        fields = {f: getattr(new, f) for f in new._field_names()}
+        return type(new)(**{**fields, "dtype": _f64(e.dtype)})
+
+    def map_const(self, e, *args):
+        return e if e.dtype == _f64(e.dtype) else Const(e.value, F64)
+
+    def map_var(self, e, *args):
+        return e if e.dtype == _f64(e.dtype) else Var(e.name, F64)
+
+    def map_cast(self, e, *args):
+        a = self(e.a)
+        return a if a.dtype == _f64(e.dtype) else Cast(a, _f64(e.dtype))
+
+    def map_read(self, e, *args):
+        new = super().map_read(e)
+        t = self.tensors.get(id(e.tensor), e.tensor)
+        return e if (new is e and t is e.tensor) else Read(t, new.indices, t.dtype)
+
+    def _generic(name):
+        def method(self, e, *args):
+            return self._retype(e, getattr(IdentityMapper, name)(self, e))
+        return method
+
+    map_binary = _generic("map_binary")
+    map_neg = _generic("map_neg")
+    map_select = _generic("map_select")
+    map_call = _generic("map_call")
+    map_reduce = _generic("map_reduce")
+    del _generic
+
+
+def as_float64(outputs):
+    """The program of ``outputs`` with float64 for every float dtype.
+
+    Returns ``(new outputs, {original tensor: new tensor})``; stages already in float64
+    come back unchanged.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((2,), name="x")
+    >>> (y,), m = as_float64([tg.compute((2,), lambda i: x[i] * 2.0, name="y")])
+    >>> y.dtype, m[x].dtype
+    ('float64', 'float64')
+    """
+    mapping, by_id = {}, {}
+    mapper = _ToFloat64(by_id)
+    for t in topological_order(outputs):
+        op = t.op
+        if isinstance(op, PlaceholderOp):
+            new = t if t.dtype == _f64(t.dtype) else placeholder(t.shape, F64, t.name)
+        elif isinstance(op, ComputeOp):
+            body = mapper(op.body)
+            new = t if body is op.body else Tensor(ComputeOp(t.name, op.axes, body), t.shape,
+                                                   body.dtype, t.name)
+        elif isinstance(op, ScatterOp):
+            value = mapper(op.value)
+            init = None if op.init is None else by_id.get(id(op.init), op.init)
+            indices = tuple(mapper(i) for i in op.indices)
+            where = None if op.where is None else mapper(op.where)
+            new_op = ScatterOp(t.name, op.axes, indices, value, where, init)
+            new = Tensor(new_op, t.shape, value.dtype, t.name)
+        else:
+            raise TegradError(f"as_float64: unknown stage {type(op).__name__}")
+        by_id[id(t)] = new
+        mapping[t] = new
+    return [mapping[t] for t in outputs], mapping
+
+
+def _promoted(output, inputs, feed):
+    """The float64 version of the program, its inputs and the feed."""
+    _, mapping = as_float64([output] + list(inputs))
+    if all(new is old for old, new in mapping.items()):
+        return output, inputs, feed
+    new_feed = {}
+    for key, value in (feed or {}).items():
+        t = mapping.get(key, key) if isinstance(key, Tensor) else key
+        value = np.asarray(value)
+        new_feed[t] = value.astype(_f64(value.dtype.name))
+    return mapping[output], [mapping[t] for t in inputs], new_feed
 
 
 def _as_list(inputs):
@@ -93,6 +190,7 @@ def check_grad(output, inputs, feed=None, head=None, eps=1e-6, rtol=1e-6, atol=1
     for t in inputs:
         if not isinstance(t, Tensor) or not isinstance(t.op, PlaceholderOp):
             raise TegradError(f"check_grad: inputs must be placeholders, got {t!r}")
+    output, inputs, feed = _promoted(output, inputs, feed)
     feed = _full_feed(output, inputs, feed, rng)
     head_value = _head_value(output, head, rng)
     analytic = _gradients(output, inputs, feed, head_value)
@@ -134,6 +232,7 @@ def check_vjp(output, inputs, feed=None, eps=1e-6, rtol=1e-6, atol=1e-8, rng=Non
     """
     rng = np.random.default_rng(rng)
     inputs = _as_list(inputs)
+    output, inputs, feed = _promoted(output, inputs, feed)
     feed = _full_feed(output, inputs, feed, rng)
     v = rng.uniform(-1.0, 1.0, size=output.shape).astype(output.dtype)
     us = [rng.uniform(-1.0, 1.0, size=t.shape) for t in inputs]
@@ -152,4 +251,4 @@ def check_vjp(output, inputs, feed=None, eps=1e-6, rtol=1e-6, atol=1e-8, rng=Non
     return err
 
 
-__all__ = ["check_grad", "check_vjp"]
+__all__ = ["check_grad", "check_vjp", "as_float64"]

@@ -357,3 +357,16 @@ def test_check_grad_needs_placeholders_and_int_feeds():
     assert check_grad(y, [x], feed={I: np.array([0, 0, 2], "int32")}) < 1e-6
     with pytest.raises(tg.TegradError, match="placeholders"):
         check_grad(y, [y])
+
+
+def test_check_grad_runs_float32_programs_in_float64():
+    x = tg.placeholder((2, 3), name="x")
+    I = tg.placeholder((2,), dtype="int32", name="I")
+    k = tg.reduce_axis((0, 3), name="k")
+    y = tg.compute((2,), lambda i: tg.log(tg.sum(tg.exp(x[i, k]), axis=k)) - x[i, I[i]],
+                   name="y")
+    feed = {I: np.array([2, 0], "int32"), x: np.ones((2, 3), "float32")}
+    assert check_grad(y, [x], feed=feed, head="random", rng=0) < 1e-6
+    assert check_vjp(y, [x], feed=feed, rng=0) < 1e-6
+    (y64,), mapping = tg.testing.as_float64([y])
+    assert y64.dtype == F64 and mapping[x].dtype == F64 and mapping[I] is I
