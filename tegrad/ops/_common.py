@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from ..errors import ShapeError, TegradError
-from ..expr import Expr, IterVar, Var  # noqa: F401  (Var: doctest)
+from ..expr import Var  # noqa: F401  (used by the doctests)
 from ..tensor import Tensor
 
 

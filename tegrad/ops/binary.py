@@ -32,7 +32,7 @@ def _tensor_dtypes(*values):
     return [(v.name, v.dtype) for v in values if isinstance(v, Tensor)]
 
 
-def _make_binary(name, build, formula, check=None, result="the dtype of the operands"):
+def _make_binary(name, build, formula, note="", check=None):
     """A broadcasting operator ``name(lhs, rhs)`` whose element is ``build(a, b)``."""
 
     def op(lhs, rhs):
@@ -42,8 +42,8 @@ def _make_binary(name, build, formula, check=None, result="the dtype of the oper
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"``out = {formula}``, elementwise with numpy broadcasting.\n\n"
-                  f"``lhs`` and ``rhs`` are tensors, or one of them a Python number; the "
-                  f"result has {result}.")
+                  f"``lhs`` and ``rhs`` are tensors, or one of them a Python number (which "
+                  f"takes the other's dtype). {note}")
     return operator(op)
 
 
@@ -97,38 +97,38 @@ def _left_shift(a, b):
     return _scale_by_power_of_two(a, b, lambda x, f: binary("mul", x, f))
 
 
-add = _make_binary("add", lambda a, b: binary("add", a, b), "lhs + rhs")
-subtract = _make_binary("subtract", lambda a, b: binary("sub", a, b), "lhs - rhs")
-multiply = _make_binary("multiply", lambda a, b: binary("mul", a, b), "lhs * rhs")
-divide = _make_binary("divide", lambda a, b: binary("div", a, b),
-                      "lhs / rhs (true division; float tensors only, like Relay on floats)",
-                      check=_no_integer_division)
+_SAME = "The result has the operands' dtype."
+_SHIFT = ("Integers only. A number shift must be in [0, bits); a tensor shift must keep "
+          "2**rhs inside the dtype (at most 30 for int32), as 2**rhs is computed with pow.")
+
+add = _make_binary("add", lambda a, b: binary("add", a, b), "lhs + rhs", _SAME)
+subtract = _make_binary("subtract", lambda a, b: binary("sub", a, b), "lhs - rhs", _SAME)
+multiply = _make_binary("multiply", lambda a, b: binary("mul", a, b), "lhs * rhs", _SAME)
+divide = _make_binary("divide", lambda a, b: binary("div", a, b), "lhs / rhs",
+                      "True division of float tensors; integer tensors are an error (use "
+                      "floor_divide), since TVM's integer division truncates while numpy's "
+                      "gives floats.", check=_no_integer_division)
 floor_divide = _make_binary("floor_divide", lambda a, b: binary("floordiv", a, b),
-                            "floor(lhs / rhs), rounding toward minus infinity like numpy's "
-                            "``//`` (also for floats)")
+                            "floor(lhs / rhs)",
+                            "Rounds toward minus infinity like numpy's ``//``, for integers "
+                            "and floats (-7 // 2 == -4).")
 mod = _make_binary("mod", lambda a, b: binary("floormod", a, b),
-                   "lhs - floor(lhs / rhs) * rhs, the floor modulo of numpy's ``%`` "
-                   "(the result has the sign of rhs)")
-power = _make_binary("power", api.power, "lhs ** rhs (``pow``; integers or floats)")
-maximum = _make_binary("maximum", lambda a, b: binary("max", a, b), "max(lhs, rhs)")
-minimum = _make_binary("minimum", lambda a, b: binary("min", a, b), "min(lhs, rhs)")
-right_shift = _make_binary(
-    "right_shift", _right_shift,
-    "lhs >> rhs == lhs // 2**rhs (floor division, so negative values shift arithmetically "
-    "as in numpy); integers only. A number shift must be in [0, bits); a tensor shift in "
-    "[0, bits) such that 2**rhs fits the dtype (up to 30 for int32)",
-    check=_integers_only)
-left_shift = _make_binary(
-    "left_shift", _left_shift,
-    "lhs << rhs == lhs * 2**rhs (wrapping on overflow like numpy); integers only. A number "
-    "shift must be in [0, bits); a tensor shift in [0, bits) such that 2**rhs fits the "
-    "dtype (up to 30 for int32)",
-    check=_integers_only)
+                   "lhs - floor(lhs / rhs) * rhs",
+                   "The floor modulo of numpy's ``%``: the result has the sign of rhs "
+                   "(-7 % 2 == 1).")
+power = _make_binary("power", api.power, "lhs ** rhs", "Integers or floats (``pow``).")
+maximum = _make_binary("maximum", lambda a, b: binary("max", a, b), "max(lhs, rhs)", _SAME)
+minimum = _make_binary("minimum", lambda a, b: binary("min", a, b), "min(lhs, rhs)", _SAME)
+right_shift = _make_binary("right_shift", _right_shift, "lhs >> rhs == lhs // 2**rhs",
+                           "Floor division, so negative values shift arithmetically as in "
+                           "numpy. " + _SHIFT, check=_integers_only)
+left_shift = _make_binary("left_shift", _left_shift, "lhs << rhs == lhs * 2**rhs",
+                          "Wraps on overflow like numpy. " + _SHIFT, check=_integers_only)
 
 
 def _comparison(name, op, symbol):
     return _make_binary(name, lambda a, b: compare(op, a, b), f"lhs {symbol} rhs",
-                        result="dtype bool")
+                        "The result is bool; the operands need one dtype (integers widen).")
 
 
 equal = _comparison("equal", "eq", "==")

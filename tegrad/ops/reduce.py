@@ -18,8 +18,7 @@ from ..errors import DTypeError, TegradError
 from ..expr import Const, cast as _cast_expr, compare
 from ..reduction import reduce_axis
 from ..tensor import compute
-from ._common import (check_keepdims, check_tensor, is_int, normalize_axes, normalize_axis,
-                      numel, operator, ravel)
+from ._common import check_keepdims, check_tensor, is_int, normalize_axes, numel, operator, ravel
 
 __all__ = ["sum", "max", "min", "prod", "mean", "variance", "argmax", "argmin"]
 

@@ -186,6 +186,20 @@ def _reflect_index(i, before, after, extent):
     return select(folded > last, period - folded, folded)
 
 
+def _constant_padded(x, index, pairs, value):
+    """``all(before <= i < before + n) ? x[i - before ...] : value``."""
+    inside, read = [], []
+    for i, (before, after), extent in zip(index, pairs, x.shape):
+        read.append(i - before if before else i)
+        if before:
+            inside.append(i >= before)
+        if after:
+            inside.append(i < before + extent)
+    if not inside:
+        return x[tuple(read)]
+    return select(api.all(*inside), x[tuple(read)], value)
+
+
 _MODES = ("constant", "edge", "reflect")
 
 
@@ -214,20 +228,13 @@ def pad(x, pad_width, mode="constant", value=0):
         raise TegradError(f"value must be a number, got {value!r}")
     shape = tuple(b + n + a for (b, a), n in zip(pairs, x.shape))
 
-    def fcompute(*index):
-        if mode == "constant":
-            inside, read = [], []
-            for i, (b, a), n in zip(index, pairs, x.shape):
-                read.append(i - b if b else i)
-                if b:
-                    inside.append(i >= b)
-                if a:
-                    inside.append(i < b + n)
-            if not inside:
-                return x[tuple(read)]
-            return select(api.all(*inside), x[tuple(read)], Const(value, x.dtype))
-        if mode == "edge":
-            return x[tuple(_edge_index(i, b, a, n) for i, (b, a), n in zip(index, pairs, x.shape))]
-        return x[tuple(_reflect_index(i, b, a, n) for i, (b, a), n in zip(index, pairs, x.shape))]
+    if mode == "constant":
+        def fcompute(*index):
+            return _constant_padded(x, index, pairs, Const(value, x.dtype))
+    else:
+        index_of = _edge_index if mode == "edge" else _reflect_index
+
+        def fcompute(*index):
+            return x[tuple(index_of(i, b, a, n) for i, (b, a), n in zip(index, pairs, x.shape))]
 
     return compute(shape, fcompute, name="pad")

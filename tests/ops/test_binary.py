@@ -1,6 +1,8 @@
 """Broadcasting binary operators and where against numpy."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
 
 import tegrad as tg
 from tegrad import ops
@@ -51,6 +53,22 @@ def test_arithmetic_with_numbers_either_side(name, ref, rng, ph):
     got_left, got_right = tg.evaluate([left, right], {x: a})
     np.testing.assert_allclose(got_left, ref(a.astype("float64"), 1.5), rtol=1e-6)
     np.testing.assert_allclose(got_right, ref(2.5, a.astype("float64")), rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3,
+                                                max_side=3),
+       name=st.sampled_from(["add", "subtract", "maximum", "less_equal"]))
+def test_broadcasting_any_compatible_shapes(shapes, name):
+    rng = np.random.default_rng(0)
+    shape_a, shape_b = shapes.input_shapes
+    a, b = rng.normal(size=shape_a), rng.normal(size=shape_b)
+    x, y = tg.placeholder(shape_a, "float64", "x"), tg.placeholder(shape_b, "float64", "y")
+    out = tg.evaluate(getattr(ops, name)(x, y), {x: a, y: b})
+    reference = {"add": np.add, "subtract": np.subtract, "maximum": np.maximum,
+                 "less_equal": np.less_equal}[name]
+    np.testing.assert_array_equal(out, reference(a, b))
+    assert out.shape == shapes.result_shape
 
 
 def test_integer_arithmetic_floor_semantics(run):

@@ -1,6 +1,7 @@
 """strided_slice, slice_like, split and pad against Python slicing and numpy.pad."""
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings, strategies as st
 
 import tegrad as tg
 from tegrad import ops
@@ -65,7 +66,8 @@ def test_slice_like_errors():
     with pytest.raises(tg.ShapeError, match=r"^slice_like: axis 1 of tensor 'x' has no counterpart "
                                             r"in shape_like \(2,\)"):
         ops.slice_like(x, (2,), axes=[1])
-    with pytest.raises(tg.ShapeError, match=r"^slice_like: axes entry 2 is out of range for tensor 'x'"):
+    with pytest.raises(tg.ShapeError, match=r"^slice_like: axes entry 2 is out of range for "
+                                            r"tensor 'x'"):
         ops.slice_like(x, big, axes=[2])
     with pytest.raises(tg.TegradError, match=r"^slice_like: shape_like must be an integer or a "
                                              r"sequence"):
@@ -113,6 +115,8 @@ PADS = [
     ((3, 2), ((7, 6), (4, 3)), "reflect", 0),        # wider: repeated reflection
     ((1, 3), (2, 3), "reflect", 0),                  # extent 1 repeats its element
     ((5,), [(2, 0)], "constant", 9.0),
+    ((3, 4), ((1, 2),), "constant", 0.0),           # one pair for every axis
+    ((2, 2), (0, 3), "edge", 0),
 ]
 
 
@@ -142,10 +146,30 @@ def test_pad_errors():
         ops.pad(x, ((1, -1), (0, 0)))
     with pytest.raises(tg.TegradError, match=r"^pad: mode 'wrap' is not one of constant, edge, "):
         ops.pad(x, 1, mode="wrap")
-    with pytest.raises(tg.TegradError, match=r"^pad: pad_width must be an int, a \(before, after\)"):
+    with pytest.raises(tg.TegradError, match=r"^pad: pad_width must be an int, a "
+                                             r"\(before, after\)"):
         ops.pad(x, "1")
     with pytest.raises(tg.TegradError, match=r"^pad: value must be a number, got 'z'"):
         ops.pad(x, 1, value="z")
     n = tg.placeholder((3,), dtype="int32", name="n")
     with pytest.raises(tg.DTypeError, match=r"^pad: the float 0.5 is not a valid int32 constant"):
         ops.pad(n, 1, value=0.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_strided_slice_matches_python_slicing(data):
+    shape = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple))
+    bound = st.one_of(st.none(), st.integers(-7, 7))
+    begin, end, strides = [], [], []
+    for extent in shape:
+        step = data.draw(st.sampled_from([-3, -2, -1, 1, 2, 3]))
+        b, e = data.draw(bound), data.draw(bound)
+        assume(len(range(*slice(b, e, step).indices(extent))) > 0)
+        begin.append(b)
+        end.append(e)
+        strides.append(step)
+    a = np.arange(int(np.prod(shape)), dtype="int32").reshape(shape)
+    x = tg.placeholder(shape, dtype="int32", name="x")
+    out = tg.evaluate(ops.strided_slice(x, begin, end, strides), {x: a})
+    np.testing.assert_array_equal(out, a[tuple(map(slice, begin, end, strides))])
