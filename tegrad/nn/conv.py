@@ -69,7 +69,7 @@ def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
         if groups == 1:
             return rc
         group = ff if per_group_out == 1 else ff // per_group_out
-        return group * group_channels + rc
+        return (group if group_channels == 1 else group * group_channels) + rc
 
     def body(nn, ff, yy, xx):
         rc = reduce_axis((0, group_channels), name="rc")

@@ -80,8 +80,8 @@ class _Window:
             high = _min(k - 1, room if dil == 1 else room // dil)
         low = 0
         if -p < lo:
-            before = (lo + p) - scaled
-            low = _max(0, before if dil == 1 else -((-before) // dil))
+            # the first tap inside is ceil((lo - start) / dil) = -((start - lo) // dil)
+            low = _max(0, (lo + p) - scaled if dil == 1 else -((scaled - (lo + p)) // dil))
         return high - low + 1
 
 
