@@ -18,19 +18,28 @@ import numbers
 
 import numpy as np
 
-from ..errors import ShapeError, TegradError
-from ..expr import Var  # noqa: F401  (used by the doctests)
-from ..tensor import Tensor
+from .. import dtypes as _dt
+from ..errors import DTypeError, ShapeError, TegradError
+from ..expr import Const, Var  # noqa: F401  (Var: used by the doctests)
+from ..mapper import walk
+from ..tensor import ComputeOp, Tensor
 
 
 def operator(fn):
-    """Decorator: errors raised while building the operator name it (``"add: ..."``)."""
+    """Decorator for public operators: errors name the operator (``"add: ..."``).
+
+    It also checks the integer constants of the stage it returns (see
+    :func:`check_constants`).
+    """
     name = fn.__name__
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            for t in out if isinstance(out, list) else [out]:
+                check_constants(t)
+            return out
         except TegradError as err:
             message = str(err)
             if message.startswith(f"{name}:"):
@@ -42,6 +51,23 @@ def operator(fn):
             raise renamed from err
 
     return wrapper
+
+
+def check_constants(t):
+    """Integer constants in the body of ``t``'s stage must fit their dtype.
+
+    The core language accepts ``Const(2**40, "int32")`` and only fails in numpy at
+    evaluation, so a number given to an operator (``add(x_int32, 2**40)``) is checked
+    here, where the error can still name the operator.
+    """
+    if not isinstance(getattr(t, "op", None), ComputeOp):
+        return
+    for node in walk(t.op.body):
+        if type(node) is Const and _dt.is_int(node.dtype):
+            lo, hi = _dt.min_value(node.dtype), _dt.max_value(node.dtype)
+            if not lo <= node.value <= hi:
+                raise DTypeError(f"the integer {node.value} does not fit the dtype "
+                                 f"{node.dtype} ({lo} to {hi}) of stage {t.name!r}")
 
 
 def is_int(value):

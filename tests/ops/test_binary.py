@@ -168,6 +168,16 @@ def test_binary_errors(name):
         op(x, [1.0])
 
 
+def test_numbers_must_fit_the_integer_dtype():
+    n = tg.placeholder((2,), dtype="int32", name="n")
+    with pytest.raises(tg.DTypeError, match=r"^add: the integer 1099511627776 does not fit the "
+                                            r"dtype int32"):
+        ops.add(n, 2 ** 40)
+    u = tg.placeholder((2,), dtype="uint8", name="u")
+    with pytest.raises(tg.DTypeError, match=r"^where: the integer -1 does not fit the dtype uint8"):
+        ops.where(tg.placeholder((2,), dtype="bool", name="c"), u, -1)
+
+
 def test_divide_rejects_integers():
     n = tg.placeholder((2,), dtype="int32", name="counts")
     with pytest.raises(tg.DTypeError, match=r"^divide: .*tensor 'counts' has dtype int32; use "

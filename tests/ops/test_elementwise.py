@@ -171,6 +171,8 @@ def test_filled_errors():
         ops.ones("3")
     with pytest.raises(tg.DTypeError, match=r"^full: fill_value 0.5 is not a whole number"):
         ops.full((2,), 0.5, dtype="int32")
+    with pytest.raises(tg.DTypeError, match=r"^full: the integer 300 does not fit the dtype int8"):
+        ops.full((2,), 300, dtype="int8")
     with pytest.raises(tg.DTypeError, match=r"^full: unsupported dtype 'float128x'"):
         ops.full((2,), 1, dtype="float128x")
     v = tg.placeholder((2,), name="v")
