@@ -1,6 +1,8 @@
 """conv2d and conv2d_transpose against naive numpy loops."""
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad import nn
@@ -175,3 +177,45 @@ def test_conv2d_transpose_errors():
         nn.conv2d_transpose(x, _ph((2, 2, 3, 3), "w"), stride=(1, -2))
     with pytest.raises(tg.ShapeError, match="conv2d_transpose: weight 'w2' must have 4 dim"):
         nn.conv2d_transpose(x, _ph((2, 2, 3), "w2"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(groups=st.integers(1, 2), per_group=st.integers(1, 2), out_per_group=st.integers(1, 2),
+       size=st.tuples(st.integers(1, 7), st.integers(1, 7)),
+       kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       padding=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), seed=st.integers(0, 99))
+def test_conv2d_random_attributes(groups, per_group, out_per_group, size, kernel, stride,
+                                  padding, dilation, seed):
+    assume(all(dilation[d] * (kernel[d] - 1) + 1 <= size[d] + 2 * padding[d] for d in range(2)))
+    rng = np.random.default_rng(seed)
+    xs = (1, groups * per_group) + size
+    ws = (groups * out_per_group, per_group) + kernel
+    x, w = _ph(xs, "x"), _ph(ws, "w")
+    v, wv = rng.standard_normal(xs), rng.standard_normal(ws)
+    y = nn.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    assert np.allclose(tg.evaluate(y, {x: v, w: wv}),
+                       conv2d_ref(v, wv, stride, padding, dilation, groups))
+
+
+@settings(max_examples=30, deadline=None)
+@given(size=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+       kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+       extra=st.tuples(st.integers(0, 2), st.integers(0, 2)), seed=st.integers(0, 99))
+def test_conv2d_transpose_random_attributes(size, kernel, stride, padding, dilation, extra,
+                                            seed):
+    assume(all(extra[d] < max(stride[d], dilation[d]) for d in range(2)))
+    assume(all((size[d] - 1) * stride[d] - 2 * padding[d] + dilation[d] * (kernel[d] - 1)
+               + extra[d] + 1 > 0 for d in range(2)))
+    rng = np.random.default_rng(seed)
+    xs, ws = (1, 2) + size, (2, 3) + kernel
+    x, w = _ph(xs, "x"), _ph(ws, "w")
+    v, wv = rng.standard_normal(xs), rng.standard_normal(ws)
+    y = nn.conv2d_transpose(x, w, stride=stride, padding=padding, output_padding=extra,
+                            dilation=dilation)
+    assert np.allclose(tg.evaluate(y, {x: v, w: wv}),
+                       conv2d_transpose_ref(v, wv, stride, padding, extra, dilation))

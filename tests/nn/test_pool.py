@@ -1,6 +1,8 @@
 """max_pool2d, avg_pool2d and the global pools against loops with PyTorch's rules."""
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad import nn
@@ -200,3 +202,29 @@ def test_global_pool_errors(fn):
         fn(_ph((3, 4, 4), "v"))
     with pytest.raises(tg.TegradError, match=f"{fn.__name__}: x must be a tegrad Tensor"):
         fn(np.ones((1, 1, 2, 2)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+       kernel=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+       stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       pad_fraction=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+       dilation=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+       ceil_mode=st.booleans(), count_include_pad=st.booleans(), seed=st.integers(0, 99))
+def test_pools_random_attributes(size, kernel, stride, pad_fraction, dilation, ceil_mode,
+                                 count_include_pad, seed):
+    padding = tuple(int(f * (k // 2)) for f, k in zip(pad_fraction, kernel))
+    assume(all(dilation[d] * (kernel[d] - 1) + 1 <= size[d] + 2 * padding[d] for d in range(2)))
+    shape = (1, 2) + size
+    v = np.random.default_rng(seed).standard_normal(shape)
+    *_, out = _params(v, kernel, stride, padding, dilation, ceil_mode)
+    assume(all(out[d] > 0 for d in range(2)))
+    assume(all(_taps(o, kernel[d], stride[d], padding[d], dilation[d], size[d])
+               for d in range(2) for o in range(out[d])))
+    x = _ph(shape)
+    mx = nn.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
+    av = nn.avg_pool2d(x, kernel, stride, padding, dilation, ceil_mode, count_include_pad)
+    got_max, got_avg = tg.evaluate([mx, av], {x: v})
+    assert np.array_equal(got_max, max_pool_ref(v, kernel, stride, padding, dilation, ceil_mode))
+    assert np.allclose(got_avg, dilated_avg_pool_ref(v, kernel, stride, padding, dilation,
+                                                     ceil_mode, count_include_pad))

@@ -1,6 +1,8 @@
 """resize and upsampling against loops written after PyTorch's F.interpolate kernels."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad import nn
@@ -178,3 +180,18 @@ def test_upsampling_errors():
         nn.upsampling(x, (1.5, 2))
     with pytest.raises(tg.TegradError, match="upsampling: method 'area' is not supported"):
         nn.upsampling(x, 2, method="area")
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_in=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+       n_out=st.tuples(st.integers(1, 12), st.integers(1, 12)), align_corners=st.booleans(),
+       seed=st.integers(0, 99))
+def test_resize_random_sizes(n_in, n_out, align_corners, seed):
+    shape = (1, 1) + n_in
+    v = np.random.default_rng(seed).standard_normal(shape)
+    x = _ph(shape)
+    near, lin = tg.evaluate([nn.resize(x, n_out),
+                             nn.resize(x, n_out, "bilinear", align_corners=align_corners)],
+                            {x: v})
+    assert np.array_equal(near, nearest_ref(v, n_out))
+    assert np.allclose(lin, bilinear_ref(v, n_out, align_corners))
