@@ -96,12 +96,6 @@ def reduce_axes(extents, prefix):
     return [reduce_axis((0, e), name=f"{prefix}{d}") for d, e in enumerate(extents)]
 
 
-def replace_at(index, position, value):
-    """The tuple ``index`` with ``value`` inserted in place of ``index[position]``."""
-    index = tuple(index)
-    return index[:position] + (value,) + index[position + 1:]
-
-
 def channel_reader(param, channels, op, what, x):
     """A function ``c -> param[c]`` for a per-channel vector of shape (C,) or (1,).
 

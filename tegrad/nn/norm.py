@@ -152,7 +152,7 @@ def l2_normalize(x, eps=1e-12, axis=None):
     def sum_body(*k):
         axes = reduce_axes([x.shape[d] for d in reduced], "rn")
         v = x[_spread(kept, k, reduced, axes)]
-        return _sum(v * v, axis=axes)
+        return _sum(v * v, axis=axes) if axes else v * v
 
     squares = compute(tuple(x.shape[d] for d in kept), sum_body, name=f"{op}_sum")
     return compute(x.shape,
