@@ -151,3 +151,8 @@ def test_l2_normalize_errors():
         nn.l2_normalize(x, axis=[])
     with pytest.raises(tg.TegradError, match="l2_normalize: eps must be a number"):
         nn.l2_normalize(x, eps="small")
+
+
+def test_l2_normalize_of_a_scalar():
+    x = _ph((), "x")
+    assert tg.evaluate(nn.l2_normalize(x), {x: np.array(-3.0)}) == -1.0
