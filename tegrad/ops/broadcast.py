@@ -22,10 +22,6 @@ from ._common import check_shape, check_tensor, is_number, operator
 __all__ = ["broadcast_to", "broadcast_to_like", "collapse_sum_to", "collapse_sum_like"]
 
 
-def _describe(label, shape):
-    return f"{label} of shape {shape}"
-
-
 def broadcast_shape(operands):
     """The broadcast shape of ``operands``, a list of ``(label, shape)`` pairs.
 
@@ -42,10 +38,11 @@ def broadcast_shape(operands):
             if extent == 1:
                 extent, owner = shape[d], (label, shape)
             elif shape[d] != extent:
+                first_label, first_shape = owner
                 raise ShapeError(
-                    f"cannot broadcast {_describe(*owner)} with {_describe(label, shape)}: "
-                    f"extents {extent} and {shape[d]} differ in dimension {ndim + d} of the "
-                    f"result (counting from the left of the longest shape)")
+                    f"cannot broadcast {first_label} of shape {first_shape} with {label} of "
+                    f"shape {shape}: extents {extent} and {shape[d]} differ in dimension "
+                    f"{ndim + d} of the result (counting from the left of the longest shape)")
         out.append(extent)
     return tuple(out)
 
@@ -55,13 +52,6 @@ def broadcast_index(shape, out_shape, index):
     offset = len(out_shape) - len(shape)
     return tuple(0 if extent == 1 and out_shape[offset + d] != 1 else index[offset + d]
                  for d, extent in enumerate(shape))
-
-
-def tensor_label(value, what):
-    """How an operand is named in messages: ``tensor 'x'`` or ``the number 2``."""
-    if isinstance(value, Tensor):
-        return f"{what} tensor {value.name!r}"
-    return f"{what} {value!r}"
 
 
 def broadcast_compute(name, operands, build):
@@ -74,7 +64,7 @@ def broadcast_compute(name, operands, build):
     shapes = []
     for what, value in operands:
         if isinstance(value, Tensor):
-            shapes.append((tensor_label(value, what), value.shape))
+            shapes.append((f"{what} tensor {value.name!r}", value.shape))
         elif not is_number(value):
             raise TegradError(f"{what} must be a tegrad Tensor or a number, got "
                               f"{type(value).__name__} {value!r}")
@@ -92,15 +82,12 @@ def broadcast_compute(name, operands, build):
                    name=name)
 
 
-def _check_broadcastable(x, shape):
-    """``x`` must broadcast to exactly ``shape``."""
+def _broadcasts_to(shape, target):
+    """True when ``shape`` broadcasts to exactly ``target``."""
     try:
-        ok = broadcast_shape([("x", x.shape), ("shape", shape)]) == shape
+        return broadcast_shape([("shape", shape), ("target", target)]) == target
     except ShapeError:
-        ok = False
-    if not ok:
-        raise ShapeError(f"tensor {x.name!r} of shape {x.shape} cannot be broadcast to the "
-                         f"shape {shape}")
+        return False
 
 
 @operator
@@ -112,7 +99,9 @@ def broadcast_to(x, shape):
     """
     check_tensor(x)
     shape = check_shape(shape)
-    _check_broadcastable(x, shape)
+    if not _broadcasts_to(x.shape, shape):
+        raise ShapeError(f"tensor {x.name!r} of shape {x.shape} cannot be broadcast to the "
+                         f"shape {shape}")
     return compute(shape, lambda *i: x[broadcast_index(x.shape, shape, i)], name="broadcast_to")
 
 
@@ -141,11 +130,7 @@ def collapse_sum_to(x, shape):
     """
     check_tensor(x)
     shape = check_shape(shape)
-    try:
-        ok = broadcast_shape([("shape", shape), ("x", x.shape)]) == x.shape
-    except ShapeError:
-        ok = False
-    if not ok:
+    if not _broadcasts_to(shape, x.shape):
         raise ShapeError(f"tensor {x.name!r} of shape {x.shape} cannot be summed to the "
                          f"shape {shape}: that shape does not broadcast to {x.shape}")
     if shape == x.shape:
