@@ -198,6 +198,9 @@ class Const(Expr):
             if isinstance(value, float) and not value.is_integer():
                 raise DTypeError(f"the float {value!r} is not a valid {dtype} constant")
             value = int(value)
+            if not _dt.min_value(dtype) <= value <= _dt.max_value(dtype):
+                raise DTypeError(f"the integer {value} does not fit the dtype {dtype}; use a "
+                                 f"wider dtype (tg.cast)")
         object.__setattr__(self, "value", value)
 
 

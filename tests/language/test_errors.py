@@ -156,3 +156,12 @@ def test_errors_share_a_base_and_builtin_types():
     for cls in (tg.DTypeError, tg.ShapeError, tg.IndexingError, tg.ScopeError, tg.FeedError,
                 tg.OutOfBoundsError, tg.DifferentiationError):
         assert issubclass(cls, tg.TegradError)
+
+
+def test_integer_constants_must_fit_their_dtype():
+    x = tg.placeholder((2,), dtype="int32", name="ints")
+    with pytest.raises(tg.DTypeError, match="1099511627776.*int32"):
+        tg.compute((2,), lambda i: x[i] + 2**40, name="big")
+    with pytest.raises(tg.DTypeError, match="int8"):
+        tg.const(300, "int8")
+    assert tg.const(2**40).dtype == "int64"

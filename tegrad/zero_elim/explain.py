@@ -1,0 +1,46 @@
+"""What zero elimination did, stage by stage, with the cost before and after.
+
+>>> import tegrad as tg
+>>> A = tg.placeholder((3, 4), name="A")
+>>> B = tg.placeholder((4, 2), name="B")
+>>> k = tg.reduce_axis((0, 4), name="k")
+>>> C = tg.compute((3, 2), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
+>>> text = tg.explain(tg.differentiate(C, [A], optimize=False)[0])
+>>> print(text.splitlines()[-1].strip())
+dA[i0, i1] = sum(B[i1, j], j in [0, 2))
+"""
+from __future__ import annotations
+
+from ..cost import cost
+from ..graph import topological_order
+from ..printer import _Printer, _unique_names, format_stage
+from ..tensor import PlaceholderOp
+from .program import eliminate_zeros
+
+
+def _stages(t, keep_ids):
+    order = topological_order([t])
+    printer = _Printer(_unique_names(order))
+    return [format_stage(s, printer) for s in order
+            if not isinstance(s.op, PlaceholderOp) and id(s) not in keep_ids]
+
+
+def explain_pair(title, before, after, keep=()):
+    """The text comparing two versions of one tensor (stages outside ``keep``)."""
+    keep_ids = {id(t) for t in keep}
+    lines = [f"{title}:", f"  before zero elimination ({cost(before)}):"]
+    lines += [f"    {s}" for s in _stages(before, keep_ids)]
+    lines.append(f"  after zero elimination ({cost(after)}):")
+    lines += [f"    {s}" for s in _stages(after, keep_ids)]
+    return "\n".join(lines)
+
+
+def explain(tensor, keep=(), file=None):
+    """Zero-eliminate ``tensor`` and print (and return) its stages before and after.
+
+    ``keep`` lists stages left as they are and not printed (e.g. the forward program).
+    """
+    (after,) = eliminate_zeros([tensor], keep=keep)
+    text = explain_pair(tensor.name, tensor, after, keep)
+    print(text, file=file)
+    return text
