@@ -98,8 +98,9 @@ def as_expr(value, dtype=None):
     if isinstance(value, (numbers.Number, np.generic)) and not isinstance(value, complex):
         if isinstance(value, np.generic):
             value = value.item()
-        dt = _dt.python_scalar_dtype(value) if dtype is None else _dt.promote_python_scalar(value, dtype)
-        return Const(value, dt)
+        if dtype is None:
+            return Const(value, _dt.python_scalar_dtype(value), weak=True)
+        return Const(value, _dt.promote_python_scalar(value, dtype))
     from .tensor import Tensor
     if isinstance(value, Tensor):
         raise TegradError(
@@ -109,7 +110,7 @@ def as_expr(value, dtype=None):
 
 
 def as_expr_pair(a, b):
-    """Convert two operands, giving a bare number the other operand's dtype."""
+    """Convert two operands; a bare number or weakly typed side takes the other's dtype."""
     a_is = isinstance(a, (Expr, IterVar))
     b_is = isinstance(b, (Expr, IterVar))
     if a_is and not b_is:
@@ -118,7 +119,41 @@ def as_expr_pair(a, b):
     if b_is and not a_is:
         b = as_expr(b)
         return as_expr(a, b.dtype), b
-    return as_expr(a), as_expr(b)
+    a, b = as_expr(a), as_expr(b)
+    if a.dtype != b.dtype:
+        if is_weak(a) and not is_weak(b):
+            a = retype(a, b.dtype)
+        elif is_weak(b) and not is_weak(a):
+            b = retype(b, a.dtype)
+    return a, b
+
+
+def is_weak(e):
+    """True for expressions built from Python numbers only (``c ? 1.0 : 0.0``)."""
+    t = type(e)
+    if t is Const:
+        return e.weak
+    if t is Select:
+        return is_weak(e.true_value) and is_weak(e.false_value)
+    if t is Neg:
+        return is_weak(e.a)
+    if t is Binary:
+        return is_weak(e.a) and is_weak(e.b)
+    return False
+
+
+def retype(e, dtype):
+    """A weakly typed expression given ``dtype`` (a float literal never becomes an int)."""
+    if e.dtype == dtype or not is_weak(e):
+        return e
+    t = type(e)
+    if t is Const:
+        return Const(e.value, _dt.promote_python_scalar(e.value, dtype))
+    if t is Select:
+        return Select(e.cond, retype(e.true_value, dtype), retype(e.false_value, dtype), dtype)
+    if t is Neg:
+        return Neg(retype(e.a, dtype), dtype)
+    return Binary(e.op, retype(e.a, dtype), retype(e.b, dtype), dtype)
 
 
 class ExprOps:
@@ -185,6 +220,8 @@ class Const(Expr):
 
     value: object
     dtype: str
+    #: a bare Python number: it takes the dtype of what it is combined with (weak type)
+    weak: bool = False
 
     def __post_init__(self):
         dtype = _dt.canonical_dtype(self.dtype)

@@ -57,6 +57,10 @@ class _Printer:
         if t is Binary:
             if e.op in ("min", "max"):
                 return f"{e.op}({self(e.a)}, {self(e.b)})", _ATOM
+            if e.op in ("add", "sub") and type(e.b) is Const and e.b.value < 0:
+                # x + -c prints as x - c
+                flipped = "sub" if e.op == "add" else "add"
+                return self.text(Binary(flipped, e.a, Const(-e.b.value, e.b.dtype), e.dtype))
             prec = _BINARY_PREC[e.op]
             # left-associative: the right operand needs parentheses at equal precedence
             left = self.paren(e.a, prec)

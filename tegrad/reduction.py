@@ -14,7 +14,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import DTypeError, ScopeError, ShapeError, TegradError
-from .expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary
+from .expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary, retype, select
 
 _axis_counter = itertools.count()
 
@@ -98,8 +98,6 @@ def _axes_tuple(reducer, axis):
     if axis is None:
         raise TegradError(f"{reducer.name}: the reduction needs axis= (a reduce_axis or a list)")
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
-    if not axes:
-        raise TegradError(f"{reducer.name}: the list of reduce axes is empty")
     names = set()
     for ax in axes:
         if not isinstance(ax, IterVar):
@@ -133,7 +131,7 @@ def make_reduce(reducer, expr, axis, where=None, init=None):
             raise DTypeError(f"{reducer.name}: where= needs a bool condition, got {where} "
                              f"of dtype {where.dtype}")
     if init is not None:
-        init = as_expr(init, source.dtype)
+        init = retype(as_expr(init, source.dtype), source.dtype)
         if init.dtype != source.dtype:
             raise DTypeError(f"{reducer.name}: init {init} has dtype {init.dtype} but the "
                              f"reduced expression has {source.dtype}")
@@ -141,6 +139,10 @@ def make_reduce(reducer, expr, axis, where=None, init=None):
             if ax.name in _free_names(init):
                 raise ScopeError(f"{reducer.name}: init {init} uses the reduce axis {ax.name!r}")
     reducer.combiner(source.dtype)  # validates the combiner for this dtype
+    if not axes:
+        # a reduction over no axes is its one value: where ? source : identity, then init
+        value = source if where is None else select(where, source, reducer.identity(source.dtype))
+        return value if init is None else reducer.combine(init, value)
     return Reduce(reducer, source, axes, where, init, source.dtype)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
-from .expr import Const, Expr, IterVar, Var, as_expr, read
+from .expr import Const, Expr, IterVar, Var, as_expr, read, retype
 from .mapper import free_var_names, reduce_axis_names, walk
 
 _name_counter = itertools.count()
@@ -228,6 +228,7 @@ def compute(shape, fcompute, name=None, dtype=None):
         raise TegradError(f"compute {name!r}: {err}") from None
     if dtype is not None:
         dtype = _dt.canonical_dtype(dtype)
+        body = retype(body, dtype)
         if body.dtype != dtype:
             raise DTypeError(f"compute {name!r}: the body has dtype {body.dtype} but dtype="
                              f"{dtype} was asked for; use tg.cast")

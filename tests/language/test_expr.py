@@ -1,4 +1,5 @@
 """Expression nodes: structural identity, dtype rules, truth values."""
+import numpy as np
 import pytest
 
 import tegrad as tg
@@ -135,3 +136,33 @@ def test_printer_precedence_and_duplicate_names():
     assert str((i - i) - 1) == "i - i - 1"
     assert str(tg.if_then_else(tg.all(i >= 1, i < 6), x[i - 1], 0.0)) == \
         "(i >= 1 && i < 6) ? x[i - 1] : 0.0"
+
+
+def test_python_literals_are_weakly_typed():
+    x = tg.placeholder((3,), dtype="float64", name="x")
+    y = tg.compute((3,), lambda i: x[i] * tg.if_then_else(x[i] > 0.0, 1.0, 0.0), name="y")
+    assert y.dtype == "float64"
+    assert tg.evaluate(y, {x: np.array([-1.0, 0.5, 2.0])}).tolist() == [-0.0, 0.5, 2.0]
+    k = tg.reduce_axis((0, 3), name="k")
+    s = tg.compute((), lambda: tg.sum(x[k], axis=k, init=tg.const(1.5)), name="s")
+    assert s.dtype == "float64"
+    assert tg.compute((), lambda: 0.0, dtype="float64").dtype == "float64"
+    # an explicitly typed constant is not converted
+    with pytest.raises(tg.DTypeError, match="float32 and float64"):
+        x[0] + tg.const(1.0, "float32")
+    # a float literal never becomes an integer
+    with pytest.raises(tg.DTypeError):
+        Var("i") + tg.if_then_else(Var("i") > 0, 1.5, 0.5)
+
+
+def test_reduction_over_no_axes_is_its_value():
+    x = tg.placeholder((3,), dtype="float64", name="x")
+    y = tg.compute((3,), lambda i: tg.sum(x[i], axis=[], where=i > 0, init=10.0), name="y")
+    assert tg.evaluate(y, {x: np.array([1.0, 2.0, 3.0])}).tolist() == [10.0, 12.0, 13.0]
+    assert tg.structural_equal(tg.max(x[0], axis=[]), x[0])
+
+
+def test_adding_a_negative_constant_prints_as_subtraction():
+    A = tg.placeholder((9,), name="A")
+    i = Var("i")
+    assert str(A[i * 2 + (-1) + 2]) == "A[i * 2 - 1 + 2]"
