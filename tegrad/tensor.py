@@ -180,6 +180,15 @@ def _axis_names(fcompute, ndim, name):
     return [f"ax{d}" for d in range(ndim)]
 
 
+def _explicit_axis_names(names, ndim, name):
+    names = list(names)
+    if len(names) != ndim or len(set(names)) != ndim or not all(
+            isinstance(n, str) and n.isidentifier() for n in names):
+        raise ShapeError(f"compute {name!r}: axis_names must be {ndim} distinct identifiers, "
+                         f"got {names!r}")
+    return names
+
+
 def _data_axes(shape, names):
     return tuple(IterVar(Var(n), Const(0, _dt.INDEX_DTYPE), Const(d, _dt.INDEX_DTYPE), "data")
                  for n, d in zip(names, shape))
@@ -203,18 +212,22 @@ def _check_scope(stage_kind, name, expr, axis_names, what):
                              f"integer")
 
 
-def compute(shape, fcompute, name=None, dtype=None):
+def compute(shape, fcompute, name=None, dtype=None, axis_names=None):
     """A tensor whose element ``[i, j, ...]`` is ``fcompute(i, j, ...)``.
 
-    The axis variables are named after ``fcompute``'s parameters. ``dtype`` casts a
-    constant body (e.g. ``lambda: 0``) and is checked against the body otherwise.
+    The axis variables are named after ``fcompute``'s parameters, or ``axis_names``
+    when given. ``dtype`` gives a constant body (e.g. ``lambda: 0``) its dtype and is
+    checked against the body otherwise.
 
     >>> A = placeholder((4, 4), name="A")
     >>> T = compute((4, 4), lambda i, j: A[j, i], name="T")
+    >>> compute((2, 3), lambda *ax: ax[0] + ax[1], axis_names=("r", "c")).op.axes[1].name
+    'c'
     """
     name = _check_name(name, "compute")
     shape = _check_shape(shape, name)
-    names = _axis_names(fcompute, len(shape), name)
+    names = _explicit_axis_names(axis_names, len(shape), name) if axis_names is not None \
+        else _axis_names(fcompute, len(shape), name)
     axes = _data_axes(shape, names)
     body = fcompute(*axes)
     if isinstance(body, (list, tuple)):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..expr import IterVar, Reduce, Var
 from ..mapper import all_var_names, fresh_name, substitute
-from ..tensor import ComputeOp, Tensor, _check_scope, _data_axes
+from ..tensor import compute
 
 
 def fresh_names(bases, taken):
@@ -67,10 +67,8 @@ def make_compute(name, shape, axis_names, body_fn):
     >>> T.op.axes[0].name
     'q'
     """
-    axes = _data_axes(tuple(shape), list(axis_names))
-    body = body_fn(*[ax.var for ax in axes])
-    _check_scope("compute", name, body, list(axis_names), "the body")
-    return Tensor(ComputeOp(name, axes, body), tuple(shape), body.dtype, name)
+    return compute(tuple(shape), lambda *axes: body_fn(*[ax.var for ax in axes]), name=name,
+                   axis_names=list(axis_names))
 
 
 __all__ = ["fresh_names", "names_in", "rename_axes", "rename_reduce", "make_compute"]
