@@ -26,3 +26,6 @@ __version__ = "0.1.0"
 from . import autodiff, nn, ops  # noqa: E402  (operator library and differentiation)
 from .autodiff import DifferentiationResult, differentiate, jacobian  # noqa: E402
 from . import testing  # noqa: E402
+from .cost import Cost, cost  # noqa: E402
+from .zero_elim.explain import explain  # noqa: E402
+from .zero_elim.program import eliminate_zeros  # noqa: E402

@@ -19,12 +19,38 @@ class DifferentiationResult:
     (1, True)
     """
 
-    def __init__(self, output, inputs, head, result, adjoints):
+    def __init__(self, output, inputs, head, result, adjoints, forward=(), naive=None):
         self.output = output
         self.inputs = list(inputs)
         self.head = head
         self.result = list(result)
         self.adjoints = adjoints
+        #: the (normalised) forward stages the gradients read as they are
+        self.forward = list(forward)
+        #: the result before zero elimination (None when this is the naive result)
+        self.naive = naive
+
+    def optimized(self):
+        """The same gradients with zeros eliminated from every adjoint stage."""
+        from ..zero_elim.program import eliminate_zeros
+        keys = list(self.adjoints)
+        tensors = self.result + [self.adjoints[k] for k in keys]
+        new = eliminate_zeros(tensors, keep=self.forward)
+        n = len(self.result)
+        adjoints = dict(zip(keys, new[n:]))
+        return DifferentiationResult(self.output, self.inputs, self.head, new[:n], adjoints,
+                                     self.forward, naive=self)
+
+    def explain(self, file=None):
+        """Print (and return) each gradient before and after zero elimination, with costs."""
+        from ..zero_elim.explain import explain_pair
+        naive = self.naive if self.naive is not None else self
+        after = self if self.naive is not None else self.optimized()
+        texts = [explain_pair(f"d{self.output.name}/d{inp.name}", before, opt, self.forward)
+                 for inp, before, opt in zip(self.inputs, naive.result, after.result)]
+        text = "\n".join(texts)
+        print(text, file=file)
+        return text
 
     def __iter__(self):
         return iter(self.result)

@@ -193,7 +193,7 @@ def reverse_pass(output, inputs, root_head, prefix_shape=(), manual=None,
     return adjoints, mapping, out2, rev.manual_used
 
 
-def differentiate(output, inputs=None, head=None, manual=None):
+def differentiate(output, inputs=None, head=None, manual=None, optimize=True):
     """Reverse-mode gradients of ``output`` with respect to ``inputs``.
 
     ``head`` (a tensor of the output's shape and dtype, default all ones) gives the
@@ -202,6 +202,9 @@ def differentiate(output, inputs=None, head=None, manual=None):
     ``inputs`` is a tensor or a list (default: every placeholder ``output`` depends on);
     ``manual={(out, inp): fn}`` overrides the contribution of ``out`` to ``inp`` by
     ``fn(out, inp, head_of_out)``, a tensor of ``inp``'s shape. Integer inputs get zeros.
+    With ``optimize`` (the default) every adjoint is zero-eliminated
+    (:mod:`tegrad.zero_elim`), so its loops are those of a hand-written gradient;
+    ``optimize=False`` keeps the naive adjoints, and ``res.explain()`` shows both.
 
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((2,), dtype="float64", name="x")
@@ -250,7 +253,9 @@ def differentiate(output, inputs=None, head=None, manual=None):
         if grad is None:
             grad = _zeros(t, (), f"d{t.name}")
         result.append(grad)
-    return DifferentiationResult(output, inputs, head, result, by_tensor)
+    forward = topological_order([out2] + ([head] if head is not None else []))
+    naive = DifferentiationResult(output, inputs, head, result, by_tensor, forward=forward)
+    return naive.optimized() if optimize else naive
 
 
 def jacobian(output, input):
