@@ -223,6 +223,10 @@ def drop_redundant_bounds(per_var: dict, rest: Sequence[Affine], order: Sequence
                 system = IslSystem(order, parameters, universe)
             start = system.basic_set(base)
             for e in side:
+                # Keep the last bound of a side even if "implied": in an
+                # empty system everything is, and the variable must stay bounded.
+                if sum(1 for x in kept if (_coeff(x, v) > 0) == positive) < 2:
+                    break
                 others = [Constraint(x, GE) for x in kept if x is not e]
                 if system.is_implied(others, e, start):
                     kept = [x for x in kept if x is not e]

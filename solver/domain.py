@@ -150,7 +150,8 @@ class Domain:
         return Domain([(v, None if lo is None else lo.substitute(sub),
                         None if hi is None else hi.substitute(sub))
                        for v, lo, hi in self.variables],
-                      [c.substitute(sub) for c in self.conditions],
+                      [c for c in (c.substitute(sub) for c in self.conditions)
+                       if c.truth is not True],
                       [p for p in self.parameters if p not in sub])
 
     def count(self, parameter_values: Mapping[str, int] | None = None) -> int:
@@ -293,6 +294,9 @@ def variable_bounds(domain: Domain) -> dict:
     >>> print(variable_bounds(d)["j"].format("j"))
     0 <= j < i + 1
     """
+    cached = getattr(domain, "_bounds", None)  # set by simplify_domain
+    if cached is not None:
+        return dict(cached)
     names = NameSupply(list(domain.names) + list(domain.parameters))
     constraints, lowered = lower_division_atoms(domain.constraints(), domain.names, names)
     aux = [x for rec in lowered for x in (rec.quotient, rec.remainder)]

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from .affine import Affine
-from .bounds import (InfeasibleError, bound_expression, drop_redundant_bounds, project,
-                     prune_inequalities)
+from .bounds import (InfeasibleError, bound_expression, bounds_of, drop_redundant_bounds,
+                     project, prune_inequalities)
 from .constraint import Constraint, EQ, GE
 from .domain import Domain
 from .isl_bridge import IslSystem
@@ -189,6 +189,7 @@ class _Simplifier:
         shift_sub = {}  # current name -> final name (+ shift)
         n2o_final = {}
         variables, var_conds = [], []
+        final_bounds = {}
         for v in order:
             cs = [e.substitute(shift_sub) for e in tight[v]]
             lowers = [e for e in cs if e.coeff(v) > 0]
@@ -208,6 +209,7 @@ class _Simplifier:
             lo, lo_rest = _choose(lowers, name)
             hi, hi_rest = _choose(uppers, name)
             variables.append((name, lo, hi))
+            final_bounds[name] = bounds_of(lowers + uppers, name)
             var_conds += [Constraint(e, GE) for e in lo_rest + hi_rest]
             n2o = self.n2o[v]
             if shift is not None:
@@ -215,6 +217,8 @@ class _Simplifier:
             n2o_final[name] = n2o
         o2n = {k: e.substitute(shift_sub) for k, e in self.o2n.items()}
         new = Domain(variables, var_conds + self.pconds, self.params)
+        # The bounds are already known: spare the caller a second projection.
+        object.__setattr__(new, "_bounds", final_bounds)
         return DomainTransformation(self.domain, new, o2n, n2o_final)
 
     def drop_redundant_pconds(self, system) -> None:

@@ -64,6 +64,27 @@ def variable_atoms(expr: Affine, variables: frozenset) -> list:
     return out
 
 
+def _unround(c: Constraint, variables: frozenset) -> Constraint:
+    """``L >= e // a`` is ``a*L + a - 1 >= e`` and ``e // a >= L`` is ``e >= a*L``.
+
+    Bounds computed by Fourier–Motzkin look like this; reading them back as
+    linear constraints spares a quotient/remainder pair per bound.
+    """
+    if c.kind != GE:
+        return c
+    atoms = [(a, k) for a, k in c.expr.terms if type(a) is not str]
+    if len(atoms) != 1 or abs(atoms[0][1]) != 1 or not isinstance(atoms[0][0], FloorDiv):
+        return c
+    (atom, k), = atoms
+    if not atom.expr.variables() & variables:
+        return c
+    rest = c.expr - Affine({atom: k})  # the constraint is  rest + k*(e // a) >= 0
+    e, a = atom.expr, atom.divisor
+    if k > 0:  # e // a >= -rest  <=>  e >= -a*rest
+        return Constraint(e + rest * a, GE)
+    return Constraint(rest * a + (a - 1) - e, GE)  # rest >= e // a
+
+
 def lower_division_atoms(constraints: Sequence[Constraint], variables: Sequence[str],
                          names: NameSupply) -> tuple:
     """Replace division atoms over ``variables`` by quotient/remainder variables.
@@ -79,8 +100,8 @@ def lower_division_atoms(constraints: Sequence[Constraint], variables: Sequence[
     >>> [str(c) for c in cs]
     ['r == 0', 'i + 1 == 4*q + r', 'r >= 0', 'r <= 3']
     """
-    current = list(constraints)
     known = frozenset(variables)
+    current = [_unround(c, known) for c in constraints]
     lowered: list = []
     extra: list = []
     while True:
