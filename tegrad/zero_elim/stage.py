@@ -6,8 +6,9 @@ sum; a term whose output index is fixed only by data (``I[b] == v``: a gradient 
 data-dependent read) becomes a scatter-accumulate over its own domain instead of a
 gather that would scan that domain for every output element.
 
-The result computes the same values as the stage: ``stage[x] == optimized[x]`` for
-every ``x`` in the stage's shape.
+Reductions that depend on only some of the stage's axes then move into stages of their
+own (:mod:`.hoist`). The result computes the same values as the stage:
+``stage[x] == optimized[x]`` for every ``x`` in the stage's shape.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..simplify import simplify
 from ..tensor import ComputeOp, ScatterOp, Tensor
 from .affine import conjunction, to_affine
 from .domain import parameter_ranges, simplify_term
+from .hoist import hoist_invariant_reductions
 from .indices import normalize_indices
 from .terms import Term, expand, merge_terms
 
@@ -42,6 +44,7 @@ def optimize_stage(t):
         if simplified is not None:
             gathers.append(simplified)
     body = _gather_body(gathers, t.dtype)
+    body, _ = hoist_invariant_reductions(op.name, op.axes, body)
     if not scatters:
         if body is op.body or bool(body == op.body):
             return t
