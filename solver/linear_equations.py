@@ -111,6 +111,9 @@ def solve_lattice(matrix, rhs, variables, parameters=(), names: NameSupply | Non
         for v in b:
             require(_zero(v))
         return _finish(never, conditions, {}, (), {})
+    if m == 0:  # no equation: every variable is free
+        return _finish(False, [], {v: Affine.var(v) for v in variables}, tuple(variables),
+                       {v: Affine.var(v) for v in variables})
     d = smith_decomposition(matrix)
     ub = [sum((b[k] * u for k, u in enumerate(row) if u), Affine.const(0)) for row in d.U]
     y0 = []

@@ -107,6 +107,10 @@ def test_empty_variable_list():
     assert s.solvable is False
     s = solve_linear_equations([[]], [p], [], parameters=["p"])
     assert [str(c) for c in s.condition] == ["p == 0"]
+    # no equations at all: every variable is free within its range
+    s = solve_linear_equations([], [], ["x", "y"], ranges={"x": (0, 3), "y": (1, 4)})
+    assert s.free_variables == ("x", "y")
+    assert sorted(solution_points(s, {})) == [(a, b) for a in range(3) for b in range(1, 4)]
 
 
 def test_large_coefficients():
@@ -134,7 +138,7 @@ systems = st.integers(1, 3).flatmap(lambda m: st.integers(1, 4).flatmap(lambda n
     st.lists(st.tuples(st.integers(-2, 0), st.integers(1, 3)), min_size=n, max_size=n))))
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, print_blob=True)
+@settings(max_examples=150, deadline=None, derandomize=True, print_blob=True, database=None)
 @given(systems)
 def test_property_parametrisation_matches_brute_force(case):
     matrix, consts, pcoeffs, boxes = case

@@ -68,13 +68,13 @@ matrices = st.integers(1, 4).flatmap(lambda m: st.integers(1, 6).flatmap(
     lambda n: st.lists(st.lists(st.integers(-6, 6), min_size=n, max_size=n), min_size=m, max_size=m)))
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, print_blob=True)
+@settings(max_examples=300, deadline=None, derandomize=True, print_blob=True, database=None)
 @given(matrices)
 def test_property_smith_invariants(a):
     check_smith(a)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, print_blob=True)
+@settings(max_examples=60, deadline=None, derandomize=True, print_blob=True, database=None)
 @given(matrices)
 def test_property_matches_sympy_diagonal(a):
     assert check_smith(a) == sympy_diagonal(a)
