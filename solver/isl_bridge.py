@@ -29,7 +29,7 @@ from typing import Sequence
 
 import islpy as isl
 
-from .affine import Affine, FloorDiv, Mod
+from .affine import Affine, FloorDiv
 from .constraint import Constraint, EQ, GE
 
 __all__ = ["IslSystem", "to_isl", "from_isl", "is_empty", "is_implied", "affine_hull",

@@ -121,7 +121,8 @@ class _Simplifier:
             if self.eqs:
                 continue
             everything = self.all_constraints()
-            hull = IslSystem(self.cur, self.params, everything).affine_hull(everything)
+            self.system = IslSystem(self.cur, self.params, everything)
+            hull = self.system.affine_hull(everything)
             if hull is None:
                 raise _Empty
             cur = set(self.cur)
@@ -181,8 +182,7 @@ class _Simplifier:
         per_var, rest = project(self.ineqs, order)
         for e in rest:
             self.add_pcond(Constraint(e, GE))
-        universe = self.pconds + [Constraint(e, GE) for v in order for e in per_var[v]]
-        system = IslSystem(order, self.params, universe)
+        system = self.system  # same variables as the last hull; FM adds no divisions
         self.drop_redundant_pconds(system)
         tight = drop_redundant_bounds(per_var, [], order, self.params, self.pconds, system)
 
