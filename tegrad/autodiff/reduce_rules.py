@@ -3,8 +3,9 @@
 For ``Y = reduce_k(f(k) if where(k), init)`` with tangents ``df`` (source) and ``dI``:
 
 - sum:  ``dY = sum_k(df) + dI``;
-- prod: ``dY = sum_k(P_k * df) + Q * dI`` with ``P_k = f(k) != 0 ? Y / f(k) :
-  init * prod_{k' != k} f(k')`` and ``Q = init != 0 ? Y / init : prod_k f(k)``;
+- prod: ``dY = sum_k(P_k * df) + Q * dI`` where, with ``z`` the number of zero factors
+  and ``P`` the product of the nonzero ones, ``P_k = z == 0 ? Y / f(k) : (z == 1 &&
+  f(k) == 0 ? init * P : 0)`` and ``Q = z == 0 ? P : 0``;
 - max/min: the tangent flows to the positions equal to ``Y`` (``init`` counts as one),
   split equally among ties: ``dY = (sum_k(f(k) == Y ? df : 0) + (init == Y ? dI : 0))
   / max(count, 1)``;
@@ -22,8 +23,12 @@ reduction itself (with renamed axes, recomputed).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 from .. import reduction as _red
-from ..expr import And, Binary, Const, Or, Reduce, Var, compare, select
+from ..expr import And, Binary, Const, Or, Read, Reduce, Var, compare, select
+from ..tensor import ComputeOp, Tensor
 from ..mapper import substitute
 from .algebra import ZERO, add, choose, div, mul
 from .names import names_in, rename_axes, rename_reduce
@@ -85,23 +90,75 @@ def sum_rule(fd, e):
     return add(_sum_k(e, df), di)
 
 
+def _stage_statistic(fd, e, kind, source_fn, reducer):
+    """A per-element statistic of the reduction ``e``, e.g. its count of ties.
+
+    When ``e`` is the whole body of a stage ``Y`` (``fd.answer(e)`` reads ``Y[y]``),
+    the statistic is a stage of its own over ``Y``'s axes, built once per stage and
+    read at ``y``: a gradient then does not recompute a reduction per input element.
+    Otherwise it is the inline reduction ``reducer_k(source_fn(source, value))``.
+    """
+    y = fd.answer(e)
+    if type(y) is Read and isinstance(y.tensor.op, ComputeOp) \
+            and type(y.tensor.op.body) is Reduce and y.tensor.op.body.reducer is e.reducer:
+        Y = y.tensor
+        stages = _STATISTICS.get()
+        cache = {} if stages is None else stages.setdefault(id(Y), (Y, {}))[1]
+        if kind not in cache:
+            body = Y.op.body
+            own = Read(Y, tuple(ax.var for ax in Y.op.axes), Y.dtype)
+            stat = Reduce(reducer, source_fn(body.source, own), body.axes, body.where, None,
+                          Y.dtype)
+            name = f"{Y.name}_{kind}"
+            cache[kind] = Tensor(ComputeOp(name, Y.op.axes, stat), Y.shape, Y.dtype, name)
+        return Read(cache[kind], y.indices, Y.dtype)
+    return Reduce(reducer, source_fn(e.source, _value(fd, e)), e.axes, e.where, None, e.dtype)
+
+
+#: the statistics stages built during one differentiation, keyed by id of their stage
+#: (which the entry keeps alive), so that every gradient of the stage shares them
+_STATISTICS = contextvars.ContextVar("reduction_statistics", default=None)
+
+
+@contextlib.contextmanager
+def shared_statistics():
+    """Within the block, statistics of a stage are built once and shared."""
+    token = _STATISTICS.set({})
+    try:
+        yield
+    finally:
+        _STATISTICS.reset(token)
+
+
+def _indicator(cond, dtype):
+    return select(cond, Const(1, dtype), Const(0, dtype))
+
+
 @_register(PROD)
 def prod_rule(fd, e):
+    """``d prod / d f(k)`` without dividing by zero: with ``z`` zeros in the product and
+    ``P`` the product of its nonzero factors, it is ``Y / f(k)`` when ``z == 0``,
+    ``init * P`` at the zero when ``z == 1``, and 0 otherwise."""
     df, di = _tangents(fd, e)
     if df is ZERO and di is ZERO:
         return ZERO
     y = _value(fd, e)
-    zero = Const(0, e.dtype)
+    dtype = e.dtype
+    zero, one = Const(0, dtype), Const(1, dtype)
+    zeros = _stage_statistic(fd, e, "zeros", lambda f, v: _indicator(compare("eq", f, zero),
+                                                                       dtype), SUM)
+    nonzero = _stage_statistic(fd, e, "nonzero_prod",
+                               lambda f, v: select(compare("eq", f, zero), one, f), PROD)
+    init = one if e.init is None else e.init
     out = ZERO
     if df is not ZERO:
-        source2, where2, axes2 = _others(fd, e, (y,))
-        rest = Reduce(PROD, source2, axes2, where2, e.init, e.dtype)
-        partial = select(compare("ne", e.source, zero), y / e.source, rest)
+        partial = select(compare("eq", zeros, zero), y / e.source,
+                         select(And(compare("eq", zeros, one), compare("eq", e.source, zero)),
+                                init * nonzero, zero))
         out = _sum_k(e, mul(partial, df))
     if di is not ZERO:
-        whole = Reduce(PROD, e.source, e.axes, e.where, None, e.dtype)
-        partial = select(compare("ne", e.init, zero), y / e.init, whole)
-        out = add(out, mul(partial, di))
+        whole = select(compare("eq", zeros, zero), nonzero, zero)
+        out = add(out, mul(whole, di))
     return out
 
 
@@ -112,7 +169,8 @@ def _extremum_rule(fd, e):
     y = _value(fd, e)
     one, zero = Const(1, e.dtype), Const(0, e.dtype)
     hit = compare("eq", e.source, y)
-    count = _sum_k(e, select(hit, one, zero))
+    count = _stage_statistic(fd, e, "ties",
+                             lambda f, v: _indicator(compare("eq", f, v), e.dtype), SUM)
     total = _sum_k(e, choose(hit, df, ZERO, e.dtype))
     if e.init is not None:
         init_hit = compare("eq", e.init, y)

@@ -29,6 +29,7 @@ from ..tensor import ComputeOp, Tensor
 from .algebra import ZERO, add
 from .hoist import normalize
 from .jacobian import stage_contribution
+from .reduce_rules import shared_statistics
 from .names import fresh_names, make_compute, names_in
 from .result import DifferentiationResult
 
@@ -189,7 +190,8 @@ def reverse_pass(output, inputs, root_head, prefix_shape=(), manual=None,
     inputs2 = [mapping.get(id(t), t) for t in inputs]
     rev = _Reverse(out2, inputs2, root_head, prefix_shape, manual or {}, originals,
                    output_adjoint)
-    adjoints = rev.run()
+    with shared_statistics():
+        adjoints = rev.run()
     return adjoints, mapping, out2, rev.manual_used
 
 
