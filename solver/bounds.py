@@ -148,7 +148,8 @@ def project(inequalities: Sequence[Affine], order: Sequence[str]) -> tuple:
     relaxation is visibly empty.
 
     >>> from solver.affine import parse_affine
-    >>> per_var, rest = project([parse_affine(s) for s in ("i", "9 - i", "j", "i - j")], ["i", "j"])
+    >>> ineqs = [parse_affine(s) for s in ("i", "9 - i", "j", "i - j")]
+    >>> per_var, rest = project(ineqs, ["i", "j"])
     >>> [str(e) for e in per_var["j"]], [str(e) for e in rest]
     (['j', 'i - j'], [])
     """

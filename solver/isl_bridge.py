@@ -235,7 +235,8 @@ class IslSystem:
 
     def _isl(self, expr: Affine, equality: bool):
         coeffs, const = self._linear(expr)
-        c = (isl.Constraint.equality_alloc if equality else isl.Constraint.inequality_alloc)(self._space)
+        alloc = isl.Constraint.equality_alloc if equality else isl.Constraint.inequality_alloc
+        c = alloc(self._space)
         for (tp, i), v in coeffs.items():
             if v:
                 c = c.set_coefficient_val(tp, i, _val(v))

@@ -21,7 +21,8 @@ from typing import Mapping, Sequence
 
 from . import isl_bridge
 from .affine import Affine, lift
-from .bounds import InfeasibleError, bounds_of, drop_redundant_bounds, normalize_inequality, project
+from .bounds import (InfeasibleError, bounds_of, drop_redundant_bounds, normalize_inequality,
+                     project)
 from .constraint import Constraint, EQ, GE, FALSE
 from .smith import smith_decomposition
 from .system import NameSupply
@@ -55,7 +56,9 @@ class LinearSolution:
 
     def __str__(self) -> str:
         if self.solvable is False:
-            return "no solution" + (f" ({_join(self.condition)})" if self.condition != (FALSE,) else "")
+            if self.condition == (FALSE,):
+                return "no solution"
+            return f"no solution ({_join(self.condition)})"
         lines = [] if self.solution or self.condition else ["solvable"]
         if self.condition:
             lines.append("if " + _join(self.condition) + ":")
@@ -228,8 +231,9 @@ def _unit_pivots(K, G, f):
     return pivots
 
 
-def solve_linear_equations(matrix: Sequence[Sequence[int]], rhs: Sequence, variables: Sequence[str],
-                           ranges: Mapping | None = None, parameters: Sequence[str] = ()):
+def solve_linear_equations(matrix: Sequence[Sequence[int]], rhs: Sequence,
+                           variables: Sequence[str], ranges: Mapping | None = None,
+                           parameters: Sequence[str] = ()):
     """Solve ``matrix @ x == rhs`` over the integers.
 
     ``rhs`` entries are ints or Affines in ``parameters``; ``ranges`` maps a
@@ -241,7 +245,8 @@ def solve_linear_equations(matrix: Sequence[Sequence[int]], rhs: Sequence, varia
     >>> s = solve_linear_equations([[1, 1], [1, -1]], [20, 10], ["x", "y"])
     >>> s.solvable, {v: str(e) for v, e in s.solution.items()}
     (True, {'x': '15', 'y': '5'})
-    >>> s = solve_linear_equations([[3]], [Affine.var("p") - 2*Affine.var("y")], ["x"], parameters=["p", "y"])
+    >>> p, y = Affine.var("p"), Affine.var("y")
+    >>> s = solve_linear_equations([[3]], [p - 2*y], ["x"], parameters=["p", "y"])
     >>> [str(c) for c in s.condition], str(s.solution["x"])
     (['(p - 2*y) % 3 == 0'], '(p - 2*y) // 3')
     """

@@ -106,7 +106,8 @@ class _Simplifier:
     def run(self) -> DomainTransformation:
         if self.domain.is_trivially_empty:
             raise _Empty
-        constraints, lowered = lower_division_atoms(self.domain.constraints(), self.cur, self.names)
+        constraints, lowered = lower_division_atoms(self.domain.constraints(), self.cur,
+                                                    self.names)
         for rec in lowered:
             self.cur += [rec.quotient, rec.remainder]
             inner = rec.inner.substitute(self.n2o)

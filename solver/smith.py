@@ -55,7 +55,7 @@ def determinant(a: list) -> int:
 
 @dataclass(frozen=True)
 class SmithDecomposition:
-    """``U A V == S``; ``V_inv`` is ``V``'s (integral) inverse; ``rank`` non-zero diagonal entries."""
+    """``U A V == S``; ``V_inv`` is ``V``'s integral inverse; ``rank`` non-zero diagonals."""
 
     U: list
     S: list

@@ -96,7 +96,8 @@ def lower_division_atoms(constraints: Sequence[Constraint], variables: Sequence[
 
     >>> from solver.constraint import eq
     >>> from solver.affine import parse_affine
-    >>> cs, low = lower_division_atoms([eq(parse_affine("(i + 1) % 4"), 0)], ["i"], NameSupply(["i"]))
+    >>> c = eq(parse_affine("(i + 1) % 4"), 0)
+    >>> cs, low = lower_division_atoms([c], ["i"], NameSupply(["i"]))
     >>> [str(c) for c in cs]
     ['r == 0', 'i + 1 == 4*q + r', 'r >= 0', 'r <= 3']
     """

@@ -31,7 +31,8 @@ class DomainTransformation:
     >>> from solver.affine import Affine
     >>> old = Domain([("i", 3, 10)])
     >>> new = Domain([("i_s", 0, 7)])
-    >>> t = DomainTransformation(old, new, {"i": Affine.var("i_s") + 3}, {"i_s": Affine.var("i") - 3})
+    >>> i, i_s = Affine.var("i"), Affine.var("i_s")
+    >>> t = DomainTransformation(old, new, {"i": i_s + 3}, {"i_s": i - 3})
     >>> str(t.rewrite(2 * Affine.var("i")))
     '2*i_s + 6'
     >>> t.map_old_point({"i": 4})

@@ -30,8 +30,8 @@ CASES = {
     "flatten": Domain([("i", 0, 3 * 32 * 32)],
                       [eq(V("i"), V("c") * 1024 + V("y") * 32 + V("x"))],
                       parameters=["c", "y", "x"]),
-    "layout": Domain([("a", 0, 16), ("b", 0, 4)], [eq(V("a"), V("p") // 4), eq(V("b"), V("p") % 4)],
-                     parameters=["p"]),
+    "layout": Domain([("a", 0, 16), ("b", 0, 4)],
+                     [eq(V("a"), V("p") // 4), eq(V("b"), V("p") % 4)], parameters=["p"]),
 }
 
 

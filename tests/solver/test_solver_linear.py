@@ -138,7 +138,8 @@ systems = st.integers(1, 3).flatmap(lambda m: st.integers(1, 4).flatmap(lambda n
     st.lists(st.tuples(st.integers(-2, 0), st.integers(1, 3)), min_size=n, max_size=n))))
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, print_blob=True, database=None)
+@settings(max_examples=150, deadline=None, derandomize=True, print_blob=True,
+          database=None)
 @given(systems)
 def test_property_parametrisation_matches_brute_force(case):
     matrix, consts, pcoeffs, boxes = case

@@ -82,7 +82,8 @@ def domains(draw):
     return Domain(variables, conditions, params)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, print_blob=True, database=None)
+@settings(max_examples=300, deadline=None, derandomize=True, print_blob=True,
+          database=None)
 @given(domains())
 def test_property_simplify_is_a_bijection(domain):
     t = simplify_domain(domain)
@@ -97,7 +98,8 @@ def test_property_simplify_is_a_bijection(domain):
         str(c).count("//") + str(c).count("%") for c in domain.conditions)
 
 
-@settings(max_examples=80, deadline=None, derandomize=True, print_blob=True, database=None)
+@settings(max_examples=80, deadline=None, derandomize=True, print_blob=True,
+          database=None)
 @given(domains())
 def test_property_count_and_bounds(domain):
     if domain.parameters:

@@ -77,7 +77,8 @@ def test_conv2d_input_gradient_stride1():
         assert_bijection(t, {"n'": 1, "c'": 0, "p": pv, "q": qv})
 
 
-@pytest.mark.parametrize("stride,dilation", [(1, 1), (2, 1), (1, 2), (2, 2), (3, 2), (2, 3), (4, 6)])
+@pytest.mark.parametrize("stride,dilation",
+                         [(1, 1), (2, 1), (1, 2), (2, 2), (3, 2), (2, 3), (4, 6)])
 def test_strided_dilated_index_equation(stride, dilation):
     d = Domain([("y", 0, 6), ("r", 0, 3)], [eq(y * stride + r * dilation, p)], parameters=["p"])
     t = simplify_domain(d)

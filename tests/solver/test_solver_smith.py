@@ -64,17 +64,22 @@ def test_large_coefficients_stay_exact():
     assert check_smith(b) == sympy_diagonal(b)
 
 
-matrices = st.integers(1, 4).flatmap(lambda m: st.integers(1, 6).flatmap(
-    lambda n: st.lists(st.lists(st.integers(-6, 6), min_size=n, max_size=n), min_size=m, max_size=m)))
+def _matrix(m, n):
+    return st.lists(st.lists(st.integers(-6, 6), min_size=n, max_size=n), min_size=m, max_size=m)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, print_blob=True, database=None)
+matrices = st.integers(1, 4).flatmap(lambda m: st.integers(1, 6).flatmap(lambda n: _matrix(m, n)))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, print_blob=True,
+          database=None)
 @given(matrices)
 def test_property_smith_invariants(a):
     check_smith(a)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, print_blob=True, database=None)
+@settings(max_examples=60, deadline=None, derandomize=True, print_blob=True,
+          database=None)
 @given(matrices)
 def test_property_matches_sympy_diagonal(a):
     assert check_smith(a) == sympy_diagonal(a)
