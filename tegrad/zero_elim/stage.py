@@ -4,7 +4,8 @@ The body is expanded into terms (:mod:`.terms`); each term's summation domain is
 simplified (:mod:`.domain`); terms that end on the same domain are added back into one
 sum; a term whose output index is fixed only by data (``I[b] == v``: a gradient of a
 data-dependent read) becomes a scatter-accumulate over its own domain instead of a
-gather that would scan that domain for every output element.
+gather that would scan that domain for every output element; so does a term that
+writes a small part of the output (the gradient of a strided slice).
 
 Reductions that depend on only some of the stage's axes then move into stages of their
 own (:mod:`.hoist`). The result computes the same values as the stage:
@@ -36,7 +37,7 @@ def optimize_stage(t):
     axis_names = [ax.name for ax in op.axes]
     gathers, scatters = [], []
     for term in expand(op.body, taken=axis_names):
-        pinned = _data_pinned_axes(term, axis_names)
+        pinned = _scatter_index(term, axis_names, t.size)
         if pinned:
             scatters.append((term, pinned))
             continue
@@ -87,14 +88,18 @@ def _conds_key(conds):
     return tuple(sorted(conds, key=str))
 
 
-def _data_pinned_axes(term, axis_names):
-    """``{output axis: expression}`` for output axes fixed by data-dependent equalities.
+def _scatter_index(term, axis_names, size):
+    """``{output axis: expression}`` when the term is cheaper as a scatter, else None.
 
-    Only when at least one equality ``v == e`` has a non-affine ``e`` (a read) over the
-    term's axes; affine equalities ``v == f(axes)`` then pin further output axes.
+    Output axes are pinned by equalities ``v == e`` with ``e`` over the term's axes. A
+    term scatters when some ``e`` is data-dependent (a read: a gather would scan the
+    term's domain for every output point), or when every output axis is pinned and the
+    term's domain is smaller than the output (a strided slice: the gather would visit
+    every output point to find the few that receive a value).
     """
     axes = {ax.name for ax in term.axes}
-    if not axes:
+    if not axes or any(type(ax.lo) is not Const or type(ax.extent) is not Const
+                       for ax in term.axes):
         return None
     pinned, data = {}, False
     for c in term.conds:
@@ -108,7 +113,14 @@ def _data_pinned_axes(term, axis_names):
                 pinned[var.name] = other
                 data |= to_affine(other) is None
                 break
-    return pinned if data else None
+    if data:
+        return pinned
+    box = 1
+    for ax in term.axes:
+        box *= ax.extent.value
+    if len(pinned) == len(axis_names) and box < size:
+        return pinned
+    return None
 
 
 def _scatter_stage(name, t, out_axes, term, pinned, init):
