@@ -133,7 +133,11 @@ class Domain:
         return isl_bridge.is_empty(self.names, self.parameters, self.constraints())
 
     def contains(self, point: Mapping[str, int]) -> bool:
-        """Whether ``point`` (values of variables and parameters) is in the domain."""
+        """Whether ``point`` (values of variables and parameters) is in the domain.
+
+        >>> Domain([("i", 0, Affine.var("n"))], parameters=["n"]).contains({"i": 3, "n": 4})
+        True
+        """
         for v, lo, hi in self.variables:
             x = point[v]
             if lo is not None and x < lo.evaluate(point):
@@ -178,7 +182,11 @@ class Domain:
         return variable_bounds(self)
 
     def points(self, parameter_values: Mapping[str, int] | None = None) -> Iterator[dict]:
-        """Enumerate the points (dicts of variable values), outer variable first."""
+        """Enumerate the points (dicts of variable values), outer variable first.
+
+        >>> [pt["j"] for pt in Domain([("i", 2, 3), ("j", 0, Affine.var("i"))]).points()]
+        [0, 1]
+        """
         d = self.with_parameters(parameter_values)
         if d.parameters:
             raise ValueError(f"points() needs values for parameters {list(d.parameters)}")

@@ -76,7 +76,14 @@ class DomainTransformation:
         return {v: e.evaluate(point) for v, e in self.old_to_new.items()}
 
     def compose(self, other: "DomainTransformation") -> "DomainTransformation":
-        """``self`` (A -> B) followed by ``other`` (B -> C) gives A -> C."""
+        """``self`` (A -> B) followed by ``other`` (B -> C) gives A -> C.
+
+        >>> d = Domain([("i", 3, 10)])
+        >>> t = DomainTransformation(d, Domain([("j", 0, 7)]), {"i": Affine.var("j") + 3},
+        ...                          {"j": Affine.var("i") - 3})
+        >>> t.compose(t.inverse()).old_to_new
+        {'i': Affine('i')}
+        """
         old_to_new = {v: e.substitute(other.old_to_new) for v, e in self.old_to_new.items()}
         new_to_old = {v: e.substitute(self.new_to_old) for v, e in other.new_to_old.items()}
         return DomainTransformation(self.old, other.new, old_to_new, new_to_old)
