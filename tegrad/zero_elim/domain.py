@@ -76,17 +76,40 @@ def simplify_term(term, params):
     if transformation.is_empty or new.is_empty():
         return None
     mapping = {name: from_affine(transformation.old_to_new[name]) for name in axis_names}
-    new_axes = tight_axes(new)
+    new_axes, single = _drop_single_points(tight_axes(new))
     new_names = {ax.name for ax in new_axes}
     inner_conds = [from_constraint(c) for c in new.variable_conditions
-                   if not _captured_by_bounds(c, new_names)]
+                   if not _captured_by_bounds(c, new_names | set(single))]
     outer_conds = [from_constraint(c) for c in new.parameter_conditions
                    if not _implied_by_ranges(c, params)]
+
+    def rewrite(e):
+        e = substitute(substitute(e, mapping), single) if single else substitute(e, mapping)
+        return simplify(normalize_indices(e))
+
+    inner_conds = [rewrite(c) if single else c for c in inner_conds]
     for c in split.residual:
-        c = simplify(normalize_indices(substitute(c, mapping)))
+        c = rewrite(c)
         (inner_conds if free_var_names(c) & new_names else outer_conds).append(c)
-    value = simplify(normalize_indices(substitute(term.value, mapping)))
+    for c in [c for c in inner_conds if not free_var_names(c) & new_names]:
+        inner_conds.remove(c)
+        outer_conds.append(c)
+    value = rewrite(term.value)
     return tuple(outer_conds), Term(tuple(new_axes), tuple(inner_conds), value)
+
+
+def _drop_single_points(axes):
+    """Axes of extent one are not loops: ``(other axes, {name: its only value})``."""
+    kept, single = [], {}
+    for ax in axes:
+        lo = substitute(ax.lo, single) if single else ax.lo
+        extent = substitute(ax.extent, single) if single else ax.extent
+        if type(simplify(extent)) is Const and simplify(extent).value == 1:
+            single[ax.name] = lo
+        else:
+            kept.append(ax if lo is ax.lo and extent is ax.extent
+                        else IterVar(ax.var, lo, extent, ax.kind))
+    return kept, single
 
 
 def tight_axes(domain):
