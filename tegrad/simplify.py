@@ -66,6 +66,10 @@ def _add(e):
         return b
     if type(b) is Neg:                         # x + -y -> x - y
         return Binary("sub", a, b.a, e.dtype)
+    if type(a) is Select and type(b) is Select and structural_equal(a.cond, b.cond):
+        # (c ? a1 : b1) + (c ? a2 : b2) -> c ? a1 + a2 : b1 + b2
+        return Select(a.cond, Binary("add", a.true_value, b.true_value, e.dtype),
+                      Binary("add", a.false_value, b.false_value, e.dtype), e.dtype)
     return None
 
 

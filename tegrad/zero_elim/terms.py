@@ -22,7 +22,7 @@ from ..expr import (Binary, Cast, Const, IterVar, Neg, Not, Reduce, Select, Var,
                     structural_equal)
 from ..mapper import all_var_names, free_var_names, fresh_name, substitute
 from ..reduction import sum as sum_reducer
-from .affine import conjunction, conjuncts
+from .affine import conjunction, conjuncts, to_constraint
 
 #: terms produced by one product before it is left unexpanded (bounds the blow-up)
 MAX_PRODUCT_TERMS = 64
@@ -178,13 +178,26 @@ def expand(e, taken=()):
 
 
 def merge_terms(terms):
-    """Terms with the same axes and conditions, added into one term each (order kept)."""
+    """Terms over the same axes and affine conditions, added into one term each.
+
+    Conditions that depend on data do not shrink a loop, so terms that differ only in
+    them share one: ``sum_k [d1] v1 + sum_k [d2] v2 == sum_k (d1 ? v1 : 0) + (d2 ? v2 : 0)``.
+    """
     groups = []
     for t in terms:
-        for k, g in enumerate(groups):
-            if structural_equal(g.axes, t.axes) and structural_equal(g.conds, t.conds):
-                groups[k] = Term(g.axes, g.conds, Binary("add", g.value, t.value, g.value.dtype))
+        affine = tuple(c for c in t.conds if to_constraint(c) is not None)
+        value = _guarded(t.value, [c for c in t.conds if to_constraint(c) is None])
+        for k, (axes, conds, total, first) in enumerate(groups):
+            if structural_equal(axes, t.axes) and structural_equal(conds, affine):
+                groups[k] = (axes, conds, Binary("add", total, value, value.dtype), None)
                 break
         else:
-            groups.append(t)
-    return groups
+            groups.append((t.axes, affine, value, t))
+    return [first if first is not None else Term(axes, conds, total)
+            for axes, conds, total, first in groups]
+
+
+def _guarded(value, conds):
+    if not conds:
+        return value
+    return Select(conjunction(conds), value, _zero(value.dtype), value.dtype)
