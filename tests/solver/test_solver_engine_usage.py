@@ -1,11 +1,7 @@
-"""The calls zero elimination makes, end to end, with a (generous) time budget.
+"""The calls zero elimination makes, end to end, on typical gradient domains.
 
-The budget asserted here is on the best of 15 runs and 4x the 10 ms target, so
-that a loaded CI machine does not flake; timings are printed (``pytest -s``).
+Their solve times are measured by ``benchmarks/zero_elimination.py``, not here.
 """
-
-import statistics
-import time
 
 import pytest
 
@@ -45,18 +41,13 @@ def engine_step(domain):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_engine_step_is_fast(name):
+def test_engine_step_solves_every_case(name):
+    old_to_new, bounds, _, _ = engine_step(CASES[name])
     domain = CASES[name]
-    engine_step(domain)  # warm caches (isl context, small integer values)
-    samples = []
-    for _ in range(15):
-        start = time.perf_counter()
-        engine_step(domain)
-        samples.append(time.perf_counter() - start)
-    median_ms = statistics.median(samples) * 1000
-    best_ms = min(samples) * 1000
-    print(f"{name}: median {median_ms:.2f} ms, best {best_ms:.2f} ms")
-    assert best_ms < 40
+    # every old variable is rewritten over the new ones and the parameters
+    assert set(old_to_new) == set(domain.names)
+    for expr in old_to_new.values():
+        assert expr.variables() <= set(bounds) | set(domain.parameters)
 
 
 def test_conv2d_engine_result_shape():
