@@ -80,8 +80,7 @@ def simplify_term(term, params):
     new_names = {ax.name for ax in new_axes}
     inner_conds = [from_constraint(c) for c in new.variable_conditions
                    if not _captured_by_bounds(c, new_names | set(single))]
-    outer_conds = [from_constraint(c) for c in new.parameter_conditions
-                   if not _implied_by_ranges(c, params)]
+    outer_conds = [from_constraint(c) for c in _drop_implied(new.parameter_conditions, params)]
 
     def rewrite(e):
         e = substitute(substitute(e, mapping), single) if single else substitute(e, mapping)
@@ -155,16 +154,27 @@ def _keep(term, split, params):
     return tuple(outer), Term(term.axes, tuple(inner), term.value)
 
 
-def _implied_by_ranges(con, params):
-    """True when the parameters' ranges alone imply the constraint ``con``."""
-    names = sorted(con.variables())
+def _drop_implied(constraints, params):
+    """The constraints without those implied by the parameters' ranges and the others."""
+    kept = list(constraints)
+    for con in list(kept):
+        others = [c for c in kept if c is not con]
+        if _implied(con, others, params):
+            kept.remove(con)
+    return kept
+
+
+def _implied(con, context, params):
+    """True when the parameters' ranges and ``context`` imply the constraint ``con``."""
+    names = set(con.variables())
     if any(n not in params for n in names):
         return False
-    box = [(n, params[n][0], params[n][1]) for n in names]
-    for negation in _negations(con):
-        if not solver.Domain(box, [negation]).is_empty():
-            return False
-    return True
+    context = [c for c in context if c.variables() <= params.keys()]
+    for c in context:
+        names |= c.variables()
+    box = [(n, params[n][0], params[n][1]) for n in sorted(names)]
+    return all(solver.Domain(box, [negation] + list(context)).is_empty()
+               for negation in _negations(con))
 
 
 def _negations(con):

@@ -1,0 +1,209 @@
+"""The passes of zero elimination on hand-written naive gradients, with their costs."""
+import numpy as np
+import pytest
+
+import tegrad as tg
+from tegrad.expr import Reduce, Var
+from tegrad.tensor import ComputeOp, ScatterOp
+from tegrad.zero_elim.domain import simplify_term
+from tegrad.zero_elim.hoist import hoist_invariant_reductions
+from tegrad.zero_elim.program import eliminate_zeros
+from tegrad.zero_elim.terms import expand, merge_terms
+
+F64 = "float64"
+ONE, ZERO = tg.const(1.0, F64), tg.const(0.0, F64)
+RNG = np.random.default_rng(3)
+
+
+def _same_values(a, b, feed):
+    va, vb = tg.evaluate([a, b], feed)
+    np.testing.assert_allclose(va, vb, rtol=1e-12, atol=1e-14)
+
+
+def test_expand_lifts_conditions_and_flattens_nested_sums():
+    x = tg.placeholder((4, 5), dtype=F64, name="x")
+    a, b = Var("a"), Var("b")
+    y = tg.reduce_axis((0, 4), name="y")
+    k = tg.reduce_axis((0, 5), name="k")
+    e = tg.sum(x[y, 0] * tg.sum(tg.if_then_else(tg.all(y == a, k == b), ONE, ZERO) * x[y, k],
+                                axis=k), axis=y)
+    (term,) = expand(e)
+    assert [ax.name for ax in term.axes] == ["y", "k"]
+    assert [str(c) for c in term.conds] == ["y == a", "k == b"]
+    assert str(term.value) == "x[y, 0] * x[y, k]"
+
+
+def test_expand_splits_sums_and_selects_and_drops_zeros():
+    x = tg.placeholder((4,), dtype=F64, name="x")
+    i = Var("i")
+    e = tg.if_then_else(i > 0, x[i] + x[0], ZERO) - x[1] * ZERO + x[2] / 2.0
+    terms = expand(e)
+    assert [str(t) for t in terms] == ["[i > 0] x[i]", "[i > 0] x[0]", "x[2] / 2.0"]
+
+
+def test_expand_renames_axes_that_would_be_captured():
+    x = tg.placeholder((4,), dtype=F64, name="x")
+    k = tg.reduce_axis((0, 4), name="k")
+    # a product of two sums over axes named k: the flattened term needs two axes
+    e = tg.sum(x[k], axis=k) * tg.sum(x[k] * 2.0, axis=k)
+    (term,) = expand(e)
+    assert len({ax.name for ax in term.axes}) == 2
+
+
+def test_merge_terms_shares_loops_that_differ_in_data_conditions_only():
+    x = tg.placeholder((4,), dtype=F64, name="x")
+    k = tg.reduce_axis((0, 4), name="k")
+    e = tg.sum(tg.if_then_else(x[k] > 0.0, x[k], ZERO), axis=k) + \
+        tg.sum(tg.if_then_else(x[k] < -1.0, ONE, ZERO), axis=k)
+    merged = merge_terms(expand(e))
+    assert len(merged) == 1 and len(merged[0].axes) == 1
+
+
+def test_simplify_term_solves_the_matmul_gradient():
+    A, H = tg.placeholder((3, 4), name="A"), tg.placeholder((3, 5), name="H")
+    B = tg.placeholder((4, 5), name="B")
+    a, b = Var("a"), Var("b")
+    y0, y1 = tg.reduce_axis((0, 3), name="y0"), tg.reduce_axis((0, 5), name="y1")
+    k = tg.reduce_axis((0, 4), name="k")
+    e = tg.sum(H[y0, y1] * tg.sum(tg.if_then_else(tg.all(y0 == a, k == b), 1.0, 0.0) * B[k, y1],
+                                  axis=k), axis=[y0, y1])
+    outer, term = simplify_term(expand(e)[0], {"a": (0, 3), "b": (0, 4)})
+    assert outer == ()
+    assert [ax.name for ax in term.axes] == ["y1"] and term.axes[0].extent.value == 5
+    assert str(term.value) == "H[a, y1] * B[b, y1]"
+
+
+def test_simplify_term_keeps_parameter_conditions_outside():
+    x = tg.placeholder((8,), dtype=F64, name="x")
+    y = tg.reduce_axis((0, 4), name="y")
+    p = Var("p")
+    e = tg.sum(tg.if_then_else(y * 2 + 1 == p, x[y], ZERO), axis=y)
+    outer, term = simplify_term(expand(e)[0], {"p": (0, 8)})
+    assert term.axes == () and str(term.value) == "x[(p + 1) // 2 - 1]"
+    assert [str(c) for c in outer] == ["(p + 1) % 2 == 0"]
+
+
+def test_simplify_term_empty_domain_is_zero():
+    x = tg.placeholder((8,), dtype=F64, name="x")
+    y = tg.reduce_axis((0, 4), name="y")
+    p = Var("p")
+    e = tg.sum(tg.if_then_else(tg.all(y * 2 == p, y * 2 == p + 1), x[y], ZERO), axis=y)
+    assert simplify_term(expand(e)[0], {"p": (0, 8)}) is None
+
+
+def _naive_strided_conv_gradient(L=11, K=3, stride=2, dilation=2, pad=1):
+    Hc = tg.placeholder((_out_len(L, K, stride, dilation, pad),), dtype=F64, name="Hc")
+    W = tg.placeholder((K,), dtype=F64, name="W")
+    y = tg.reduce_axis((0, Hc.shape[0]), name="y")
+    r = tg.reduce_axis((0, K), name="r")
+    pos = y * stride + r * dilation - pad
+    dX = tg.compute((L,), lambda p: tg.sum(Hc[y] * tg.sum(tg.if_then_else(
+        tg.all(pos >= 0, pos < L), tg.if_then_else(pos == p, ONE, ZERO) * W[r], ZERO), axis=r),
+        axis=y), name="dX")
+    return dX, Hc, W
+
+
+def _out_len(L, K, stride, dilation, pad):
+    return (L + 2 * pad - dilation * (K - 1) - 1) // stride + 1
+
+
+@pytest.mark.parametrize("stride, dilation, pad", [(1, 1, 1), (2, 1, 1), (2, 2, 1), (3, 2, 0)])
+def test_strided_dilated_convolution_gradient_is_minimal(stride, dilation, pad):
+    L, K = 11, 3
+    dX, Hc, W = _naive_strided_conv_gradient(L, K, stride, dilation, pad)
+    (opt,) = eliminate_zeros([dX])
+    _same_values(dX, opt, {Hc: RNG.standard_normal(Hc.shape), W: RNG.standard_normal(K)})
+    # the hand-written gather visits every (p, r) pair with an integer y in range once;
+    # when the output has fewer points than the input, scattering over (y, r) is cheaper
+    n_out = Hc.shape[0]
+    pairs = sum(1 for p in range(L) for r in range(K)
+                if (p + pad - r * dilation) % stride == 0
+                and 0 <= (p + pad - r * dilation) // stride < n_out)
+    assert tg.cost(opt).iterations == (n_out * K if n_out * K < L else L + pairs)
+    assert tg.cost(dX).iterations > 5 * tg.cost(opt).iterations
+
+
+def test_a_tensor_read_at_two_index_tuples_costs_one_pass():
+    A = tg.placeholder((6, 6), dtype=F64, name="A")
+    H = tg.placeholder((6, 6), dtype=F64, name="H")
+    y = tg.compute((6, 6), lambda i, j: A[i, j] + A[j, i], name="y")
+    res = tg.differentiate(y, [A], head=H)
+    assert tg.cost(res[0]).iterations == 36  # not 36 * 36
+    _same_values(res[0], res.naive[0], {A: RNG.standard_normal((6, 6)),
+                                        H: RNG.standard_normal((6, 6))})
+
+
+def test_data_dependent_read_becomes_a_scatter():
+    X = tg.placeholder((10, 3), dtype=F64, name="X")
+    I = tg.placeholder((7,), dtype="int32", name="I")
+    y = tg.compute((7, 3), lambda i, j: X[I[i], j] * 2.0, name="y")
+    res = tg.differentiate(y, [X])
+    assert isinstance(res[0].op, ScatterOp)
+    assert tg.cost(res[0]).iterations == 21  # the head's size, not 10 * 7 * 3
+    _same_values(res[0], res.naive[0], {X: RNG.standard_normal((10, 3)),
+                                        I: np.array([1, 9, 9, 0, 3, 1, 2], dtype="int32")})
+
+
+def test_hoisting_moves_reductions_over_fewer_axes_into_stages():
+    x = tg.placeholder((3, 4), dtype=F64, name="x")
+    r = tg.reduce_axis((0, 4), name="r")
+    t = tg.compute((3, 4), lambda i, j: x[i, j] / tg.sum(x[i, r], axis=r), name="t")
+    body, stages = hoist_invariant_reductions("t", t.op.axes, t.op.body)
+    assert len(stages) == 1 and stages[0].shape == (3,)
+    assert not isinstance(body, Reduce)
+    # a reduction whose reads are out of bounds for some of its axes' values stays
+    s = tg.compute((3, 4), lambda i, j: tg.if_then_else(
+        i >= 1, tg.sum(x[i - 1, r], axis=r), 0.0), name="s")
+    body, stages = hoist_invariant_reductions("s", s.op.axes, s.op.body)
+    assert stages == []
+
+
+def test_max_pool_gradient_reads_a_tie_count_stage():
+    x = tg.placeholder((1, 2, 8, 8), dtype=F64, name="x")
+    y = tg.nn.max_pool2d(x, 2, stride=2)
+    res = tg.differentiate(y, [x])
+    names = [t.name for t in tg.topological_order([res[0]])]
+    assert "max_pool2d_ties" in names
+    # forward + tie count (same size) + one pass over x: no per-window loop left
+    assert tg.cost(res[0]).iterations == 2 * tg.cost(y).iterations + x.size
+
+
+def test_optimize_false_keeps_the_naive_gradient():
+    A = tg.placeholder((3, 4), dtype=F64, name="A")
+    B = tg.placeholder((4, 2), dtype=F64, name="B")
+    k = tg.reduce_axis((0, 4), name="k")
+    C = tg.compute((3, 2), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
+    naive = tg.differentiate(C, [A], optimize=False)
+    assert naive.naive is None
+    # every (i0, i1) sums over (i, j), and each (i, j) over k
+    assert tg.cost(naive[0]).iterations == 3 * 4 * (1 + 3 * 2 * (1 + 4))
+    optimised = tg.differentiate(C, [A])
+    # dA[i0, i1] = sum_j B[i1, j] does not depend on i0: a stage over i1, read per point
+    assert tg.cost(optimised[0]).iterations == 4 * (1 + 2) + 3 * 4
+
+
+def test_explain_prints_both_versions_with_costs(capsys):
+    A = tg.placeholder((3, 4), dtype=F64, name="A")
+    B = tg.placeholder((4, 2), dtype=F64, name="B")
+    k = tg.reduce_axis((0, 4), name="k")
+    C = tg.compute((3, 2), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
+    text = tg.differentiate(C, [A, B]).explain()
+    assert capsys.readouterr().out.strip() == text.strip()
+    assert text.count("before zero elimination (iterations=") == 2
+    assert "after zero elimination (iterations=24," in text
+    assert "dA_r0[i1] = sum(B[i1, j], j in [0, 2))" in text
+    naive = tg.differentiate(C, [A], optimize=False)[0]
+    assert "after zero elimination" in tg.explain(naive)
+
+
+def test_gradients_are_ordinary_tensors_again_differentiable():
+    x = tg.placeholder((5,), dtype=F64, name="x")
+    k = tg.reduce_axis((0, 5), name="k")
+    loss = tg.compute((), lambda: tg.sum(tg.exp(x[k]) * x[k], axis=k), name="loss")
+    (g,) = tg.differentiate(loss, [x])
+    assert isinstance(g.op, ComputeOp)
+    k2 = tg.reduce_axis((0, 5), name="k2")
+    gsum = tg.compute((), lambda: tg.sum(g[k2], axis=k2), name="gsum")
+    (h,) = tg.differentiate(gsum, [x])
+    v = RNG.standard_normal(5)
+    np.testing.assert_allclose(tg.evaluate(h, {x: v}), np.exp(v) * (v + 2))
