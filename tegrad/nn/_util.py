@@ -20,11 +20,9 @@ from ..errors import DTypeError, ShapeError, TegradError
 from ..expr import Const
 from ..reduction import reduce_axis
 from ..tensor import Tensor
-
-
-def is_int(value):
-    """True for a Python or numpy integer that is not a bool."""
-    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
+from ..validation import check_int as _check_int
+from ..validation import is_int
+from ..validation import normalize_axis as _normalize_axis
 
 
 def check_tensor(x, op, what, ndim=None, float_only=True):
@@ -49,13 +47,7 @@ def check_same_dtype(op, x, other, what):
 
 def check_int(value, op, what, minimum=None):
     """``value`` must be an integer (at least ``minimum``); returns it as an int."""
-    if not is_int(value):
-        raise TegradError(f"{op}: {what} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        kind = {0: "non-negative", 1: "positive"}.get(minimum, f"at least {minimum}")
-        raise TegradError(f"{op}: {what} must be {kind}, got {value}")
-    return value
+    return _check_int(value, f"{op}: {what}", minimum)
 
 
 def check_number(value, op, what):
@@ -78,12 +70,7 @@ def pair(value, op, what, minimum=None):
 
 def normalize_axis(axis, ndim, op, what="axis"):
     """``axis`` in ``[-ndim, ndim)`` as a non-negative position."""
-    if not is_int(axis):
-        raise TegradError(f"{op}: {what} must be an integer, got {axis!r}")
-    if not -ndim <= axis < ndim:
-        raise TegradError(f"{op}: {what} {axis} is out of range for a tensor of {ndim} "
-                          f"dimension(s)")
-    return int(axis) % ndim
+    return _normalize_axis(axis, ndim, f"{op}: {what}")
 
 
 def const(value, dtype):

@@ -14,32 +14,24 @@ becomes ``"sum: axis 3 is out of range ..."``.
 from __future__ import annotations
 
 import functools
-import numbers
 
 import numpy as np
 
-from .. import dtypes as _dt
-from ..errors import DTypeError, ShapeError, TegradError
-from ..expr import Const, Var  # noqa: F401  (Var: used by the doctests)
-from ..mapper import walk
-from ..tensor import ComputeOp, Tensor
+from ..errors import ShapeError, TegradError
+from ..expr import Var  # noqa: F401  (used by the doctests)
+from ..tensor import Tensor
+from ..validation import check_int, is_int, is_number  # noqa: F401  (shared checks)
+from ..validation import normalize_axis as _normalize_axis
 
 
 def operator(fn):
-    """Decorator for public operators: errors name the operator (``"add: ..."``).
-
-    It also checks the integer constants of the stage it returns (see
-    :func:`check_constants`).
-    """
+    """Decorator for public operators: errors name the operator (``"add: ..."``)."""
     name = fn.__name__
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            out = fn(*args, **kwargs)
-            for t in out if isinstance(out, list) else [out]:
-                check_constants(t)
-            return out
+            return fn(*args, **kwargs)
         except TegradError as err:
             message = str(err)
             if message.startswith(f"{name}:"):
@@ -53,49 +45,11 @@ def operator(fn):
     return wrapper
 
 
-def check_constants(t):
-    """Integer constants in the body of ``t``'s stage must fit their dtype.
-
-    The core language accepts ``Const(2**40, "int32")`` and only fails in numpy at
-    evaluation, so a number given to an operator (``add(x_int32, 2**40)``) is checked
-    here, where the error can still name the operator.
-    """
-    if not isinstance(getattr(t, "op", None), ComputeOp):
-        return
-    for node in walk(t.op.body):
-        if type(node) is Const and _dt.is_int(node.dtype):
-            lo, hi = _dt.min_value(node.dtype), _dt.max_value(node.dtype)
-            if not lo <= node.value <= hi:
-                raise DTypeError(f"the integer {node.value} does not fit the dtype "
-                                 f"{node.dtype} ({lo} to {hi}) of stage {t.name!r}")
-
-
-def is_int(value):
-    """True for a Python or numpy integer that is not a bool."""
-    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
-
-
-def is_number(value):
-    """True for a Python or numpy real number or bool (an operand, not a tensor)."""
-    return isinstance(value, (numbers.Real, np.number, np.bool_))
-
-
 def check_tensor(x, what="x"):
     """``x`` must be a Tensor; returns it."""
     if not isinstance(x, Tensor):
         raise TegradError(f"{what} must be a tegrad Tensor, got {type(x).__name__} {x!r}")
     return x
-
-
-def check_int(value, what, minimum=None):
-    """``value`` must be an integer (at least ``minimum``); returns it as an int."""
-    if not is_int(value):
-        raise TegradError(f"{what} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        kind = {0: "non-negative", 1: "positive"}.get(minimum, f"at least {minimum}")
-        raise TegradError(f"{what} must be {kind}, got {value}")
-    return value
 
 
 def int_list(values, what):
@@ -124,13 +78,8 @@ def normalize_axis(axis, x, extra=0, what="axis"):
     The valid range is ``[-ndim - extra, ndim + extra)``; ``extra=1`` is for operators
     that insert a new axis (``expand_dims``, ``one_hot``).
     """
-    ndim = x.ndim + extra
-    if not is_int(axis):
-        raise TegradError(f"{what} must be an integer, got {axis!r}")
-    if not -ndim <= axis < ndim:
-        raise ShapeError(f"{what} {axis} is out of range for tensor {x.name!r} of shape "
-                         f"{x.shape} (valid: {-ndim} to {ndim - 1})")
-    return int(axis) % ndim
+    return _normalize_axis(axis, x.ndim + extra, what,
+                           f"tensor {x.name!r} of shape {x.shape}")
 
 
 def normalize_axes(axis, x, what="axis"):

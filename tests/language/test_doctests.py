@@ -5,6 +5,10 @@ import importlib
 import pytest
 
 MODULES = ["tegrad", "tegrad.api", "tegrad.dtypes", "tegrad.expr", "tegrad.evaluator",
+           "tegrad.validation", "tegrad.simplify", "tegrad.rewrite", "tegrad.cost",
+           "tegrad.zero_elim.affine", "tegrad.zero_elim.terms", "tegrad.zero_elim.domain",
+           "tegrad.zero_elim.indices", "tegrad.zero_elim.intervals", "tegrad.zero_elim.hoist",
+           "tegrad.zero_elim.program", "tegrad.zero_elim.explain",
            "tegrad.graph", "tegrad.intrinsics", "tegrad.mapper", "tegrad.printer",
            "tegrad.reduction", "tegrad.tensor"]
 
