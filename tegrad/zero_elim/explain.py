@@ -6,8 +6,9 @@
 >>> k = tg.reduce_axis((0, 4), name="k")
 >>> C = tg.compute((3, 2), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
 >>> text = tg.explain(tg.differentiate(C, [A], optimize=False)[0])
->>> print(text.splitlines()[-1].strip())
-dA[i0, i1] = sum(B[i1, j], j in [0, 2))
+>>> print("\n".join(line.strip() for line in text.splitlines()[-2:]))
+dA_r0[i1] = sum(B[i1, j], j in [0, 2))
+dA[i0, i1] = dA_r0[i1]
 """
 from __future__ import annotations
 
