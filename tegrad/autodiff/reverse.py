@@ -32,6 +32,7 @@ from .jacobian import stage_contribution
 from .reduce_rules import shared_statistics
 from .names import fresh_names, make_compute, names_in
 from .result import DifferentiationResult
+from ..zero_elim.program import eliminate_zeros
 
 
 def _check_output(output):
@@ -260,11 +261,12 @@ def differentiate(output, inputs=None, head=None, manual=None, optimize=True):
     return naive.optimized() if optimize else naive
 
 
-def jacobian(output, input):
+def jacobian(output, input, optimize=True):
     """The full Jacobian ``J[y..., x...] = d output[y] / d input[x]``.
 
     Its shape is ``output.shape + input.shape``; it is built explicitly only here
-    (``differentiate`` computes vector-Jacobian products).
+    (``differentiate`` computes vector-Jacobian products). With ``optimize`` (the
+    default) it is zero-eliminated like a gradient.
 
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((2,), dtype="float64", name="x")
@@ -294,6 +296,8 @@ def jacobian(output, input):
     grad = adjoints.get(id(mapping.get(id(input), input)))
     if grad is None:
         grad = _zeros(input, output.shape, f"J{input.name}")
+    if optimize:
+        (grad,) = eliminate_zeros([grad], keep=topological_order([out2]))
     return grad
 
 
