@@ -11,7 +11,7 @@
 from . import dtypes
 from .api import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor, floordiv,
                   floormod, if_then_else, log, max_value, min_value, power, round, sigmoid,
-                  sign, sin, sqrt, tanh, trunc)
+                  sign, sin, sqrt, stop_gradient, tanh, trunc)
 from .errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
                      OutOfBoundsError, ScopeError, ShapeError, TegradError)
 from .evaluator import evaluate

@@ -10,7 +10,7 @@ from .errors import TegradError
 
 __all__ = ["const", "cast", "if_then_else", "all", "any", "floordiv", "floormod", "exp",
            "log", "sqrt", "tanh", "sigmoid", "power", "abs", "sign", "floor", "ceil", "round",
-           "trunc", "sin", "cos", "erf", "max_value", "min_value", "call"]
+           "trunc", "sin", "cos", "erf", "max_value", "min_value", "call", "stop_gradient"]
 
 
 def const(value, dtype=None):
@@ -92,6 +92,15 @@ trunc = _unary("trunc", "Integer value toward zero.")
 sin = _unary("sin", "Sine.")
 cos = _unary("cos", "Cosine.")
 erf = _unary("erf", "The error function.")
+
+
+def stop_gradient(x):
+    """``x`` itself, with derivative zero (like JAX's ``lax.stop_gradient``).
+
+    For a term a function's value does not depend on: ``softmax`` subtracts the row
+    maximum through it, so its gradient does not flow back through the maximum.
+    """
+    return call("stop_gradient", x)
 
 
 def power(a, b):

@@ -124,4 +124,9 @@ register_derivative("ceil", None)
 register_intrinsic("round", 1, np.round, piecewise_constant=True)
 register_derivative("round", None)
 register_intrinsic("trunc", 1, np.trunc, piecewise_constant=True)
+# identity whose derivative is zero: for terms the value does not depend on, such as the
+# maximum subtracted inside a softmax for stability
+register_intrinsic("stop_gradient", 1, lambda x: x, domain="number")
 register_derivative("trunc", None)
+
+register_derivative("stop_gradient", None)

@@ -147,9 +147,18 @@ class _Reverse:
             prefix, xs = vs[:n_pre], vs[n_pre:]
             total = ZERO
             for c in consumers:
+                if self._adjoint_is_zero(c):
+                    continue
                 total = add(total, self._contribution(c, t, prefix, xs, taken | set(names)))
             return Const(0, t.dtype) if total is ZERO else total
         return make_compute(f"d{t.name}", shape, names, body)
+
+    def _adjoint_is_zero(self, c):
+        """The adjoint of consumer ``c`` is identically zero (e.g. behind stop_gradient)."""
+        if c is self.output or id(c) not in self.adjoints:
+            return False
+        op = self.adjoints[id(c)].op
+        return isinstance(op, ComputeOp) and type(op.body) is Const and op.body.value == 0
 
     def _contribution(self, c, t, prefix, xs, reserved):
         key = (self.originals.get(id(c), c), self.originals.get(id(t), t))

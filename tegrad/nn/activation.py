@@ -11,7 +11,7 @@ softmaxes reduce along one axis in two stages (the maximum, then the sum of
 """
 from __future__ import annotations
 
-from ..api import exp, if_then_else, log
+from ..api import exp, if_then_else, log, stop_gradient
 from ..reduction import max as _max
 from ..reduction import reduce_axis
 from ..reduction import sum as _sum
@@ -62,8 +62,9 @@ def logsumexp_parts(x, axis, op):
         return idx[:axis] + (k,) + idx[axis:]
 
     def row_max(*idx):
+        # log(sum_k exp(x_k - m)) + m does not depend on m: no gradient flows through it
         k = reduce_axis((0, extent), name="rmax")
-        return _max(x[full(idx, k)], axis=k)
+        return stop_gradient(_max(x[full(idx, k)], axis=k))
 
     m = compute(shape, row_max, name=f"{op}_max")
 

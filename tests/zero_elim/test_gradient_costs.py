@@ -1106,10 +1106,6 @@ _entry("mse_loss/nchw")(functools.partial(_pair_loss, nn.mse_loss, (2, 3, 5, 5))
 # known non-minimal gradients: "key:input" -> what is not minimal (optimised/hand/forward)
 # ---------------------------------------------------------------------------------------
 
-_SOFTMAX_MAX = (
-    "differentiates through the stabilising max, whose contribution cancels "
-    "(softmax is shift-invariant): a tie-count stage {ties} and a second reduction over "
-    "the rows in {dmax} ({extra} iterations) that a hand-written gradient does not have")
 _INLINE_STAGE = (
     "{stage} materialises an elementwise value ({what}, {points} points): the adjoint of "
     "the forward's hoisted reduction, which the gather could compute inline")
@@ -1126,24 +1122,6 @@ XFAIL = {
     "dropout/hash:x": (
         "240 / 120 / 240: the gradient reads the forward's dropout_mask stage (X = 120 "
         "points) where the keep bit can be recomputed inline from the seed and index"),
-    "softmax/last_axis:x": "1404 / 804 / 600: " + _SOFTMAX_MAX.format(
-        ties="softmax_max_ties (204)", dmax="dsoftmax_max (396)", extra=600),
-    "softmax/axis0:x": "900 / 516 / 384: " + _SOFTMAX_MAX.format(
-        ties="softmax_max_ties (132)", dmax="dsoftmax_max (252)", extra=384),
-    "log_softmax/last_axis:x": "1404 / 804 / 600: " + _SOFTMAX_MAX.format(
-        ties="log_softmax_max_ties (204)", dmax="dlog_softmax_max (396)", extra=600),
-    "log_softmax/axis0:x": "900 / 516 / 384: " + _SOFTMAX_MAX.format(
-        ties="log_softmax_max_ties (132)", dmax="dlog_softmax_max (252)", extra=384),
-    "softmax_cross_entropy/batch16_classes10:logits": (
-        "897 / 512 / 369: " + _SOFTMAX_MAX.format(
-            ties="softmax_cross_entropy_max_ties (176)",
-            dmax="dsoftmax_cross_entropy_max (176)", extra=352)
-        + "; also the label term is a scatter (16) beside the gather, plus small stages"),
-    "softmax_cross_entropy/batch4_classes64:logits": (
-        "1305 / 776 / 525: " + _SOFTMAX_MAX.format(
-            ties="softmax_cross_entropy_max_ties (260)",
-            dmax="dsoftmax_cross_entropy_max (260)", extra=520)
-        + "; also the label term is a scatter (4) beside the gather, plus small stages"),
     "variance/axis1:x": (
         "624 / 400 / 416: differentiates through variance_mean, whose contribution "
         "sum_k 2 (x_k - mean) / n * (-1/n) cancels: dvariance_mean_r0 (208) and "
