@@ -142,7 +142,6 @@ def prod_rule(fd, e):
     df, di = _tangents(fd, e)
     if df is ZERO and di is ZERO:
         return ZERO
-    y = _value(fd, e)
     dtype = e.dtype
     zero, one = Const(0, dtype), Const(1, dtype)
     zeros = _stage_statistic(fd, e, "zeros", lambda f, v: _indicator(compare("eq", f, zero),
@@ -150,6 +149,8 @@ def prod_rule(fd, e):
     nonzero = _stage_statistic(fd, e, "nonzero_prod",
                                lambda f, v: select(compare("eq", f, zero), one, f), PROD)
     init = one if e.init is None else e.init
+    # without zero factors the product is init * P: no need to read the forward stage
+    y = nonzero if e.init is None else init * nonzero
     out = ZERO
     if df is not ZERO:
         partial = select(compare("eq", zeros, zero), y / e.source,

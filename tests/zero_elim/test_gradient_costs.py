@@ -1144,14 +1144,6 @@ XFAIL = {
     "l2_normalize/all:x": (
         "482 / 362 / 241: dl2_normalize_sum sums over x twice (241 = 1 + 2X), once per "
         "branch of max(s, eps), instead of one sum scaled by the branch's factor"),
-    "prod/axis1:x": (
-        "816 / 608 / 208 (also above 3x the forward): the gradient reads the forward "
-        "product prod (208) beside prod_zeros and prod_nonzero_prod, although "
-        "prod == prod_nonzero_prod wherever it is used (no zero factor)"),
-    "prod/all:x": (
-        "483 / 362 / 121 (also above 3x the forward): the gradient reads the forward "
-        "product prod (121) beside prod_zeros and prod_nonzero_prod, although "
-        "prod == prod_nonzero_prod wherever it is used"),
     "max_pool2d/overlap_pad:x": "3828 / 3828 / 1164: " + _THREE_TIMES.format(
         form="gather 2(P + V) + X + V",
         why="max and tie count 2(P + V) plus a gather over X + V exceed 3(P + V) when "
