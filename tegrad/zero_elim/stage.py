@@ -17,7 +17,7 @@ from ..expr import Binary, Compare, Const, IterVar, Select, Var
 from ..mapper import free_var_names, substitute
 from ..simplify import simplify
 from ..tensor import ComputeOp, ScatterOp, Tensor
-from .affine import conjunction, to_affine
+from .affine import conjunction, to_affine, to_constraint
 from .domain import parameter_ranges, simplify_term
 from .hoist import hoist_invariant_reductions
 from .indices import normalize_indices
@@ -65,7 +65,12 @@ def _gather_body(gathers, dtype):
     """``sum over groups of (outer ? sum_axes[inner] value : 0)``, equal domains merged."""
     groups = []
     for outer, term in gathers:
-        wrapped = Term(term.axes, term.conds, term.value)
+        # data-dependent conditions do not shrink loops: terms differing only in them
+        # can share one (merge_terms), so only affine conditions separate groups
+        affine = tuple(c for c in outer if to_constraint(c) is not None)
+        data = tuple(c for c in outer if to_constraint(c) is None)
+        wrapped = Term(term.axes, term.conds + data, term.value)
+        outer = affine
         for g in groups:
             if bool(_conds_key(g[0]) == _conds_key(outer)):
                 g[1].append(wrapped)

@@ -42,14 +42,20 @@ class Term:
         return f"{axes}{cond}{self.value}"
 
     def to_expr(self):
-        """The term as a tegrad expression (a Reduce when it has axes)."""
+        """The term as a tegrad expression (a Reduce when it has axes).
+
+        Conditions on the axes become the reduction's ``where``; the others guard it.
+        """
         value = self.value
-        cond = conjunction(self.conds) if self.conds else None
+        names = {ax.name for ax in self.axes}
+        inner = [c for c in self.conds if free_var_names(c) & names]
+        outer = [c for c in self.conds if not free_var_names(c) & names]
         if self.axes:
-            return Reduce(sum_reducer, value, self.axes, cond, None, value.dtype)
-        if cond is None:
+            where = conjunction(inner) if inner else None
+            value = Reduce(sum_reducer, value, self.axes, where, None, value.dtype)
+        if not outer:
             return value
-        return Select(cond, value, _zero(value.dtype), value.dtype)
+        return Select(conjunction(outer), value, _zero(value.dtype), value.dtype)
 
 
 def _zero(dtype):

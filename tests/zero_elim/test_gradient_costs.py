@@ -1137,13 +1137,6 @@ XFAIL = {
         "1600 / 1312 / 784: dbatch_norm_mean has a second reduction over x (256 points), "
         "the path through the mean inside the variance, which cancels; plus four "
         "per-channel division stages (32)"),
-    "l2_normalize/axis1:x": (
-        "792 / 600 / 396: dl2_normalize_sum sums over the row twice (396 = M + 2X), once "
-        "per branch of max(s, eps) (s > eps, and the tie s == eps with weight 1/2), "
-        "instead of one sum scaled by the branch's factor"),
-    "l2_normalize/all:x": (
-        "482 / 362 / 241: dl2_normalize_sum sums over x twice (241 = 1 + 2X), once per "
-        "branch of max(s, eps), instead of one sum scaled by the branch's factor"),
     "max_pool2d/overlap_pad:x": "3828 / 3828 / 1164: " + _THREE_TIMES.format(
         form="gather 2(P + V) + X + V",
         why="max and tie count 2(P + V) plus a gather over X + V exceed 3(P + V) when "
