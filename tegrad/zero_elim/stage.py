@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..expr import Binary, Compare, Const, IterVar, Select, Var
 from ..mapper import free_var_names, substitute
 from ..simplify import simplify
+from ..cost import stage_cost
 from ..tensor import ComputeOp, ScatterOp, Tensor
 from .affine import conjunction, to_affine, to_constraint
 from .domain import parameter_ranges, simplify_term
@@ -37,13 +38,14 @@ def optimize_stage(t):
     axis_names = [ax.name for ax in op.axes]
     gathers, scatters = [], []
     for term in expand(op.body, taken=axis_names):
-        pinned = _scatter_index(term, axis_names, t.size)
-        if pinned:
+        pinned, must = _scatter_index(term, axis_names, t.size)
+        if must:
             scatters.append((term, pinned))
             continue
         simplified = simplify_term(term, params)
         if simplified is not None:
-            gathers.append(simplified)
+            gathers.append((simplified, term, pinned if pinned and _sparse(term) else None))
+    gathers = _scatter_lone_sparse_terms(t, gathers, scatters)
     body = _gather_body(gathers, t.dtype)
     body, _ = hoist_invariant_reductions(op.name, op.axes, body)
     if not scatters:
@@ -94,18 +96,19 @@ def _conds_key(conds):
 
 
 def _scatter_index(term, axis_names, size):
-    """``{output axis: expression}`` when the term is cheaper as a scatter, else None.
+    """``(pinned, must)``: output axes pinned by the term, and whether it must scatter.
 
-    Output axes are pinned by equalities ``v == e`` with ``e`` over the term's axes. A
-    term scatters when some ``e`` is data-dependent (a read: a gather would scan the
-    term's domain for every output point), or when every output axis is pinned and the
-    term's domain is smaller than the output (a strided slice: the gather would visit
-    every output point to find the few that receive a value).
+    Output axes are pinned by equalities ``v == e`` with ``e`` over the term's axes;
+    ``pinned`` is None unless every output axis is pinned or one ``e`` depends on data.
+    A term must scatter when some ``e`` is data-dependent (a read: a gather would scan
+    the term's domain for every output point), or when it is fully pinned and its domain
+    is smaller than the output (a strided slice: a gather would visit every output point
+    to find the few that receive a value).
     """
     axes = {ax.name for ax in term.axes}
     if not axes or any(type(ax.lo) is not Const or type(ax.extent) is not Const
                        for ax in term.axes):
-        return None
+        return None, False
     pinned, data = {}, False
     for c in term.conds:
         if type(c) is not Compare or c.op != "eq":
@@ -119,13 +122,55 @@ def _scatter_index(term, axis_names, size):
                 data |= to_affine(other) is None
                 break
     if data:
-        return pinned
+        return pinned, True
+    if len(pinned) != len(axis_names):
+        return None, False
     box = 1
     for ax in term.axes:
         box *= ax.extent.value
-    if len(pinned) == len(axis_names) and box < size:
-        return pinned
-    return None
+    return pinned, box < size
+
+
+def _merge_key(outer, term):
+    """Gathers with equal keys share one loop (see :func:`_gather_body`)."""
+    affine = tuple(c for c in outer if to_constraint(c) is not None)
+    conds = tuple(c for c in term.conds if to_constraint(c) is not None)
+    return _conds_key(affine), term.axes, _conds_key(conds)
+
+
+def _scatter_lone_sparse_terms(t, gathers, scatters):
+    """Move sparse terms that share no loop, and scatter cheaper, to ``scatters``."""
+    keys = [_merge_key(*g[0]) for g in gathers]
+    kept = []
+    for key, (simplified, term, pinned) in zip(keys, gathers):
+        alone = sum(1 for k in keys if bool(k == key)) == 1
+        if pinned and alone and _cheaper_as_scatter(t, term, pinned, simplified):
+            scatters.append((term, pinned))
+        else:
+            kept.append(simplified)
+    return kept
+
+
+def _sparse(term):
+    """The term is selected by a data-dependent condition on its own axes."""
+    names = {ax.name for ax in term.axes}
+    return any(to_constraint(c) is None and free_var_names(c) & names for c in term.conds)
+
+
+def _cheaper_as_scatter(t, term, pinned, simplified):
+    """A sparse fully pinned term: its scatter visits fewer points than its gather.
+
+    A gather visits every output point and, for each, the term points mapped to it; the
+    scatter visits the term points once (the max-pool gradient over overlapping windows).
+    """
+    op = t.op
+    outer, gathered = simplified
+    body = gathered.to_expr()
+    if outer:
+        body = Select(conjunction(outer), body, _zero(t.dtype), t.dtype)
+    gather = Tensor(ComputeOp(op.name, op.axes, body), t.shape, t.dtype, op.name)
+    scatter = _scatter_stage(op.name, t, op.axes, term, pinned, None)
+    return stage_cost(scatter).iterations < stage_cost(gather).iterations
 
 
 def _scatter_stage(name, t, out_axes, term, pinned, init):

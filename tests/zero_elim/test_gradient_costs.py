@@ -1137,14 +1137,6 @@ XFAIL = {
         "1600 / 1312 / 784: dbatch_norm_mean has a second reduction over x (256 points), "
         "the path through the mean inside the variance, which cancels; plus four "
         "per-channel division stages (32)"),
-    "max_pool2d/overlap_pad:x": "3828 / 3828 / 1164: " + _THREE_TIMES.format(
-        form="gather 2(P + V) + X + V",
-        why="max and tie count 2(P + V) plus a gather over X + V exceed 3(P + V) when "
-            "X > P (X = 486, P = 150); a scatter over the window taps (V points, zero "
-            "initial value free) would cost 2P + 3V <= 3(P + V)"),
-    "max_pool2d/dilation2:x": "2988 / 2988 / 960: " + _THREE_TIMES.format(
-        form="gather 2(P + V) + X + V",
-        why="X = 300 > P = 192; a scatter over the window taps would cost 2P + 3V"),
     "upsampling/bilinear2:x": "536 / 544 / 160: " + _THREE_TIMES.format(
         form="gather X + V (a little below it)",
         why="the forward reads its 2x2 taps without a loop (Y = 160 points) while a "
