@@ -5,7 +5,9 @@ simplified (:mod:`.domain`); terms that end on the same domain are added back in
 sum; a term whose output index is fixed only by data (``I[b] == v``: a gradient of a
 data-dependent read) becomes a scatter-accumulate over its own domain instead of a
 gather that would scan that domain for every output element; so does a term that
-writes a small part of the output (the gradient of a strided slice).
+writes a small part of the output (the gradient of a strided slice), and a term selected
+by data on its own axes that shares no loop, when its scatter visits fewer points (the
+max-pool gradient over overlapping windows).
 
 Reductions that depend on only some of the stage's axes then move into stages of their
 own (:mod:`.hoist`). The result computes the same values as the stage:
@@ -15,8 +17,8 @@ from __future__ import annotations
 
 from ..expr import Binary, Compare, Const, IterVar, Select, Var
 from ..mapper import free_var_names, substitute
-from ..simplify import simplify
 from ..cost import stage_cost
+from ..simplify import simplify
 from ..tensor import ComputeOp, ScatterOp, Tensor
 from .affine import conjunction, to_affine, to_constraint
 from .domain import parameter_ranges, simplify_term
@@ -69,10 +71,8 @@ def _gather_body(gathers, dtype):
     for outer, term in gathers:
         # data-dependent conditions do not shrink loops: terms differing only in them
         # can share one (merge_terms), so only affine conditions separate groups
-        affine = tuple(c for c in outer if to_constraint(c) is not None)
-        data = tuple(c for c in outer if to_constraint(c) is None)
+        outer, data = _split_affine(outer)
         wrapped = Term(term.axes, term.conds + data, term.value)
-        outer = affine
         for g in groups:
             if bool(_conds_key(g[0]) == _conds_key(outer)):
                 g[1].append(wrapped)
@@ -93,6 +93,12 @@ def _gather_body(gathers, dtype):
 
 def _conds_key(conds):
     return tuple(sorted(conds, key=str))
+
+
+def _split_affine(conds):
+    """``(affine conditions, data-dependent conditions)``."""
+    return (tuple(c for c in conds if to_constraint(c) is not None),
+            tuple(c for c in conds if to_constraint(c) is None))
 
 
 def _scatter_index(term, axis_names, size):
@@ -133,9 +139,8 @@ def _scatter_index(term, axis_names, size):
 
 def _merge_key(outer, term):
     """Gathers with equal keys share one loop (see :func:`_gather_body`)."""
-    affine = tuple(c for c in outer if to_constraint(c) is not None)
-    conds = tuple(c for c in term.conds if to_constraint(c) is not None)
-    return _conds_key(affine), term.axes, _conds_key(conds)
+    return (_conds_key(_split_affine(outer)[0]), term.axes,
+            _conds_key(_split_affine(term.conds)[0]))
 
 
 def _scatter_lone_sparse_terms(t, gathers, scatters):
