@@ -144,7 +144,8 @@ def stage_cost(t):
 
 def cost(tensors):
     """Exact counts for all stages needed to compute ``tensors`` (see module docstring)."""
-    outputs = [tensors] if not isinstance(tensors, (list, tuple)) else list(tensors)
+    from .tensor import Tensor
+    outputs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     wanted = {id(t) for t in outputs}
     total = Cost(0, 0, 0)
     for t in topological_order(outputs):
