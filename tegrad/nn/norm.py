@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from ..api import power, sqrt
+from ..api import power, sqrt, stop_gradient
 from ..errors import TegradError
 from ..reduction import max as _max
 from ..reduction import reduce_axis
@@ -42,9 +42,15 @@ def _batch_moments(x, axis, op):
     mean = compute((x.shape[axis],), mean_body, name=f"{op}_mean")
 
     def var_body(c):
+        # mean((x - k)^2) - (mean - k)^2 is the variance for every constant k; with
+        # k = stop_gradient(mean) the value is the two-pass one and every derivative is
+        # exact, but the gradient skips the path through the mean inside the sum (it
+        # cancels: sum(x - mean) == 0)
         axes = reduce_axes([x.shape[d] for d in others], "rb")
-        dev = x[_spread([axis], (c,), others, axes)] - mean[c]
-        return _sum(dev * dev, axis=axes) / count
+        centre = stop_gradient(mean[c])
+        dev = x[_spread([axis], (c,), others, axes)] - centre
+        shift = mean[c] - centre
+        return _sum(dev * dev, axis=axes) / count - shift * shift
 
     var = compute((x.shape[axis],), var_body, name=f"{op}_var")
     return mean, var

@@ -15,6 +15,7 @@ from __future__ import annotations
 from .. import dtypes as _dt
 from .. import reduction as _red
 from ..errors import DTypeError, TegradError
+from ..api import stop_gradient
 from ..expr import Const, cast as _cast_expr, compare
 from ..reduction import reduce_axis
 from ..tensor import compute
@@ -120,6 +121,11 @@ def variance(x, axis=None, keepdims=False, unbiased=False):
     dimensions, as in Relay), ``n`` the number of reduced elements and ``ddof`` 1 when
     ``unbiased`` else 0 (numpy's ``var`` default). Integer tensors give float64, like
     numpy.
+
+    It is computed as ``(sum((x - c)**2) - n * (m - c)**2) / (n - ddof)`` with
+    ``c = stop_gradient(m)``: the same value (the second term is exactly 0), and, since
+    the identity holds for every constant ``c``, the same derivatives of every order,
+    but the gradient does not flow back through the mean inside the sum (it cancels).
     """
     check_tensor(x)
     axes = normalize_axes(axis, x)
@@ -135,9 +141,12 @@ def variance(x, axis=None, keepdims=False, unbiased=False):
 
     def body(read, raxes):
         at_mean = tuple(0 if d in axes else i for d, i in enumerate(read))
-        dev = to_float(x[read]) - m[at_mean]
+        centre = stop_gradient(m[at_mean])
+        dev = to_float(x[read]) - centre
         element = dev * dev / Const(n, dtype)
-        return _red.sum(element, axis=raxes) if raxes else element
+        total = _red.sum(element, axis=raxes) if raxes else element
+        shift = m[at_mean] - centre
+        return total - shift * shift * Const(_count(x, axes) / n, dtype)
 
     return reduce_stage(x, axes, keepdims, "variance", body)
 

@@ -29,7 +29,8 @@ Counting conventions of the hand-derived costs (those of :mod:`tegrad.cost`):
   operation, which a hand-written gradient computes once per element (LRN's ratio
   buffer), and forward stages the gradient reads (a dropout's saved mask);
 - contributions that cancel identically are not written (the gradient through the
-  stabilising max of a softmax, through the mean inside a variance).
+  stabilising max of a softmax, through the mean inside a variance); the library keeps
+  them out with ``stop_gradient`` where that leaves every derivative exact.
 
 Placeholders are free. ``X`` is the number of elements of the differentiated input,
 ``Y`` of the output, ``M`` of the output of a reduction; ``V`` counts the pairs (output
@@ -1115,21 +1116,6 @@ _THREE_TIMES = (
 
 XFAIL = {
     # optimised / hand-derived / forward iterations in each reason
-    "variance/axis1:x": (
-        "624 / 400 / 416: differentiates through variance_mean, whose contribution "
-        "sum_k 2 (x_k - mean) / n * (-1/n) cancels: dvariance_mean_r0 (208) and "
-        "dvariance_mean (16)"),
-    "variance/all_unbiased:x": (
-        "363 / 241 / 242: differentiates through variance_mean, whose contribution "
-        "cancels: dvariance_mean_r0 (121) and dvariance_mean (1)"),
-    "batch_norm/train_nchw:x": (
-        "2616 / 2172 / 1302: dbatch_norm_mean has a second reduction over x (432 points), "
-        "the path through the mean inside the variance, which cancels "
-        "(sum_k (x_k - mean) = 0); plus four per-channel division stages (12)"),
-    "batch_norm/train_features:x": (
-        "1600 / 1312 / 784: dbatch_norm_mean has a second reduction over x (256 points), "
-        "the path through the mean inside the variance, which cancels; plus four "
-        "per-channel division stages (32)"),
     "upsampling/bilinear2:x": "536 / 544 / 160: " + _THREE_TIMES.format(
         form="gather X + V (a little below it)",
         why="the forward reads its 2x2 taps without a loop (Y = 160 points) while a "

@@ -216,3 +216,19 @@ def test_jacobian_is_zero_eliminated_too():
     naive = tg.jacobian(y, x, optimize=False)
     _same_values(J, naive, {x: RNG.standard_normal(5)})
     assert tg.cost(J).iterations <= 2 * 5  # two nonzeros per row, not 5 * 5 * 5
+
+
+@pytest.mark.parametrize("build", [
+    lambda x: tg.ops.variance(x, axis=1),
+    lambda x: tg.ops.variance(x, axis=None, unbiased=True),
+    lambda x: tg.nn.batch_norm(x, None, None)[0],
+    lambda x: tg.nn.softmax(x, axis=1),
+], ids=["variance", "variance_unbiased", "batch_norm", "softmax"])
+def test_stop_gradient_centring_keeps_second_derivatives_exact(build):
+    # the gradient skips the paths that cancel; its own derivative must still be exact
+    x = tg.placeholder((4, 3), dtype=F64, name="x")
+    out = build(x)
+    head = tg.placeholder(out.shape, dtype=F64, name="head")
+    (g,) = tg.differentiate(out, [x], head=head)
+    feed = {x: RNG.standard_normal((4, 3)), head: RNG.standard_normal(out.shape)}
+    assert tg.testing.check_grad(g, [x], feed=feed, head="random", rng=2) < 1e-6
