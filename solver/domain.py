@@ -181,8 +181,12 @@ class Domain:
         """Tightest bounds of each variable; see :func:`variable_bounds`."""
         return variable_bounds(self)
 
-    def points(self, parameter_values: Mapping[str, int] | None = None) -> Iterator[dict]:
+    def points(self, parameter_values: Mapping[str, int] | None = None,
+               tight: bool = True) -> Iterator[dict]:
         """Enumerate the points (dicts of variable values), outer variable first.
+
+        With ``tight=False`` each variable scans its declared range and every condition
+        is tested: slower, and independent of the bounds computation (a test oracle).
 
         >>> [pt["j"] for pt in Domain([("i", 2, 3), ("j", 0, Affine.var("i"))]).points()]
         [0, 1]
@@ -192,10 +196,13 @@ class Domain:
             raise ValueError(f"points() needs values for parameters {list(d.parameters)}")
         if d.is_trivially_empty:
             return iter(())
-        try:
-            bounds = variable_bounds(d)
-        except InfeasibleError:
-            return iter(())
+        if tight:
+            try:
+                bounds = variable_bounds(d)
+            except InfeasibleError:
+                return iter(())
+        else:
+            bounds = {v: Bounds((lo,), (hi,)) for v, lo, hi in d.variables}
         names = d.names
         for v in names:
             if not bounds[v].is_bounded:

@@ -88,14 +88,16 @@ class DomainTransformation:
         new_to_old = {v: e.substitute(self.new_to_old) for v, e in other.new_to_old.items()}
         return DomainTransformation(self.old, other.new, old_to_new, new_to_old)
 
-    def check_bijection(self, parameter_values: Mapping[str, int] | None = None) -> int:
+    def check_bijection(self, parameter_values: Mapping[str, int] | None = None,
+                        tight: bool = True) -> int:
         """Verify by enumeration that the maps are inverse bijections between the points.
 
-        For small domains (tests, debugging).  Returns the number of points;
-        raises AssertionError describing the first mismatch.
+        For small domains (tests, debugging); ``tight=False`` enumerates the old domain
+        over its declared ranges (see :meth:`Domain.points`). Returns the number of
+        points; raises AssertionError describing the first mismatch.
         """
         params = dict(parameter_values or {})
-        old_points = list(self.old.points(params))
+        old_points = list(self.old.points(params, tight=tight))
         new_points = list(self.new.points(params))
         seen = set()
         for pt in old_points:
