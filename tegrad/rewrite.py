@@ -33,32 +33,52 @@ def _by_id(mapping):
     return {id(k): v for k, v in mapping.items()}
 
 
+def stage_exprs(op):
+    """The expressions of a stage: a compute's body; a scatter's indices, value, where."""
+    if isinstance(op, ComputeOp):
+        return [op.body]
+    if isinstance(op, ScatterOp):
+        return list(op.indices) + [op.value] + ([op.where] if op.where is not None else [])
+    return []
+
+
+def map_stage(t, fn, init_of=None):
+    """``t`` with ``fn`` applied to every expression of its stage (see :func:`stage_exprs`).
+
+    ``init_of(tensor)`` replaces a scatter's initial tensor. The new tensor's dtype is
+    that of the new body (or scatter value); ``t`` itself comes back when nothing changed.
+    """
+    op = t.op
+    if isinstance(op, PlaceholderOp):
+        return t
+    if isinstance(op, ComputeOp):
+        body = fn(op.body)
+        if body is op.body:
+            return t
+        return Tensor(ComputeOp(op.name, op.axes, body), t.shape, body.dtype, t.name)
+    if isinstance(op, ScatterOp):
+        old = stage_exprs(op)
+        new = [fn(e) for e in old]
+        init = op.init if op.init is None or init_of is None else init_of(op.init)
+        if init is op.init and all(a is b for a, b in zip(new, old)):
+            return t
+        n = len(op.indices)
+        where = new[n + 1] if op.where is not None else None
+        value = new[n]
+        return Tensor(ScatterOp(op.name, op.axes, tuple(new[:n]), value, where, init),
+                      t.shape, value.dtype, t.name)
+    raise TypeError(f"cannot rewrite the stage of {t.name!r}: {type(op).__name__}")
+
+
 def retarget(t, mapping):
     """``t`` with its stage reading ``mapping[s]`` wherever it read ``s``.
 
     Returns ``t`` itself when it reads none of the mapped tensors.
     """
     ids = mapping if all(isinstance(k, int) for k in mapping) else _by_id(mapping)
-    op = t.op
-    if isinstance(op, PlaceholderOp) or not ids:
+    if not ids:
         return t
-    r = _Retarget(ids)
-    if isinstance(op, ComputeOp):
-        body = r(op.body)
-        if body is op.body:
-            return t
-        return Tensor(ComputeOp(op.name, op.axes, body), t.shape, t.dtype, t.name)
-    if isinstance(op, ScatterOp):
-        indices = tuple(r(i) for i in op.indices)
-        value = r(op.value)
-        where = None if op.where is None else r(op.where)
-        init = ids.get(id(op.init), op.init) if op.init is not None else None
-        if (value is op.value and where is op.where and init is op.init
-                and all(a is b for a, b in zip(indices, op.indices))):
-            return t
-        return Tensor(ScatterOp(op.name, op.axes, indices, value, where, init), t.shape,
-                      t.dtype, t.name)
-    raise TypeError(f"cannot rewrite the stage of {t.name!r}: {type(op).__name__}")
+    return map_stage(t, _Retarget(ids), lambda init: ids.get(id(init), init))
 
 
 def rewrite_program(outputs, transform, skip=()):

@@ -22,6 +22,7 @@ from .evaluator import evaluate
 from .expr import Cast, Const, Read, Var
 from .graph import placeholders, topological_order
 from .mapper import IdentityMapper
+from .rewrite import map_stage
 from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor, placeholder
 
 F64 = "float64"
@@ -89,17 +90,8 @@ def as_float64(outputs):
         op = t.op
         if isinstance(op, PlaceholderOp):
             new = t if t.dtype == _f64(t.dtype) else placeholder(t.shape, F64, t.name)
-        elif isinstance(op, ComputeOp):
-            body = mapper(op.body)
-            new = t if body is op.body else Tensor(ComputeOp(t.name, op.axes, body), t.shape,
-                                                   body.dtype, t.name)
-        elif isinstance(op, ScatterOp):
-            value = mapper(op.value)
-            init = None if op.init is None else by_id.get(id(op.init), op.init)
-            indices = tuple(mapper(i) for i in op.indices)
-            where = None if op.where is None else mapper(op.where)
-            new_op = ScatterOp(t.name, op.axes, indices, value, where, init)
-            new = Tensor(new_op, t.shape, value.dtype, t.name)
+        elif isinstance(op, (ComputeOp, ScatterOp)):
+            new = map_stage(t, mapper, lambda init: by_id.get(id(init), init))
         else:
             raise TegradError(f"as_float64: unknown stage {type(op).__name__}")
         by_id[id(t)] = new

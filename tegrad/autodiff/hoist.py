@@ -31,22 +31,11 @@ import itertools
 
 from ..expr import Const, Read, Reduce, Var, binary
 from ..graph import topological_order
+from ..rewrite import map_stage, retarget
 from ..mapper import IdentityMapper, free_var_names, substitute
-from ..tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..tensor import ComputeOp, PlaceholderOp, ScatterOp
 from .algebra import differentiable
 from .names import make_compute
-
-
-class _Retarget(IdentityMapper):
-    """Reads of rebuilt tensors are pointed at their new versions."""
-
-    def __init__(self, mapping):
-        self.mapping = mapping
-
-    def map_read(self, e, *args):
-        e2 = super().map_read(e)
-        t = self.mapping.get(id(e.tensor), e.tensor)
-        return e2 if t is e.tensor else Read(t, e2.indices, e2.dtype)
 
 
 def _const_int(e):
@@ -160,29 +149,13 @@ def normalize(outputs):
 
 
 def _normalize_compute(t, mapping):
-    op = t.op
-    body = _Retarget(mapping)(op.body) if mapping else op.body
-    names = [ax.name for ax in op.axes]
-    body = hoist_body(t.name, names, t.shape, body)
-    if body is op.body:
-        return t
-    return Tensor(ComputeOp(t.name, op.axes, body), t.shape, t.dtype, t.name)
+    names = [ax.name for ax in t.op.axes]
+    t = retarget(t, mapping) if mapping else t
+    return map_stage(t, lambda body: hoist_body(t.name, names, t.shape, body))
 
 
 def _retarget_scatter(t, mapping):
-    op = t.op
-    if not mapping:
-        return t
-    r = _Retarget(mapping)
-    indices = tuple(r(i) for i in op.indices)
-    value = r(op.value)
-    where = None if op.where is None else r(op.where)
-    init = None if op.init is None else mapping.get(id(op.init), op.init)
-    if (value is op.value and where is op.where and init is op.init
-            and all(a is b for a, b in zip(indices, op.indices))):
-        return t
-    new_op = ScatterOp(t.name, op.axes, indices, value, where, init)
-    return Tensor(new_op, t.shape, t.dtype, t.name)
+    return retarget(t, mapping) if mapping else t
 
 
 __all__ = ["normalize", "hoist_body"]

@@ -14,9 +14,9 @@ from .. import dtypes as _dt
 from ..expr import Binary, Call, Neg, Read, Reduce
 from ..graph import topological_order
 from ..mapper import IdentityMapper, children, substitute, walk
-from ..rewrite import retarget
+from ..rewrite import map_stage, retarget, stage_exprs
 from ..simplify import simplify
-from ..tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from ..tensor import ComputeOp, PlaceholderOp, ScatterOp
 from .indices import normalize_indices
 
 #: float operations an inlined body may cost when it is read inside a reduction
@@ -37,14 +37,6 @@ def _reads(e, inside=False, out=None):
     return out
 
 
-def _stage_exprs(op):
-    if isinstance(op, ComputeOp):
-        return [op.body]
-    if isinstance(op, ScatterOp):
-        return list(op.indices) + [op.value] + ([op.where] if op.where is not None else [])
-    return []
-
-
 def _inlinable(tensors, keep):
     """Ids of the elementwise stages that can be inlined into all their readers."""
     keep_ids = {id(t) for t in keep} | {id(t) for t in tensors}
@@ -54,7 +46,7 @@ def _inlinable(tensors, keep):
                   and not any(type(n) is Reduce for n in walk(t.op.body))}
     read_inside = set()
     for t in order:
-        for e in _stage_exprs(t.op):
+        for e in stage_exprs(t.op):
             for tensor, inside in _reads(e):
                 if inside:
                     read_inside.add(id(tensor))
@@ -78,20 +70,11 @@ class _Inliner(IdentityMapper):
 
 
 def _inline_into(t, inliner):
-    op = t.op
-    if isinstance(op, ComputeOp):
-        body = inliner(op.body)
-        if body is op.body:
-            return t
-        body = simplify(normalize_indices(body))
-        return Tensor(ComputeOp(op.name, op.axes, body), t.shape, t.dtype, t.name)
-    if isinstance(op, ScatterOp):
-        new = [simplify(normalize_indices(inliner(e))) for e in _stage_exprs(op)]
-        n = len(op.indices)
-        where = new[n + 1] if op.where is not None else None
-        return Tensor(ScatterOp(op.name, op.axes, tuple(new[:n]), new[n], where, op.init),
-                      t.shape, t.dtype, t.name)
-    return t
+    return map_stage(t, lambda e: _simplified_if_changed(e, inliner(e)))
+
+
+def _simplified_if_changed(old, new):
+    return new if new is old else simplify(normalize_indices(new))
 
 
 def inline_elementwise(tensors, keep=()):
