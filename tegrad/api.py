@@ -31,25 +31,23 @@ def if_then_else(cond, true_value, false_value):
 
 def all(*conds):
     """Logical and of the conditions (true for none): ``tg.all(i >= 0, i < n)``."""
-    if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
-        conds = tuple(conds[0])
-    if not conds:
-        return Const(True, "bool")
-    out = _as_cond(conds[0])
-    for c in conds[1:]:
-        out = logical_and(out, c)
-    return out
+    return _fold(conds, logical_and, True)
 
 
 def any(*conds):
     """Logical or of the conditions (false for none)."""
+    return _fold(conds, logical_or, False)
+
+
+def _fold(conds, combine, empty):
+    """``combine`` over the conditions (given as arguments or as one list)."""
     if len(conds) == 1 and isinstance(conds[0], (list, tuple)):
         conds = tuple(conds[0])
     if not conds:
-        return Const(False, "bool")
+        return Const(empty, "bool")
     out = _as_cond(conds[0])
     for c in conds[1:]:
-        out = logical_or(out, c)
+        out = combine(out, c)
     return out
 
 
