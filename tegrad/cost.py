@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes as _dt
-from .expr import And, Binary, Call, Const, Neg, Reduce, Select
+from .expr import And, Binary, Call, Const, Neg, Or, Reduce, Select
 from .graph import topological_order
 from .mapper import children
 from .tensor import ComputeOp, PlaceholderOp, ScatterOp
@@ -130,15 +130,28 @@ def stage_cost(t):
         size = t.size
         return Cost(size + extra_points, extra_flops, 0)
     if isinstance(op, ScatterOp):
-        where = _affine_part(op.where)
-        one = Const(1, "int64")
-        pts = one if where is None else Select(where, one, Const(0, "int64"), "int64")
-        v_points, v_flops = _counting_exprs(op.value)
-        per = Binary("add", Const(1, "int64"), v_flops, "int64")
-        fl = per if where is None else Select(where, per, Const(0, "int64"), "int64")
+        # one pass over the domain; a point counts when some target's affine condition
+        # holds there, and each target costs its value and an accumulation where it does
+        one, zero = Const(1, "int64"), Const(0, "int64")
+        guards = [_affine_part(target.where) for target in op.targets]
+        if any(g is None for g in guards):
+            pts = one
+        else:
+            any_guard = guards[0]
+            for g in guards[1:]:
+                any_guard = Or(any_guard, g)
+            pts = Select(any_guard, one, zero, "int64")
+        counts = [pts]
+        for target, guard in zip(op.targets, guards):
+            inner_points, inner_flops = _counting_exprs(target.value)
+            per = Binary("add", one, inner_flops, "int64")
+            counts.append(per if guard is None else Select(guard, per, zero, "int64"))
+            counts.append(inner_points if guard is None else
+                          Select(guard, inner_points, zero, "int64"))
         domain = tuple(ax.extent.value for ax in op.axes)
-        n_points, n_flops, n_inner = _count_over(op.axes, domain, [pts, fl, v_points])
-        return Cost(n_points + n_inner, n_flops, 0)
+        values = _count_over(op.axes, domain, counts)
+        points = values[0] + sum(values[2::2])
+        return Cost(points, sum(values[1::2]), 0)
     return Cost(0, 0, 0)
 
 

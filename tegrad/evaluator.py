@@ -21,8 +21,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import FeedError, OutOfBoundsError, TegradError
-from .expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
-                   Select, Var)
+from .expr import Const, Reduce
 from .graph import topological_order
 from .intrinsics import INTRINSICS
 from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
@@ -267,22 +266,23 @@ def _evaluate_scatter(t, values):
     domain = tuple(ax.extent.value for ax in op.axes)
     out = (np.zeros(t.shape, dtype=t.dtype) if op.init is None
            else values[id(op.init)].astype(t.dtype, copy=True))
-    scope = _Scope(_index_arrays(op.axes, ndim), ndim, None)
-    mask = np.ones(domain, dtype=bool)
-    if op.where is not None:
-        mask = np.broadcast_to(ev(op.where, scope), domain)
-        scope = scope.with_mask(mask)
-    if not mask.any():
-        return out
-    idx = [np.broadcast_to(ev(i, scope), domain)[mask] for i in op.indices]
-    val = np.broadcast_to(ev(op.value, scope), domain)[mask]
-    for d, (ix, extent) in enumerate(zip(idx, t.shape)):
-        bad = (ix < 0) | (ix >= extent)
-        if np.any(bad):
-            at = tuple(int(j[np.argmax(bad)]) for j in idx)
-            raise OutOfBoundsError(f"scatter_add {t.name!r} (shape {t.shape}) writes at "
-                                   f"{at}, out of bounds in dimension {d}")
-    np.add.at(out, tuple(idx), val)
+    everywhere = _Scope(_index_arrays(op.axes, ndim), ndim, None)
+    for target in op.targets:
+        scope, mask = everywhere, np.ones(domain, dtype=bool)
+        if target.where is not None:
+            mask = np.broadcast_to(ev(target.where, everywhere), domain)
+            scope = everywhere.with_mask(mask)
+        if not mask.any():
+            continue
+        idx = [np.broadcast_to(ev(i, scope), domain)[mask] for i in target.indices]
+        val = np.broadcast_to(ev(target.value, scope), domain)[mask]
+        for d, (ix, extent) in enumerate(zip(idx, t.shape)):
+            bad = (ix < 0) | (ix >= extent)
+            if np.any(bad):
+                at = tuple(int(j[np.argmax(bad)]) for j in idx)
+                raise OutOfBoundsError(f"scatter_add {t.name!r} (shape {t.shape}) writes at "
+                                       f"{at}, out of bounds in dimension {d}")
+        np.add.at(out, tuple(idx), val)
     return out
 
 

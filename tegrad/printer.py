@@ -138,11 +138,17 @@ def format_stage(t, printer=None):
         lhs = f"{name}[{', '.join(ax.name for ax in op.axes)}]" if op.axes else name
         return f"{lhs} = {p(op.body)}"
     if isinstance(op, ScatterOp):
-        lhs = f"{name}[{', '.join(p(i) for i in op.indices)}]"
         domain = ", ".join(p.axis(ax) for ax in op.axes)
-        where = f" where {p(op.where)}" if op.where is not None else ""
         start = p.tensor_name(op.init) if op.init is not None else "0"
-        return f"{lhs} += {p(op.value)} for {domain}{where}  (from {start}, shape {t.shape})"
+        updates = [f"{name}[{', '.join(p(i) for i in tg.indices)}] += {p(tg.value)}"
+                   for tg in op.targets]
+        if len(op.targets) == 1:
+            where = op.targets[0].where
+            cond = f" where {p(where)}" if where is not None else ""
+            return f"{updates[0]} for {domain}{cond}  (from {start}, shape {t.shape})"
+        updates = [u + (f" if {p(tg.where)}" if tg.where is not None else "")
+                   for u, tg in zip(updates, op.targets)]
+        return f"{'; '.join(updates)} for {domain}  (from {start}, shape {t.shape})"
     return f"{name} = <{type(op).__name__}>"
 
 

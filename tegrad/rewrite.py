@@ -34,11 +34,11 @@ def _by_id(mapping):
 
 
 def stage_exprs(op):
-    """The expressions of a stage: a compute's body; a scatter's indices, value, where."""
+    """The expressions of a stage: a compute's body; each scatter target's expressions."""
     if isinstance(op, ComputeOp):
         return [op.body]
     if isinstance(op, ScatterOp):
-        return list(op.indices) + [op.value] + ([op.where] if op.where is not None else [])
+        return op.exprs()
     return []
 
 
@@ -57,16 +57,18 @@ def map_stage(t, fn, init_of=None):
             return t
         return Tensor(ComputeOp(op.name, op.axes, body), t.shape, body.dtype, t.name)
     if isinstance(op, ScatterOp):
-        old = stage_exprs(op)
-        new = [fn(e) for e in old]
         init = op.init if op.init is None or init_of is None else init_of(op.init)
-        if init is op.init and all(a is b for a, b in zip(new, old)):
+        changed = init is not op.init
+        targets = []
+        for target in op.targets:
+            old = target.exprs()
+            new = [fn(e) for e in old]
+            changed |= not all(a is b for a, b in zip(new, old))
+            targets.append(target.rebuilt(new))
+        if not changed:
             return t
-        n = len(op.indices)
-        where = new[n + 1] if op.where is not None else None
-        value = new[n]
-        return Tensor(ScatterOp(op.name, op.axes, tuple(new[:n]), value, where, init),
-                      t.shape, value.dtype, t.name)
+        return Tensor(ScatterOp(op.name, op.axes, targets, init), t.shape,
+                      targets[0].value.dtype, t.name)
     raise TypeError(f"cannot rewrite the stage of {t.name!r}: {type(op).__name__}")
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
-from .expr import Const, Expr, IterVar, Var, as_expr, read, retype
+from .expr import Const, IterVar, Var, as_expr, read, retype
 from .mapper import free_var_names, reduce_axis_names, walk
 
 _name_counter = itertools.count()
@@ -124,22 +124,45 @@ class ComputeOp:
         return tensors_read(self.body) + [t for ax in self.axes for t in tensors_read(ax.extent)]
 
 
-class ScatterOp:
-    """``output = init; for each point of axes with where: output[indices] += value``.
+class ScatterTarget:
+    """One accumulation of a scatter: ``output[indices] += value`` where ``where`` holds."""
 
-    The stage gradients of data-dependent reads need (``dX[I[i]] += head[i]``): the
-    iteration domain is ``axes``, and ``indices``/``value``/``where`` are expressions
-    of its variables; ``init`` is a tensor of the output's shape, or None for zeros.
+    __slots__ = ("indices", "value", "where")
+
+    def __init__(self, indices, value, where=None):
+        self.indices, self.value, self.where = tuple(indices), value, where
+
+    def exprs(self):
+        """The target's expressions: its indices, its value, and its condition if any."""
+        return list(self.indices) + [self.value] + ([self.where] if self.where is not None else [])
+
+    def rebuilt(self, exprs):
+        """The target with :meth:`exprs` replaced by ``exprs`` (same order)."""
+        n = len(self.indices)
+        return ScatterTarget(exprs[:n], exprs[n], exprs[n + 1] if self.where is not None else None)
+
+
+class ScatterOp:
+    """``output = init; for each point of axes, for each target: output[indices] += value``.
+
+    The stage gradients of data-dependent reads need (``dX[I[i]] += head[i]``), and the
+    one a person writes for a bilinear resize (four accumulations per output point):
+    the iteration domain is ``axes``; each :class:`ScatterTarget` has index, value and
+    condition expressions of its variables; ``init`` is a tensor of the output's shape,
+    or None for zeros.
     """
 
-    def __init__(self, name, axes, indices, value, where, init):
-        self.name, self.axes, self.indices = name, tuple(axes), tuple(indices)
-        self.value, self.where, self.init = value, where, init
+    def __init__(self, name, axes, targets, init):
+        self.name, self.axes, self.targets, self.init = name, tuple(axes), tuple(targets), init
+
+    def exprs(self):
+        """Every expression of every target, in order."""
+        return [e for target in self.targets for e in target.exprs()]
 
     def input_tensors(self):
         from .mapper import tensors_read
         out = {}
-        for e in self.indices + (self.value,) + ((self.where,) if self.where is not None else ()):
+        for e in self.exprs():
             for t in tensors_read(e):
                 out.setdefault(id(t), t)
         if self.init is not None:
@@ -291,5 +314,5 @@ def scatter_add(shape, domain, index, value, where=None, init=None, name=None, d
         if not isinstance(init, Tensor) or init.shape != shape or init.dtype != val.dtype:
             raise ShapeError(f"scatter_add {name!r}: init must be a {val.dtype} tensor of "
                              f"shape {shape}")
-    op = ScatterOp(name, axes, idx, val, cond, init)
+    op = ScatterOp(name, axes, [ScatterTarget(idx, val, cond)], init)
     return Tensor(op, shape, val.dtype, name)

@@ -77,18 +77,21 @@ def stage_contribution(Y, X, head, xs, prefix, reserved=()):
         term = mul(head(prefix, ys), d)
         return cast_to(_sum_over(axes, term, None, Y.dtype), X.dtype)
     if isinstance(op, ScatterOp):
-        taken |= names_in(op.value, op.where, *op.indices) - {ax.name for ax in op.axes}
+        taken |= names_in(*op.exprs()) - {ax.name for ax in op.axes}
         axes = _fresh_axes(op.axes, taken)
         mapping = {ax.name: new.var for ax, new in zip(op.axes, axes) if ax.name != new.name}
 
         def sub(e):
             return substitute(e, mapping) if (mapping and e is not None) else e
         fd = ForwardDiff(element_seed(X, xs), {}, taken | {a.name for a in axes})
-        d = fd.tangent(sub(op.value))
-        idx = tuple(sub(i) for i in op.indices)
         out = ZERO
-        if d is not ZERO:
-            out = _sum_over(axes, mul(head(prefix, idx), d), sub(op.where), Y.dtype)
+        for target in op.targets:
+            # each target adds value at its index: the head there times d value
+            d = fd.tangent(sub(target.value))
+            if d is not ZERO:
+                idx = tuple(sub(i) for i in target.indices)
+                out = add(out, _sum_over(axes, mul(head(prefix, idx), d), sub(target.where),
+                                         Y.dtype))
         if op.init is X:
             out = add(out, head(prefix, tuple(xs)))
         return cast_to(out, X.dtype)

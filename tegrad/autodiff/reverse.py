@@ -184,7 +184,7 @@ def _stage_names(t):
     op = t.op
     if isinstance(op, ComputeOp):
         return names_in(op.body) - {ax.name for ax in op.axes}
-    return names_in(op.value, op.where, *op.indices) - {ax.name for ax in op.axes}
+    return names_in(*op.exprs()) - {ax.name for ax in op.axes}
 
 
 def reverse_pass(output, inputs, root_head, prefix_shape=(), manual=None,

@@ -15,11 +15,11 @@ own (:mod:`.hoist`). The result computes the same values as the stage:
 """
 from __future__ import annotations
 
-from ..expr import Binary, Compare, Const, IterVar, Select, Var
+from ..expr import Binary, Compare, Const, IterVar, Select, Var, structural_equal
 from ..mapper import free_var_names, substitute
 from ..cost import stage_cost
 from ..simplify import simplify
-from ..tensor import ComputeOp, ScatterOp, Tensor
+from ..tensor import ComputeOp, ScatterOp, ScatterTarget, Tensor
 from .affine import conjunction, to_affine, to_constraint
 from .domain import parameter_ranges, simplify_term
 from .hoist import hoist_invariant_reductions
@@ -46,8 +46,8 @@ def optimize_stage(t):
             continue
         simplified = simplify_term(term, params)
         if simplified is not None:
-            gathers.append((simplified, term, pinned if pinned and _sparse(term) else None))
-    gathers = _scatter_lone_sparse_terms(t, gathers, scatters)
+            gathers.append((simplified, term, pinned))
+    gathers = _scatter_cheaper_groups(t, gathers, scatters)
     body = _gather_body(gathers, t.dtype)
     body, _ = hoist_invariant_reductions(op.name, op.axes, body)
     if not scatters:
@@ -59,9 +59,10 @@ def optimize_stage(t):
         init = Tensor(ComputeOp(op.name + "_gather", op.axes, body), t.shape, t.dtype,
                       op.name + "_gather")
     out = init
-    for k, (term, pinned) in enumerate(scatters):
-        name = op.name if k == len(scatters) - 1 else f"{op.name}_scatter{k}"
-        out = _scatter_stage(name, t, op.axes, term, pinned, out)
+    groups = _scatter_groups(scatters, axis_names)
+    for k, group in enumerate(groups):
+        name = op.name if k == len(groups) - 1 else f"{op.name}_scatter{k}"
+        out = _scatter_stage(name, t, op.axes, group, out)
     return out
 
 
@@ -143,17 +144,59 @@ def _merge_key(outer, term):
             _conds_key(_split_affine(term.conds)[0]))
 
 
-def _scatter_lone_sparse_terms(t, gathers, scatters):
-    """Move sparse terms that share no loop, and scatter cheaper, to ``scatters``."""
+def _scatter_cheaper_groups(t, gathers, scatters):
+    """Move fully pinned terms to ``scatters`` where scattering visits fewer points.
+
+    Terms over one domain scatter together, one pass with an accumulation each (the
+    bilinear-resize gradient: four taps per output point); a lone term scatters when it
+    is selected by data on its own axes and shares no loop with other gathers (the
+    max-pool gradient over overlapping windows). Dense single terms stay gathers, which
+    write each output once.
+    """
     keys = [_merge_key(*g[0]) for g in gathers]
-    kept = []
-    for key, (simplified, term, pinned) in zip(keys, gathers):
-        alone = sum(1 for k in keys if bool(k == key)) == 1
-        if pinned and alone and _cheaper_as_scatter(t, term, pinned, simplified):
-            scatters.append((term, pinned))
+    groups = []
+    for k, (simplified, term, pinned) in enumerate(gathers):
+        if not pinned or len(pinned) != len(t.op.axes):
+            continue
+        for group in groups:
+            if structural_equal(group[0][1].axes, term.axes):
+                group.append((k, term, pinned))
+                break
         else:
-            kept.append(simplified)
-    return kept
+            groups.append([(k, term, pinned)])
+    moved = set()
+    for group in groups:
+        if len(group) == 1:
+            k, term, _ = group[0]
+            alone = sum(1 for key in keys if bool(key == keys[k])) == 1
+            if not (_sparse(term) and alone):
+                continue
+        indices = [k for k, _, _ in group]
+        gather = _stage_of(t, _gather_body([gathers[k][0] for k in indices], t.dtype))
+        scatter = _scatter_stage(t.op.name, t, t.op.axes, [(term, p) for _, term, p in group],
+                                 None)
+        if stage_cost(scatter).iterations < stage_cost(gather).iterations:
+            scatters.extend((term, p) for _, term, p in group)
+            moved.update(indices)
+    return [g[0] for k, g in enumerate(gathers) if k not in moved]
+
+
+def _stage_of(t, body):
+    return Tensor(ComputeOp(t.op.name, t.op.axes, body), t.shape, t.dtype, t.op.name)
+
+
+def _scatter_groups(scatters, axis_names):
+    """Scatter terms with the same domain (their axes and unpinned output axes) grouped."""
+    groups = []
+    for term, pinned in scatters:
+        free = tuple(n for n in axis_names if n not in pinned)
+        for key, group in groups:
+            if key[1] == free and structural_equal(key[0], term.axes):
+                group.append((term, pinned))
+                break
+        else:
+            groups.append(((term.axes, free), [(term, pinned)]))
+    return [group for _, group in groups]
 
 
 def _sparse(term):
@@ -162,47 +205,34 @@ def _sparse(term):
     return any(to_constraint(c) is None and free_var_names(c) & names for c in term.conds)
 
 
-def _cheaper_as_scatter(t, term, pinned, simplified):
-    """A sparse fully pinned term: its scatter visits fewer points than its gather.
+def _scatter_stage(name, t, out_axes, group, init):
+    """One pass over the group's domain, ``out[pinned or v] += value`` for each term.
 
-    A gather visits every output point and, for each, the term points mapped to it; the
-    scatter visits the term points once (the max-pool gradient over overlapping windows).
+    The domain is the unpinned output axes and the terms' axes (shared by the group).
     """
-    op = t.op
-    outer, gathered = simplified
-    body = gathered.to_expr()
-    if outer:
-        body = Select(conjunction(outer), body, _zero(t.dtype), t.dtype)
-    gather = Tensor(ComputeOp(op.name, op.axes, body), t.shape, t.dtype, op.name)
-    scatter = _scatter_stage(op.name, t, op.axes, term, pinned, None)
-    return stage_cost(scatter).iterations < stage_cost(gather).iterations
-
-
-def _scatter_stage(name, t, out_axes, term, pinned, init):
-    """``out[pinned or v] += value`` over the term's axes and the unpinned output axes."""
+    term0, pinned0 = group[0]
     domain_axes = [IterVar(Var(ax.name), ax.lo, ax.extent, "data")
-                   for ax in out_axes if ax.name not in pinned]
-    for ax in term.axes:
+                   for ax in out_axes if ax.name not in pinned0]
+    for ax in term0.axes:
         if type(ax.lo) is not Const or type(ax.extent) is not Const:
             raise NotImplementedError("scatter over a non-rectangular domain")
         domain_axes.append(IterVar(ax.var, ax.lo, ax.extent, "data"))
     shift = {ax.name: ax.var + ax.lo.value for ax in domain_axes if ax.lo.value != 0}
     axes = tuple(IterVar(ax.var, Const(0, ax.lo.dtype), ax.extent, "data") for ax in domain_axes)
-    mapping = dict(pinned)
+    targets = []
+    for term, pinned in group:
+        def rewrite(e, pinned=pinned):
+            e = substitute(e, pinned)
+            e = substitute(e, shift) if shift else e
+            return simplify(normalize_indices(e))
 
-    def rewrite(e):
-        e = substitute(e, mapping)
-        e = substitute(e, shift) if shift else e
-        return simplify(normalize_indices(e))
-
-    indices = tuple(rewrite(pinned[ax.name]) if ax.name in pinned else rewrite(ax.var)
-                    for ax in out_axes)
-    conds = [rewrite(c) for c in term.conds if not _is_pinning(c, pinned)]
-    conds = [c for c in conds if not (type(c) is Const and c.value is True)]
-    value = rewrite(term.value)
-    where = conjunction(conds) if conds else None
-    op = ScatterOp(name, axes, indices, value, where, init)
-    return Tensor(op, t.shape, t.dtype, name)
+        indices = tuple(rewrite(pinned[ax.name]) if ax.name in pinned else rewrite(ax.var)
+                        for ax in out_axes)
+        conds = [rewrite(c) for c in term.conds if not _is_pinning(c, pinned)]
+        conds = [c for c in conds if not (type(c) is Const and c.value is True)]
+        targets.append(ScatterTarget(indices, rewrite(term.value),
+                                     conjunction(conds) if conds else None))
+    return Tensor(ScatterOp(name, axes, targets, init), t.shape, t.dtype, name)
 
 
 def _is_pinning(c, pinned):

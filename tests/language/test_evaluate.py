@@ -270,3 +270,24 @@ def test_feed_by_name_and_lists():
     x = tg.placeholder((3,), dtype="float64", name="x")
     y = tg.compute((3,), lambda i: x[i] + 1.0, name="y")
     assert tg.evaluate(y, {"x": [1.0, 2.0, 3.0]}).tolist() == [2.0, 3.0, 4.0]
+
+
+def test_scatter_with_several_targets_accumulates_each():
+    from tegrad.tensor import ScatterOp, ScatterTarget, Tensor
+    g = tg.placeholder((4,), dtype="float64", name="g")
+    i = tg.Var("i")
+    targets = [ScatterTarget((i,), g[i]),                        # out[i] += g[i]
+               ScatterTarget((i + 1,), g[i] * 10.0, i < 3)]      # out[i + 1] += 10 g[i]
+    axes = (tg.IterVar(i, tg.const(0), tg.const(4), "data"),)
+    out = Tensor(ScatterOp("out", axes, targets, None), (5,), "float64", "out")
+    gv = np.array([1.0, 2.0, 3.0, 4.0])
+    expected = np.zeros(5)
+    expected[:4] += gv
+    expected[1:4] += 10 * gv[:3]
+    np.testing.assert_array_equal(tg.evaluate(out, {g: gv}), expected)
+    assert tg.format(out).splitlines()[-1] == (
+        "out[i] += g[i]; out[i + 1] += g[i] * 10.0 if i < 3 for i in [0, 4)  "
+        "(from 0, shape (5,))")
+    # one pass over the domain: 4 points, 4 + 3 accumulations and 3 products
+    c = tg.cost(out)
+    assert (c.iterations, c.flops) == (4, 10)

@@ -16,7 +16,9 @@ Counting conventions of the hand-derived costs (those of :mod:`tegrad.cost`):
 - a scatter stage (``dx[f(i)] += ...``) costs the points of its domain, its zero
   initial value is free; a person writes one where the gradient writes a small part of
   its output (slices) or at data-dependent positions (``take``, padding by edge or
-  reflection, where several output points fold onto one input point);
+  reflection, where several output points fold onto one input point); a bilinear
+  gradient may scatter its taps in one pass over the output (four accumulations a
+  point), which the formula here, a gather over (input, tap) pairs, bounds from above;
 - the gradient is the adjoint of the operator's algorithm as written (the same
   reductions, transposed; no re-derivation such as separating a 2-D transform), with
   only the nonzero contributions visited;
@@ -1110,24 +1112,8 @@ _entry("mse_loss/nchw")(functools.partial(_pair_loss, nn.mse_loss, (2, 3, 5, 5))
 # known non-minimal gradients: "key:input" -> what is not minimal (optimised/hand/forward)
 # ---------------------------------------------------------------------------------------
 
-_THREE_TIMES = (
-    "3x bound: the gradient equals the hand-derived {form} but that is above 3x the "
-    "forward: {why}")
-
 XFAIL = {
     # optimised / hand-derived / forward iterations in each reason
-    "upsampling/bilinear2:x": "536 / 544 / 160: " + _THREE_TIMES.format(
-        form="gather X + V (a little below it)",
-        why="the forward reads its 2x2 taps without a loop (Y = 160 points) while a "
-            "gather (or scatter) adjoint visits every (output, tap) pair, V = 504 > 3Y"),
-    "resize/bilinear_align_corners:x": "490 / 492 / 126: " + _THREE_TIMES.format(
-        form="gather X + V (a little below it)",
-        why="the forward reads its taps without a loop (Y = 126) while the adjoint "
-            "visits every (output, tap) pair, V = 442 > 3Y"),
-    "resize/bilinear_half_pixel:x": "424 / 432 / 126: " + _THREE_TIMES.format(
-        form="gather X + V (a little below it)",
-        why="the forward reads its taps without a loop (Y = 126) while the adjoint "
-            "visits every (output, tap) pair, V = 384 > 3Y"),
 }
 
 

@@ -232,3 +232,19 @@ def test_stop_gradient_centring_keeps_second_derivatives_exact(build):
     (g,) = tg.differentiate(out, [x], head=head)
     feed = {x: RNG.standard_normal((4, 3)), head: RNG.standard_normal(out.shape)}
     assert tg.testing.check_grad(g, [x], feed=feed, head="random", rng=2) < 1e-6
+
+
+def test_bilinear_gradient_is_one_scatter_pass_and_differentiable_again():
+    x = tg.placeholder((1, 1, 3, 4), dtype=F64, name="x")
+    y = tg.nn.upsampling(x, 2, method="bilinear")
+    head = tg.placeholder(y.shape, dtype=F64, name="head")
+    (g,) = tg.differentiate(y, [x], head=head)
+    assert any(isinstance(t.op, ScatterOp) and len(t.op.targets) > 1
+               for t in tg.topological_order([g]))
+    # about one visit per output point, not one per (output, tap) pair
+    assert tg.cost(g).iterations < 2 * tg.cost(y).iterations
+    feed = {x: RNG.standard_normal(x.shape), head: RNG.standard_normal(y.shape)}
+    (naive,) = tg.differentiate(y, [x], head=head, optimize=False)
+    _same_values(g, naive, feed)
+    # the gradient is linear in head: its derivative with respect to head is the adjoint
+    assert tg.testing.check_grad(g, [head], feed=feed, head="random", rng=4) < 1e-6
