@@ -58,7 +58,7 @@ def _affine_part(cond):
     return conjunction(kept) if kept else None
 
 
-def _local_flops(e):
+def local_flops(e):
     """Float operations of ``e`` outside its reductions, and the reductions reached."""
     count, reductions = 0, []
     stack = [(e, None)]
@@ -85,7 +85,7 @@ def _local_flops(e):
 
 def _counting_exprs(e):
     """``(points, flops)`` expressions: work done below one evaluation of ``e``."""
-    flops, reductions = _local_flops(e)
+    flops, reductions = local_flops(e)
     points_total, flops_total = Const(0, "int64"), Const(flops, "int64")
     for red, guard in reductions:
         inner_points, inner_flops = _counting_exprs(red.source)

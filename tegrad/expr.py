@@ -399,7 +399,9 @@ COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
 def binary(op, a, b):
-    """Build ``a op b`` after checking and unifying dtypes."""
+    """Build ``a op b`` (``op`` in ``BINARY_OPS``) after checking and unifying dtypes."""
+    if op not in BINARY_OPS:
+        raise TegradError(f"unknown binary operation {op!r}")
     a, b = as_expr_pair(a, b)
     what = f"{op}({a}, {b})"
     dtype = _dt.unify_dtypes(a.dtype, b.dtype, what)
@@ -420,6 +422,9 @@ def neg(a):
 
 
 def compare(op, a, b):
+    """Build ``a op b`` (``op`` in ``COMPARE_OPS``), a bool expression."""
+    if op not in COMPARE_OPS:
+        raise TegradError(f"unknown comparison {op!r}")
     a, b = as_expr_pair(a, b)
     _dt.unify_dtypes(a.dtype, b.dtype, f"{op}({a}, {b})")
     return Compare(op, a, b)

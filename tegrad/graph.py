@@ -46,12 +46,3 @@ def placeholders(outputs):
     """The placeholders the outputs depend on, in topological order."""
     from .tensor import PlaceholderOp
     return [t for t in topological_order(outputs) if isinstance(t.op, PlaceholderOp)]
-
-
-def consumers(outputs):
-    """Map id(tensor) -> list of tensors reading it directly, within the outputs' DAG."""
-    out = {}
-    for t in topological_order(outputs):
-        for inp in t.op.input_tensors():
-            out.setdefault(id(inp), []).append(t)
-    return out

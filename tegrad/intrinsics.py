@@ -24,8 +24,6 @@ class Intrinsic:
     numpy: Callable
     #: "float": float operands only; "number": integer or float operands
     domain: str = "float"
-    #: True when the function is piecewise constant (derivative zero almost everywhere)
-    piecewise_constant: bool = False
 
     def accepts(self, dtype):
         if self.domain == "float":
@@ -61,9 +59,9 @@ INTRINSICS = {}
 DERIVATIVES = {}
 
 
-def register_intrinsic(name, arity, numpy_fn, domain="float", piecewise_constant=False):
+def register_intrinsic(name, arity, numpy_fn, domain="float"):
     """Add an intrinsic to the table; ``tegrad.call(name, ...)`` can then build it."""
-    INTRINSICS[name] = Intrinsic(name, arity, numpy_fn, domain, piecewise_constant)
+    INTRINSICS[name] = Intrinsic(name, arity, numpy_fn, domain)
     return INTRINSICS[name]
 
 
@@ -114,16 +112,16 @@ register_derivative("pow", _pow_dbase, _pow_dexponent)
 register_intrinsic("abs", 1, np.abs, domain="number")
 # abs'(0) = 0 (sign(0) = 0), like JAX and PyTorch
 register_derivative("abs", lambda g, ans, x: g * _ex.call("sign", x))
-register_intrinsic("sign", 1, np.sign, domain="number", piecewise_constant=True)
+register_intrinsic("sign", 1, np.sign, domain="number")
 register_derivative("sign", None)
-register_intrinsic("floor", 1, np.floor, piecewise_constant=True)
+register_intrinsic("floor", 1, np.floor)
 register_derivative("floor", None)
-register_intrinsic("ceil", 1, np.ceil, piecewise_constant=True)
+register_intrinsic("ceil", 1, np.ceil)
 register_derivative("ceil", None)
 # half to even, like numpy and PyTorch
-register_intrinsic("round", 1, np.round, piecewise_constant=True)
+register_intrinsic("round", 1, np.round)
 register_derivative("round", None)
-register_intrinsic("trunc", 1, np.trunc, piecewise_constant=True)
+register_intrinsic("trunc", 1, np.trunc)
 # identity whose derivative is zero: for terms the value does not depend on, such as the
 # maximum subtracted inside a softmax for stability
 register_intrinsic("stop_gradient", 1, lambda x: x, domain="number")

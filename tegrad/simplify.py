@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 
 from . import dtypes as _dt
-from .expr import (And, Binary, Cast, Compare, Const, Neg, Not, Or, Reduce, Select,
-                   structural_equal)
+from .expr import Binary, Const, Neg, Not, Reduce, Select, structural_equal
 from .mapper import IdentityMapper
 
 

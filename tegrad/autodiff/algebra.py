@@ -34,11 +34,6 @@ class _Zero:
 ZERO = _Zero()
 
 
-def is_zero(t):
-    """True for the symbolic zero."""
-    return t is ZERO
-
-
 def is_one(e):
     return isinstance(e, Const) and not isinstance(e.value, bool) and e.value == 1
 
@@ -126,5 +121,5 @@ def differentiable(dtype):
     return _dt.is_float(dtype)
 
 
-__all__ = ["ZERO", "is_zero", "add", "sub", "mul", "div", "neg", "sum_all", "choose",
+__all__ = ["ZERO", "add", "sub", "mul", "div", "neg", "sum_all", "choose",
            "materialize", "cast_to", "differentiable", "const", "Expr"]

@@ -22,7 +22,7 @@ with adjoints batched over leading "prefix" axes (the output's index) and the he
 from __future__ import annotations
 
 from .. import dtypes as _dt
-from ..errors import DifferentiationError, DTypeError, ShapeError, TegradError
+from ..errors import DTypeError, ShapeError, TegradError
 from ..expr import And, Const, Read, select
 from ..graph import placeholders, topological_order
 from ..tensor import ComputeOp, Tensor

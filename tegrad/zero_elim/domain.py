@@ -61,7 +61,7 @@ def simplify_term(term, params):
     for ax in term.axes:
         bounds = _affine_bounds(ax)
         if bounds is None:
-            return _keep(term, split, params)
+            return _keep(term)
         variables.append((ax.name, bounds[0], bounds[1]))
     names = set(axis_names)
     free = set()
@@ -145,7 +145,7 @@ def _captured_by_bounds(con, names):
                for atom in con.expr.as_dict())
 
 
-def _keep(term, split, params):
+def _keep(term):
     """A term whose domain is not affine: only conditions free of its axes move out."""
     names = {ax.name for ax in term.axes}
     inner, outer = [], []

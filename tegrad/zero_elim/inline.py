@@ -10,8 +10,8 @@ is read outside reductions only, or its body costs at most one floating-point op
 """
 from __future__ import annotations
 
-from .. import dtypes as _dt
-from ..expr import Binary, Call, Neg, Read, Reduce
+from ..cost import local_flops
+from ..expr import Read, Reduce
 from ..graph import topological_order
 from ..mapper import IdentityMapper, children, substitute, walk
 from ..rewrite import map_stage, retarget, stage_exprs
@@ -21,10 +21,6 @@ from .indices import normalize_indices
 
 #: float operations an inlined body may cost when it is read inside a reduction
 CHEAP_FLOPS = 1
-
-
-def _flops(e):
-    return sum(1 for n in walk(e) if type(n) in (Binary, Neg, Call) and _dt.is_float(n.dtype))
 
 
 def _reads(e, inside=False, out=None):
@@ -53,7 +49,7 @@ def _inlinable(tensors, keep):
         if isinstance(t.op, ScatterOp) and t.op.init is not None:
             candidates.pop(id(t.op.init), None)  # an init is a whole tensor, not a read
     return {i for i, t in candidates.items()
-            if i not in read_inside or _flops(t.op.body) <= CHEAP_FLOPS}
+            if i not in read_inside or local_flops(t.op.body)[0] <= CHEAP_FLOPS}
 
 
 class _Inliner(IdentityMapper):

@@ -213,10 +213,8 @@ def _scatter_stage(name, t, out_axes, group, init):
     term0, pinned0 = group[0]
     domain_axes = [IterVar(Var(ax.name), ax.lo, ax.extent, "data")
                    for ax in out_axes if ax.name not in pinned0]
-    for ax in term0.axes:
-        if type(ax.lo) is not Const or type(ax.extent) is not Const:
-            raise NotImplementedError("scatter over a non-rectangular domain")
-        domain_axes.append(IterVar(ax.var, ax.lo, ax.extent, "data"))
+    # the terms' axes are rectangular (_scatter_index keeps only such terms)
+    domain_axes += [IterVar(ax.var, ax.lo, ax.extent, "data") for ax in term0.axes]
     shift = {ax.name: ax.var + ax.lo.value for ax in domain_axes if ax.lo.value != 0}
     axes = tuple(IterVar(ax.var, Const(0, ax.lo.dtype), ax.extent, "data") for ax in domain_axes)
     targets = []

@@ -62,10 +62,6 @@ def _zero(dtype):
     return Const(0, dtype)
 
 
-def is_zero(e):
-    return type(e) is Const and e.value == 0
-
-
 class _Expander:
     def __init__(self, taken):
         self.taken = set(taken)
