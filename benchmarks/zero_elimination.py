@@ -12,7 +12,7 @@ import pathlib
 import time
 import zlib
 
-import solver
+from tegrad import solver
 import tegrad as tg
 import tegrad.zero_elim.domain as ze_domain
 from tegrad import nn

@@ -3,7 +3,7 @@
 Independent of the tensor language: terms are :class:`Affine` expressions
 (with ``//`` / ``%`` atoms), constraints, domains and transformations.
 
->>> from solver import Affine, Domain, eq, simplify_domain
+>>> from tegrad.solver import Affine, Domain, eq, simplify_domain
 >>> i, c, y, x = (Affine.var(n) for n in ("i", "c", "y", "x"))
 >>> flat = Domain([("i", 0, 3 * 4 * 5)], [eq(i, c * 20 + y * 5 + x)], parameters=["c", "y", "x"])
 >>> t = simplify_domain(flat)

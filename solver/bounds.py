@@ -34,7 +34,7 @@ class InfeasibleError(Exception):
 class Bounds:
     """``max(lower) <= v < min(upper)``; an empty tuple means unbounded on that side.
 
-    >>> from solver.affine import Affine
+    >>> from tegrad.solver.affine import Affine
     >>> p = Affine.var("p")
     >>> str(Bounds((Affine.const(0), p - 2), (Affine.const(8), p + 1)))
     'max(0, p - 2) <= v < min(8, p + 1)'
@@ -124,7 +124,7 @@ def bound_expression(expr: Affine, var: str):
     The upper bound is exclusive.  Division atoms appear when ``a`` does not
     divide ``e``.
 
-    >>> from solver.affine import parse_affine
+    >>> from tegrad.solver.affine import parse_affine
     >>> kind, b = bound_expression(parse_affine("p - 2*y"), "y")
     >>> kind, str(b)
     ('upper', 'p // 2 + 1')
@@ -147,7 +147,7 @@ def project(inequalities: Sequence[Affine], order: Sequence[str]) -> tuple:
     variable of ``order``.  Raises :class:`InfeasibleError` when the rational
     relaxation is visibly empty.
 
-    >>> from solver.affine import parse_affine
+    >>> from tegrad.solver.affine import parse_affine
     >>> ineqs = [parse_affine(s) for s in ("i", "9 - i", "j", "i - j")]
     >>> per_var, rest = project(ineqs, ["i", "j"])
     >>> [str(e) for e in per_var["j"]], [str(e) for e in rest]

@@ -1,6 +1,6 @@
 """Constraints ``expr == 0`` and ``expr >= 0`` over :class:`~solver.affine.Affine`.
 
->>> from solver.affine import Affine
+>>> from tegrad.solver.affine import Affine
 >>> p, q, r = Affine.var("p"), Affine.var("q"), Affine.var("r")
 >>> str(eq(p, 2*q + r))
 'p == 2*q + r'
@@ -68,7 +68,7 @@ class Constraint:
         floored, which tightens it over the integers); equalities get a positive
         leading coefficient; constant constraints become TRUE or FALSE.
 
-        >>> from solver.affine import Affine
+        >>> from tegrad.solver.affine import Affine
         >>> x = Affine.var("x")
         >>> str(Constraint(2*x - 3).normalized())
         'x >= 2'

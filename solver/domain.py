@@ -6,8 +6,8 @@ variables (so triangular domains are direct), or None for an open side — plus
 a conjunction of :class:`~solver.constraint.Constraint` (which may contain
 ``//`` and ``%`` by constants), over free outer ``parameters``.
 
->>> from solver.constraint import eq
->>> from solver.affine import Affine
+>>> from tegrad.solver.constraint import eq
+>>> from tegrad.solver.affine import Affine
 >>> p, q, r = (Affine.var(n) for n in "pqr")
 >>> d = Domain([("r", 0, 3), ("q", 0, 8)], [eq(p, 2*q + r)], parameters=["p"])
 >>> print(d)

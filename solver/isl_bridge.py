@@ -89,7 +89,7 @@ def _make(variables, parameters, constraints) -> isl.Set:
 def to_isl(variables: Sequence[str], parameters: Sequence[str], constraints) -> isl.Set:
     """An ``islpy.Set`` whose set/parameter dimensions carry the given names.
 
-    >>> from solver.constraint import ge, lt
+    >>> from tegrad.solver.constraint import ge, lt
     >>> s = to_isl(["i"], ["n"], [ge("i", 0), lt("i", "n")])
     >>> s.get_var_names(isl.dim_type.set), s.get_var_names(isl.dim_type.param)
     (['i'], ['n'])
@@ -154,7 +154,7 @@ class IslSystem:
     ``universe`` lists constraints whose division atoms should be known up
     front (new atoms met later rebuild the space, which clears the cache).
 
-    >>> from solver.constraint import ge, le
+    >>> from tegrad.solver.constraint import ge, le
     >>> s = IslSystem(["y"], ["p"], [])
     >>> s.is_implied([ge("y", 0), le("y", "p")], Affine.var("p"))
     True

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from .affine import Affine
-from .bounds import (InfeasibleError, bound_expression, bounds_of, drop_redundant_bounds,
-                     project, prune_inequalities)
+from .bounds import (InfeasibleError, bound_expression, bounds_of, drop_redundant_bounds, project,
+                     prune_inequalities)
 from .constraint import Constraint, EQ, GE
 from .domain import Domain
 from .isl_bridge import IslSystem
@@ -47,8 +47,8 @@ def simplify_domain(domain: Domain) -> DomainTransformation:
     has ``is_empty`` True: ``new`` is ``Domain.empty(parameters)`` (no
     variables, condition ``false``) and ``new_to_old`` is empty.
 
-    >>> from solver.affine import Affine
-    >>> from solver.constraint import eq
+    >>> from tegrad.solver.affine import Affine
+    >>> from tegrad.solver.constraint import eq
     >>> y, r, p = Affine.var("y"), Affine.var("r"), Affine.var("p")
     >>> d = Domain([("y", 0, 8), ("r", 0, 3)], [eq(y*2 + r, p)], parameters=["p"])
     >>> t = simplify_domain(d)

@@ -94,8 +94,8 @@ def lower_division_atoms(constraints: Sequence[Constraint], variables: Sequence[
     in ``variables``); the returned constraints include the defining equality
     and remainder range of each.
 
-    >>> from solver.constraint import eq
-    >>> from solver.affine import parse_affine
+    >>> from tegrad.solver.constraint import eq
+    >>> from tegrad.solver.affine import parse_affine
     >>> c = eq(parse_affine("(i + 1) % 4"), 0)
     >>> cs, low = lower_division_atoms([c], ["i"], NameSupply(["i"]))
     >>> [str(c) for c in cs]

@@ -28,7 +28,7 @@ __all__ = ["DomainTransformation"]
 class DomainTransformation:
     """``old`` and ``new`` domains with ``old_to_new`` / ``new_to_old`` maps (see module doc).
 
-    >>> from solver.affine import Affine
+    >>> from tegrad.solver.affine import Affine
     >>> old = Domain([("i", 3, 10)])
     >>> new = Domain([("i_s", 0, 7)])
     >>> i, i_s = Affine.var("i"), Affine.var("i_s")

@@ -8,24 +8,24 @@
 >>> tg.evaluate(C, {A: np.ones((2, 3)), B: np.ones((3, 2))}).tolist()
 [[3.0, 3.0], [3.0, 3.0]]
 """
-from . import dtypes
-from .api import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor, floordiv,
-                  floormod, if_then_else, log, max_value, min_value, power, round, sigmoid,
-                  sign, sin, sqrt, stop_gradient, tanh, trunc)
-from .errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
-                     OutOfBoundsError, ScopeError, ShapeError, TegradError)
-from .evaluator import evaluate
-from .expr import Expr, IterVar, Var, structural_equal
-from .graph import placeholders, topological_order
-from .printer import format_tensor as format
-from .reduction import Reducer, comm_reducer, max, min, prod, reduce_axis, sum
-from .tensor import Tensor, compute, placeholder, scatter_add
+from tegrad.ir import dtypes
+from tegrad.ir.builders import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor,
+                                floordiv, floormod, if_then_else, log, max_value, min_value, power,
+                                round, sigmoid, sign, sin, sqrt, stop_gradient, tanh, trunc)
+from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
+                              OutOfBoundsError, ScopeError, ShapeError, TegradError)
+from tegrad.reference.evaluator import evaluate
+from tegrad.ir.expr import Expr, IterVar, Var, structural_equal
+from tegrad.ir.graph import placeholders, topological_order
+from tegrad.ir.printer import format_tensor as format
+from tegrad.ir.reduction import Reducer, comm_reducer, max, min, prod, reduce_axis, sum
+from tegrad.ir.tensor import Tensor, compute, placeholder, scatter_add
 
 __version__ = "0.1.0"
 
-from . import autodiff, nn, ops  # noqa: E402  (operator library and differentiation)
-from .autodiff import DifferentiationResult, differentiate, jacobian  # noqa: E402
-from . import testing  # noqa: E402
-from .cost import Cost, cost  # noqa: E402
-from .zero_elim.explain import explain  # noqa: E402
-from .zero_elim.program import eliminate_zeros  # noqa: E402
+from tegrad import autodiff, nn, ops  # noqa: E402  (operator library and differentiation)
+from tegrad.autodiff import DifferentiationResult, differentiate, jacobian  # noqa: E402
+from tegrad import testing  # noqa: E402
+from tegrad.analysis.cost import Cost, cost  # noqa: E402
+from tegrad.zero_elim.explain import explain  # noqa: E402
+from tegrad.zero_elim.program import eliminate_zeros  # noqa: E402

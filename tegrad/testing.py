@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dtypes as _dt
-from .errors import FeedError, TegradError
-from .evaluator import evaluate
-from .expr import Cast, Const, Read, Var
-from .graph import placeholders, topological_order
-from .mapper import IdentityMapper
-from .rewrite import map_stage
-from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor, placeholder
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import FeedError, TegradError
+from tegrad.reference.evaluator import evaluate
+from tegrad.ir.expr import Cast, Const, Read, Var
+from tegrad.ir.graph import placeholders, topological_order
+from tegrad.ir.mapper import IdentityMapper
+from tegrad.ir.rewrite import map_stage
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor, placeholder
 
 F64 = "float64"
 
@@ -149,7 +149,7 @@ def _head_value(output, head, rng):
 
 
 def _gradients(output, inputs, feed, head_value):
-    from .autodiff import differentiate
+    from tegrad.autodiff import differentiate
     h = placeholder(output.shape, output.dtype, name=f"head_{output.name}")
     grads = differentiate(output, inputs, head=h).result
     values = evaluate(grads, {**feed, h: head_value})

@@ -15,7 +15,7 @@ API), :mod:`.result`.
 >>> np.allclose(tg.evaluate(dx, {x: np.zeros(3)}), 1.0)
 True
 """
-from .result import DifferentiationResult
-from .reverse import differentiate, jacobian
+from tegrad.autodiff.result import DifferentiationResult
+from tegrad.autodiff.reverse import differentiate, jacobian
 
 __all__ = ["differentiate", "jacobian", "DifferentiationResult"]

@@ -6,15 +6,15 @@ building ``0 * x``. The helpers fold only ``ZERO`` and multiplications by the co
 every other node (in particular the index selects ``(idx == x) ? 1 : 0``) is kept as is,
 so that zero elimination can later find them.
 
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> x = Var("x", "float64")
 >>> add(ZERO, x) is x, mul(x, ZERO) is ZERO
 (True, True)
 """
 from __future__ import annotations
 
-from .. import dtypes as _dt
-from ..expr import Cast, Const, Expr, as_expr, binary, neg as _neg, select
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import Cast, Const, Expr, as_expr, binary, neg as _neg, select
 
 
 class _Zero:

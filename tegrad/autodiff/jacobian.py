@@ -14,7 +14,7 @@ contribution is ``sum(head[index(p')] * D, p' where where(p'))`` (a gather of th
 plus ``head[x]`` when ``X`` is the scatter's ``init``.
 
 >>> import tegrad as tg
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> A = tg.placeholder((3,), dtype="float64", name="A")
 >>> B = tg.compute((3,), lambda i: A[i] * A[i], name="B")
 >>> str(stage_contribution(B, A, lambda p, idx: tg.const(1.0, "float64"), [Var("x")], []))
@@ -22,14 +22,14 @@ plus ``head[x]`` when ``X`` is the scatter's ``init``.
 """
 from __future__ import annotations
 
-from .. import reduction as _red
-from ..errors import DifferentiationError
-from ..expr import IterVar, Read, Reduce, Var
-from ..mapper import substitute
-from ..tensor import ComputeOp, ScatterOp
-from .algebra import ZERO, add, cast_to, choose, mul
-from .names import fresh_names, names_in
-from .rules import ForwardDiff, index_select
+from tegrad.ir import reduction as _red
+from tegrad.ir.errors import DifferentiationError
+from tegrad.ir.expr import IterVar, Read, Reduce, Var
+from tegrad.ir.mapper import substitute
+from tegrad.ir.tensor import ComputeOp, ScatterOp
+from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
+from tegrad.autodiff.names import fresh_names, names_in
+from tegrad.autodiff.rules import ForwardDiff, index_select
 
 
 def element_seed(X, xs):

@@ -4,15 +4,15 @@ Gradient stages introduce variables (the adjoint's axes, the consumer's axes tur
 reduce axes, copies ``k_1`` of reduce axes); every new name is picked with
 :func:`tegrad.mapper.fresh_name` against all names of the expressions involved.
 
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> fresh_names(["i", "j"], {"i"})
 ['i_1', 'j']
 """
 from __future__ import annotations
 
-from ..expr import IterVar, Reduce, Var
-from ..mapper import all_var_names, fresh_name, substitute
-from ..tensor import compute
+from tegrad.ir.expr import IterVar, Reduce, Var
+from tegrad.ir.mapper import all_var_names, fresh_name, substitute
+from tegrad.ir.tensor import compute
 
 
 def fresh_names(bases, taken):

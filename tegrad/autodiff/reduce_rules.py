@@ -26,12 +26,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-from .. import reduction as _red
-from ..expr import And, Binary, Const, Or, Read, Reduce, Var, compare, select
-from ..tensor import ComputeOp, Tensor
-from ..mapper import substitute
-from .algebra import ZERO, add, choose, div, mul
-from .names import names_in, rename_axes, rename_reduce
+from tegrad.ir import reduction as _red
+from tegrad.ir.expr import And, Binary, Const, Or, Read, Reduce, Var, compare, select
+from tegrad.ir.tensor import ComputeOp, Tensor
+from tegrad.ir.mapper import substitute
+from tegrad.autodiff.algebra import ZERO, add, choose, div, mul
+from tegrad.autodiff.names import names_in, rename_axes, rename_reduce
 
 SUM, PROD = _red.BUILTIN_REDUCERS["sum"], _red.BUILTIN_REDUCERS["prod"]
 
@@ -192,7 +192,7 @@ def combiner_partials(reducer, dtype):
     >>> str(da), str(db)
     ('_ry', '_rx')
     """
-    from .rules import ForwardDiff
+    from tegrad.autodiff.rules import ForwardDiff
     x, y, body = reducer.combiner(dtype)
     one = Const(1, dtype)
 

@@ -32,7 +32,7 @@ class DifferentiationResult:
 
     def optimized(self):
         """The same gradients with zeros eliminated from every adjoint stage."""
-        from ..zero_elim.program import eliminate_zeros
+        from tegrad.zero_elim.program import eliminate_zeros
         keys = list(self.adjoints)
         tensors = self.result + [self.adjoints[k] for k in keys]
         new = eliminate_zeros(tensors, keep=self.forward)
@@ -43,7 +43,7 @@ class DifferentiationResult:
 
     def explain(self, file=None):
         """Print (and return) each gradient before and after zero elimination, with costs."""
-        from ..zero_elim.explain import explain_pair
+        from tegrad.zero_elim.explain import explain_pair
         naive = self.naive if self.naive is not None else self
         after = self if self.naive is not None else self.optimized()
         texts = [explain_pair(f"d{self.output.name}/d{inp.name}", before, opt, self.forward)

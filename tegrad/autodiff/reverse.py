@@ -21,18 +21,18 @@ with adjoints batched over leading "prefix" axes (the output's index) and the he
 """
 from __future__ import annotations
 
-from .. import dtypes as _dt
-from ..errors import DTypeError, ShapeError, TegradError
-from ..expr import And, Const, Read, select
-from ..graph import placeholders, topological_order
-from ..tensor import ComputeOp, Tensor
-from .algebra import ZERO, add
-from .hoist import normalize
-from .jacobian import stage_contribution
-from .reduce_rules import shared_statistics
-from .names import fresh_names, make_compute, names_in
-from .result import DifferentiationResult
-from ..zero_elim.program import eliminate_zeros
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, ShapeError, TegradError
+from tegrad.ir.expr import And, Const, Read, select
+from tegrad.ir.graph import placeholders, topological_order
+from tegrad.ir.tensor import ComputeOp, Tensor
+from tegrad.autodiff.algebra import ZERO, add
+from tegrad.autodiff.normalize import normalize
+from tegrad.autodiff.jacobian import stage_contribution
+from tegrad.autodiff.reduce_rules import shared_statistics
+from tegrad.autodiff.names import fresh_names, make_compute, names_in
+from tegrad.autodiff.result import DifferentiationResult
+from tegrad.zero_elim.program import eliminate_zeros
 
 
 def _check_output(output):

@@ -20,19 +20,19 @@ Conventions (documented choices at points where the derivative does not exist):
 - max/min *reductions* split the tangent equally among all tied positions (like JAX
   and ``torch.amax``), see :mod:`tegrad.autodiff.reduce_rules`.
 
->>> from tegrad.expr import Var, Read
+>>> from tegrad.ir.expr import Var, Read
 >>> x = Var("x", "float64")
 >>> str(ForwardDiff(lambda leaf: Const(1.0, "float64") if leaf is x else ZERO).tangent(x * x))
 'x + x'
 """
 from __future__ import annotations
 
-from ..errors import DifferentiationError
-from ..expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
-                    Select, Var, select)
-from ..intrinsics import DERIVATIVES
-from .algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg, sub,
-                      sum_all)
+from tegrad.ir.errors import DifferentiationError
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
+                            Select, Var, select)
+from tegrad.ir.intrinsics import DERIVATIVES
+from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
+                                     sub, sum_all)
 
 
 class ForwardDiff:
@@ -150,7 +150,7 @@ def _call(fd, e):
 
 @rule(Reduce)
 def _reduce(fd, e):
-    from .reduce_rules import reducer_rule
+    from tegrad.autodiff.reduce_rules import reducer_rule
     return reducer_rule(e.reducer)(fd, e)
 
 
@@ -185,7 +185,7 @@ def _floordiv(fd, e, da, db):
 @rule("floormod")
 def _floormod(fd, e, da, db):
     # a % b = a - floor(a / b) * b
-    from ..expr import call
+    from tegrad.ir.expr import call
     return sub(da, mul(call("floor", e.a / e.b), db))
 
 

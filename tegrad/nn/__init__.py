@@ -5,15 +5,15 @@ layer where it can (named after the operator), keeps its index expressions affin
 pads through reduction masks rather than padded copies. See each function's docstring
 for its formula; :mod:`tegrad.nn._util` holds the shared argument checks.
 """
-from .activation import leaky_relu, log_softmax, prelu, relu, softmax
-from .conv import conv2d, conv2d_transpose
-from .dense import bias_add, dense
-from .dropout import dropout
-from .loss import binary_cross_entropy, mse_loss, softmax_cross_entropy
-from .norm import batch_norm, l2_normalize, lrn
-from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
-from .resize import resize, upsampling
-from .winograd import conv2d_winograd_weight_transform, conv2d_winograd_without_weight_transform
+from tegrad.nn.activation import leaky_relu, log_softmax, prelu, relu, softmax
+from tegrad.nn.conv import conv2d, conv2d_transpose
+from tegrad.nn.dense import bias_add, dense
+from tegrad.nn.dropout import dropout
+from tegrad.nn.loss import binary_cross_entropy, mse_loss, softmax_cross_entropy
+from tegrad.nn.norm import batch_norm, l2_normalize, lrn
+from tegrad.nn.pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
+from tegrad.nn.resize import resize, upsampling
+from tegrad.nn.winograd import conv2d_winograd_weight_transform, conv2d_winograd_without_weight_transform
 
 __all__ = [
     "relu", "leaky_relu", "prelu", "softmax", "log_softmax",

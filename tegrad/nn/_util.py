@@ -14,15 +14,15 @@ import numbers
 
 import numpy as np
 
-from .. import dtypes as _dt
-from ..api import all as _all
-from ..errors import DTypeError, ShapeError, TegradError
-from ..expr import Const
-from ..reduction import reduce_axis
-from ..tensor import Tensor
-from ..validation import check_int as _check_int
-from ..validation import is_int
-from ..validation import normalize_axis as _normalize_axis
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.builders import all as _all
+from tegrad.ir.errors import DTypeError, ShapeError, TegradError
+from tegrad.ir.expr import Const
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.tensor import Tensor
+from tegrad.ops.validation import check_int as _check_int
+from tegrad.ops.validation import is_int
+from tegrad.ops.validation import normalize_axis as _normalize_axis
 
 
 def check_tensor(x, op, what, ndim=None, float_only=True):

@@ -11,12 +11,12 @@ softmaxes reduce along one axis in two stages (the maximum, then the sum of
 """
 from __future__ import annotations
 
-from ..api import exp, if_then_else, log, stop_gradient
-from ..reduction import max as _max
-from ..reduction import reduce_axis
-from ..reduction import sum as _sum
-from ..tensor import compute
-from ._util import channel_reader, check_number, check_tensor, normalize_axis
+from tegrad.ir.builders import exp, if_then_else, log, stop_gradient
+from tegrad.ir.reduction import max as _max
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.reduction import sum as _sum
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import channel_reader, check_number, check_tensor, normalize_axis
 
 __all__ = ["relu", "leaky_relu", "prelu", "softmax", "log_softmax"]
 

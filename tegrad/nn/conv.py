@@ -13,12 +13,12 @@ reduction, never a padded copy of the input.
 """
 from __future__ import annotations
 
-from ..errors import ShapeError, TegradError
-from ..reduction import reduce_axis
-from ..reduction import sum as _sum
-from ..tensor import compute
-from ._util import (check_int, check_same_dtype, check_tensor, check_window, conjunction,
-                    in_bounds, pair, sliding_output, sliding_window)
+from tegrad.ir.errors import ShapeError, TegradError
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.reduction import sum as _sum
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import (check_int, check_same_dtype, check_tensor, check_window, conjunction,
+                             in_bounds, pair, sliding_output, sliding_window)
 
 __all__ = ["conv2d", "conv2d_transpose"]
 

@@ -8,11 +8,11 @@
 """
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..reduction import reduce_axis
-from ..reduction import sum as _sum
-from ..tensor import compute
-from ._util import channel_reader, check_same_dtype, check_tensor, normalize_axis
+from tegrad.ir.errors import ShapeError
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.reduction import sum as _sum
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import channel_reader, check_same_dtype, check_tensor, normalize_axis
 
 __all__ = ["dense", "bias_add"]
 

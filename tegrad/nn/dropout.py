@@ -8,10 +8,10 @@
 """
 from __future__ import annotations
 
-from ..api import cast, if_then_else
-from ..errors import ShapeError, TegradError
-from ..tensor import compute
-from ._util import check_number, check_same_dtype, check_tensor, const, is_int
+from tegrad.ir.builders import cast, if_then_else
+from tegrad.ir.errors import ShapeError, TegradError
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import check_number, check_same_dtype, check_tensor, const, is_int
 
 __all__ = ["dropout"]
 

@@ -8,15 +8,15 @@
 """
 from __future__ import annotations
 
-from ..api import log
-from ..errors import DTypeError, ShapeError
-from ..reduction import max as _max
-from ..reduction import reduce_axis
-from ..reduction import sum as _sum
-from ..tensor import compute
-from .. import dtypes as _dt
-from ._util import check_same_dtype, check_tensor, reduce_axes
-from .activation import logsumexp_parts
+from tegrad.ir.builders import log
+from tegrad.ir.errors import DTypeError, ShapeError
+from tegrad.ir.reduction import max as _max
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.reduction import sum as _sum
+from tegrad.ir.tensor import compute
+from tegrad.ir import dtypes as _dt
+from tegrad.nn._util import check_same_dtype, check_tensor, reduce_axes
+from tegrad.nn.activation import logsumexp_parts
 
 __all__ = ["softmax_cross_entropy", "binary_cross_entropy", "mse_loss"]
 

@@ -8,14 +8,14 @@
 """
 from __future__ import annotations
 
-from ..api import power, sqrt, stop_gradient
-from ..errors import TegradError
-from ..reduction import max as _max
-from ..reduction import reduce_axis
-from ..reduction import sum as _sum
-from ..tensor import compute
-from ._util import (channel_reader, check_int, check_number, check_tensor, conjunction,
-                    in_bounds, is_int, normalize_axis, reduce_axes)
+from tegrad.ir.builders import power, sqrt, stop_gradient
+from tegrad.ir.errors import TegradError
+from tegrad.ir.reduction import max as _max
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.reduction import sum as _sum
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import (channel_reader, check_int, check_number, check_tensor, conjunction,
+                             in_bounds, is_int, normalize_axis, reduce_axes)
 
 __all__ = ["batch_norm", "lrn", "l2_normalize"]
 

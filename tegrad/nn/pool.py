@@ -16,15 +16,15 @@ of the taps.
 """
 from __future__ import annotations
 
-from ..api import cast
-from ..errors import TegradError
-from ..reduction import max as _max
-from ..reduction import min as _min
-from ..reduction import reduce_axis
-from ..reduction import sum as _sum
-from ..tensor import compute
-from ._util import (check_tensor, check_window, conjunction, pair, sliding_output,
-                    sliding_window)
+from tegrad.ir.builders import cast
+from tegrad.ir.errors import TegradError
+from tegrad.ir.reduction import max as _max
+from tegrad.ir.reduction import min as _min
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.reduction import sum as _sum
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import (check_tensor, check_window, conjunction, pair, sliding_output,
+                             sliding_window)
 
 __all__ = ["max_pool2d", "avg_pool2d", "global_max_pool2d", "global_avg_pool2d"]
 

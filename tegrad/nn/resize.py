@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from math import gcd
 
-from ..api import cast, if_then_else
-from ..errors import TegradError
-from ..tensor import compute
-from ._util import check_tensor, pair
+from tegrad.ir.builders import cast, if_then_else
+from tegrad.ir.errors import TegradError
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import check_tensor, pair
 
 __all__ = ["resize", "upsampling"]
 

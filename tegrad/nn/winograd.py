@@ -20,14 +20,14 @@ from fractions import Fraction
 from functools import lru_cache
 from math import gcd, lcm
 
-from ..api import all as _all
-from ..api import if_then_else
-from ..errors import ShapeError, TegradError
-from ..reduction import reduce_axis
-from ..reduction import sum as _sum
-from ..tensor import compute
-from ._util import (check_int, check_same_dtype, check_tensor, conjunction, const, in_bounds,
-                    pair)
+from tegrad.ir.builders import all as _all
+from tegrad.ir.builders import if_then_else
+from tegrad.ir.errors import ShapeError, TegradError
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.reduction import sum as _sum
+from tegrad.ir.tensor import compute
+from tegrad.nn._util import (check_int, check_same_dtype, check_tensor, conjunction, const,
+                             in_bounds, pair)
 
 __all__ = ["conv2d_winograd_weight_transform", "conv2d_winograd_without_weight_transform"]
 

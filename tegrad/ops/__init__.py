@@ -19,16 +19,16 @@ collapse_sum), :mod:`.shape` (reshape and friends, transpose, concatenate),
 :mod:`.slicing` (strided_slice, slice_like, split, pad), :mod:`.layout`,
 :mod:`.indexing` (take, one_hot), :mod:`.reduce` and :mod:`.linalg`.
 """
-from . import binary, broadcast, elementwise, indexing, layout, linalg, reduce, shape, slicing
-from .binary import *  # noqa: F401,F403
-from .broadcast import *  # noqa: F401,F403
-from .elementwise import *  # noqa: F401,F403
-from .indexing import *  # noqa: F401,F403
-from .layout import *  # noqa: F401,F403
-from .linalg import *  # noqa: F401,F403
-from .reduce import *  # noqa: F401,F403
-from .shape import *  # noqa: F401,F403
-from .slicing import *  # noqa: F401,F403
+from tegrad.ops import binary, broadcast, elementwise, indexing, layout, linalg, reduce, shape, slicing
+from tegrad.ops.binary import *  # noqa: F401,F403
+from tegrad.ops.broadcast import *  # noqa: F401,F403
+from tegrad.ops.elementwise import *  # noqa: F401,F403
+from tegrad.ops.indexing import *  # noqa: F401,F403
+from tegrad.ops.layout import *  # noqa: F401,F403
+from tegrad.ops.linalg import *  # noqa: F401,F403
+from tegrad.ops.reduce import *  # noqa: F401,F403
+from tegrad.ops.shape import *  # noqa: F401,F403
+from tegrad.ops.slicing import *  # noqa: F401,F403
 
 __all__ = (elementwise.__all__ + binary.__all__ + broadcast.__all__ + shape.__all__
            + slicing.__all__ + layout.__all__ + indexing.__all__ + reduce.__all__

@@ -17,11 +17,11 @@ import functools
 
 import numpy as np
 
-from ..errors import ShapeError, TegradError
-from ..expr import Var  # noqa: F401  (used by the doctests)
-from ..tensor import Tensor
-from ..validation import check_int, is_int, is_number  # noqa: F401  (shared checks)
-from ..validation import normalize_axis as _normalize_axis
+from tegrad.ir.errors import ShapeError, TegradError
+from tegrad.ir.expr import Var  # noqa: F401  (used by the doctests)
+from tegrad.ir.tensor import Tensor
+from tegrad.ops.validation import check_int, is_int, is_number  # noqa: F401  (shared checks)
+from tegrad.ops.validation import normalize_axis as _normalize_axis
 
 
 def operator(fn):

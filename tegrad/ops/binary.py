@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import api
-from .. import dtypes as _dt
-from ..errors import DTypeError, TegradError
-from ..expr import Expr, binary, compare, select
-from ..tensor import Tensor
-from ._common import is_int, operator
-from .broadcast import broadcast_compute
+from tegrad.ir import builders as api
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, TegradError
+from tegrad.ir.expr import Expr, binary, compare, select
+from tegrad.ir.tensor import Tensor
+from tegrad.ops._common import is_int, operator
+from tegrad.ops.broadcast import broadcast_compute
 
 __all__ = ["add", "subtract", "multiply", "divide", "floor_divide", "mod", "power",
            "maximum", "minimum", "right_shift", "left_shift", "equal", "not_equal",

@@ -13,11 +13,11 @@ broadcast_to[ax0, ax1, ax2] = x[ax1, 0]
 """
 from __future__ import annotations
 
-from .. import reduction as _red
-from ..errors import ShapeError, TegradError
-from ..tensor import Tensor, compute
-from ..reduction import reduce_axis
-from ._common import check_shape, check_tensor, is_number, operator
+from tegrad.ir import reduction as _red
+from tegrad.ir.errors import ShapeError, TegradError
+from tegrad.ir.tensor import Tensor, compute
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ops._common import check_shape, check_tensor, is_number, operator
 
 __all__ = ["broadcast_to", "broadcast_to_like", "collapse_sum_to", "collapse_sum_like"]
 

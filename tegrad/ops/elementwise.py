@@ -7,12 +7,12 @@ exp[ax0, ax1] = exp(x[ax0, ax1])
 """
 from __future__ import annotations
 
-from .. import api
-from .. import dtypes as _dt
-from ..errors import DTypeError, TegradError
-from ..expr import Const, binary, cast as _cast_expr, neg
-from ..tensor import Tensor, compute
-from ._common import check_shape, check_tensor, is_number, operator
+from tegrad.ir import builders as api
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, TegradError
+from tegrad.ir.expr import Const, binary, cast as _cast_expr, neg
+from tegrad.ir.tensor import Tensor, compute
+from tegrad.ops._common import check_shape, check_tensor, is_number, operator
 
 __all__ = ["log", "sqrt", "exp", "sigmoid", "tanh", "negative", "floor", "ceil", "trunc",
            "round", "abs", "copy", "cast", "clip", "zeros", "zeros_like", "ones",

@@ -8,12 +8,12 @@ take[ax0, ax1] = x[idx[ax0] % 5, ax1]
 """
 from __future__ import annotations
 
-from .. import dtypes as _dt
-from ..errors import DTypeError, TegradError
-from ..expr import Const, binary, select
-from ..tensor import compute
-from ._common import (check_int, check_tensor, is_number, normalize_axis, numel, operator,
-                      unravel)
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, TegradError
+from tegrad.ir.expr import Const, binary, select
+from tegrad.ir.tensor import compute
+from tegrad.ops._common import (check_int, check_tensor, is_number, normalize_axis, numel,
+                                operator, unravel)
 
 __all__ = ["take", "one_hot"]
 

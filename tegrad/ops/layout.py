@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import re
 
-from .. import api
-from ..errors import ShapeError, TegradError
-from ..expr import Const, select
-from ..tensor import compute
-from ._common import check_tensor, operator
+from tegrad.ir import builders as api
+from tegrad.ir.errors import ShapeError, TegradError
+from tegrad.ir.expr import Const, select
+from tegrad.ir.tensor import compute
+from tegrad.ops._common import check_tensor, operator
 
 __all__ = ["layout_transform"]
 

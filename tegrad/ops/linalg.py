@@ -8,12 +8,12 @@ matmul[ax0, ax1] = sum(a[ax0, rk] * b[rk, ax1], rk in [0, 3))
 """
 from __future__ import annotations
 
-from .. import reduction as _red
-from ..errors import ShapeError
-from ..reduction import reduce_axis
-from ..tensor import compute
-from ._common import check_tensor, operator
-from .broadcast import broadcast_index, broadcast_shape
+from tegrad.ir import reduction as _red
+from tegrad.ir.errors import ShapeError
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.tensor import compute
+from tegrad.ops._common import check_tensor, operator
+from tegrad.ops.broadcast import broadcast_index, broadcast_shape
 
 __all__ = ["matmul"]
 

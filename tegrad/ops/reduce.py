@@ -12,14 +12,14 @@ sum[ax0] = sum(x[r0, ax0, r1], r0 in [0, 2), r1 in [0, 4))
 """
 from __future__ import annotations
 
-from .. import dtypes as _dt
-from .. import reduction as _red
-from ..errors import DTypeError, TegradError
-from ..api import stop_gradient
-from ..expr import Const, cast as _cast_expr, compare
-from ..reduction import reduce_axis
-from ..tensor import compute
-from ._common import check_keepdims, check_tensor, is_int, normalize_axes, numel, operator, ravel
+from tegrad.ir import dtypes as _dt
+from tegrad.ir import reduction as _red
+from tegrad.ir.errors import DTypeError, TegradError
+from tegrad.ir.builders import stop_gradient
+from tegrad.ir.expr import Const, cast as _cast_expr, compare
+from tegrad.ir.reduction import reduce_axis
+from tegrad.ir.tensor import compute
+from tegrad.ops._common import check_keepdims, check_tensor, is_int, normalize_axes, numel, operator, ravel
 
 __all__ = ["sum", "max", "min", "prod", "mean", "variance", "argmax", "argmin"]
 

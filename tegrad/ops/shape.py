@@ -13,11 +13,11 @@ reshape[ax0, ax1] = x[ax0 // 3, ax0 % 3, ax1]
 """
 from __future__ import annotations
 
-from ..errors import DTypeError, ShapeError, TegradError
-from ..expr import select
-from ..tensor import Tensor, compute
-from ._common import (check_int, check_shape, check_tensor, normalize_axes, normalize_axis,
-                      numel, operator, ravel, unravel)
+from tegrad.ir.errors import DTypeError, ShapeError, TegradError
+from tegrad.ir.expr import select
+from tegrad.ir.tensor import Tensor, compute
+from tegrad.ops._common import (check_int, check_shape, check_tensor, normalize_axes,
+                                normalize_axis, numel, operator, ravel, unravel)
 
 __all__ = ["reshape", "reshape_like", "transpose", "squeeze", "expand_dims", "flatten",
            "concatenate"]

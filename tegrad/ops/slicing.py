@@ -10,12 +10,12 @@ strided_slice[ax0, ax1] = x[4 - ax0 * 2, ax1]
 """
 from __future__ import annotations
 
-from .. import api
-from ..errors import ShapeError, TegradError
-from ..expr import Const, select
-from ..tensor import Tensor, compute
-from ._common import (check_int, check_tensor, int_list, is_int, is_number, normalize_axes,
-                      normalize_axis, operator)
+from tegrad.ir import builders as api
+from tegrad.ir.errors import ShapeError, TegradError
+from tegrad.ir.expr import Const, select
+from tegrad.ir.tensor import Tensor, compute
+from tegrad.ops._common import (check_int, check_tensor, int_list, is_int, is_number,
+                                normalize_axes, normalize_axis, operator)
 
 __all__ = ["strided_slice", "slice_like", "split", "pad"]
 

@@ -7,7 +7,7 @@ disappear; the remaining ones get tight bounds; conditions on the parameters alo
 move outside the sum, and those implied by the parameters' own ranges are dropped.
 
 >>> import tegrad as tg
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> from tegrad.zero_elim.terms import expand
 >>> A, H = tg.placeholder((3, 4), name="A"), tg.placeholder((3, 4), name="H")
 >>> y0, y1 = tg.reduce_axis((0, 3), name="y0"), tg.reduce_axis((0, 4), name="y1")
@@ -19,14 +19,14 @@ move outside the sum, and those implied by the parameters' own ranges are droppe
 """
 from __future__ import annotations
 
-import solver
+from tegrad import solver
 
-from ..expr import Binary, Const, IterVar, Var
-from ..mapper import free_var_names, substitute
-from ..simplify import simplify
-from .affine import from_affine, from_constraint, to_affine, to_constraint
-from .indices import normalize_indices
-from .terms import Term
+from tegrad.ir.expr import Binary, Const, IterVar, Var
+from tegrad.ir.mapper import free_var_names, substitute
+from tegrad.analysis.simplify import simplify
+from tegrad.analysis.affine import from_affine, from_constraint, to_affine, to_constraint
+from tegrad.analysis.indices import normalize_indices
+from tegrad.zero_elim.terms import Term
 
 
 class _Split:

@@ -15,11 +15,11 @@ dA:
 """
 from __future__ import annotations
 
-from ..cost import cost
-from ..graph import topological_order
-from ..printer import _Printer, _unique_names, format_stage
-from ..tensor import PlaceholderOp
-from .program import eliminate_zeros
+from tegrad.analysis.cost import cost
+from tegrad.ir.graph import topological_order
+from tegrad.ir.printer import _Printer, _unique_names, format_stage
+from tegrad.ir.tensor import PlaceholderOp
+from tegrad.zero_elim.program import eliminate_zeros
 
 
 def _stages(t, keep_ids):

@@ -16,11 +16,11 @@ are moved (a reduction in an untaken select branch may read out of bounds).
 """
 from __future__ import annotations
 
-from ..expr import Read, Reduce, Select, structural_equal
-from ..mapper import IdentityMapper, children, free_var_names, walk
-from ..tensor import ComputeOp, Tensor
-from .affine import conjuncts, to_constraint
-from .intervals import axis_range, value_range
+from tegrad.ir.expr import Read, Reduce, Select, structural_equal
+from tegrad.ir.mapper import IdentityMapper, children, free_var_names, walk
+from tegrad.ir.tensor import ComputeOp, Tensor
+from tegrad.analysis.affine import conjuncts, to_constraint
+from tegrad.analysis.intervals import axis_range, value_range
 
 
 def _maximal_reductions(body):

@@ -10,14 +10,14 @@ is read outside reductions only, or its body costs at most one floating-point op
 """
 from __future__ import annotations
 
-from ..cost import local_flops
-from ..expr import Read, Reduce
-from ..graph import topological_order
-from ..mapper import IdentityMapper, children, substitute, walk
-from ..rewrite import map_stage, retarget, stage_exprs
-from ..simplify import simplify
-from ..tensor import ComputeOp, PlaceholderOp, ScatterOp
-from .indices import normalize_indices
+from tegrad.analysis.cost import local_flops
+from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.graph import topological_order
+from tegrad.ir.mapper import IdentityMapper, children, substitute, walk
+from tegrad.ir.rewrite import map_stage, retarget, stage_exprs
+from tegrad.analysis.simplify import simplify
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+from tegrad.analysis.indices import normalize_indices
 
 #: float operations an inlined body may cost when it is read inside a reduction
 CHEAP_FLOPS = 1

@@ -13,9 +13,9 @@
 """
 from __future__ import annotations
 
-from ..rewrite import rewrite_program
-from .inline import inline_elementwise
-from .stage import optimize_stage
+from tegrad.ir.rewrite import rewrite_program
+from tegrad.zero_elim.inline import inline_elementwise
+from tegrad.zero_elim.stage import optimize_stage
 
 
 def eliminate_zeros(tensors, keep=()):

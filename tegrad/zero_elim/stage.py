@@ -15,16 +15,16 @@ own (:mod:`.hoist`). The result computes the same values as the stage:
 """
 from __future__ import annotations
 
-from ..expr import Binary, Compare, Const, IterVar, Select, Var, structural_equal
-from ..mapper import free_var_names, substitute
-from ..cost import stage_cost
-from ..simplify import simplify
-from ..tensor import ComputeOp, ScatterOp, ScatterTarget, Tensor
-from .affine import conjunction, to_affine, to_constraint
-from .domain import parameter_ranges, simplify_term
-from .hoist import hoist_invariant_reductions
-from .indices import normalize_indices
-from .terms import Term, expand, merge_terms
+from tegrad.ir.expr import Binary, Compare, Const, IterVar, Select, Var, structural_equal
+from tegrad.ir.mapper import free_var_names, substitute
+from tegrad.analysis.cost import stage_cost
+from tegrad.analysis.simplify import simplify
+from tegrad.ir.tensor import ComputeOp, ScatterOp, ScatterTarget, Tensor
+from tegrad.analysis.affine import conjunction, to_affine, to_constraint
+from tegrad.zero_elim.domain import parameter_ranges, simplify_term
+from tegrad.zero_elim.hoist import hoist_invariant_reductions
+from tegrad.analysis.indices import normalize_indices
+from tegrad.zero_elim.terms import Term, expand, merge_terms
 
 
 def _zero(dtype):

@@ -7,7 +7,7 @@ into the axes of the term. Each term is then simplified on its own domain: the s
 splitting that TVM left as a TODO.
 
 >>> import tegrad as tg
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> x = tg.placeholder((4,), name="x")
 >>> i, a = Var("i"), Var("a")
 >>> [str(t) for t in expand(tg.if_then_else(i == a, x[i], 0.0) * 2.0 + x[a])]
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import dtypes as _dt
-from ..expr import (Binary, Cast, Const, IterVar, Neg, Not, Reduce, Select, Var,
-                    structural_equal)
-from ..mapper import all_var_names, free_var_names, fresh_name, substitute
-from ..reduction import sum as sum_reducer
-from .affine import conjunction, conjuncts, to_constraint
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import (Binary, Cast, Const, IterVar, Neg, Not, Reduce, Select, Var,
+                            structural_equal)
+from tegrad.ir.mapper import all_var_names, free_var_names, fresh_name, substitute
+from tegrad.ir.reduction import sum as sum_reducer
+from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
 
 #: terms produced by one product before it is left unexpanded (bounds the blow-up)
 MAX_PRODUCT_TERMS = 64

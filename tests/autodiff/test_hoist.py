@@ -2,7 +2,7 @@
 import numpy as np
 
 import tegrad as tg
-from tegrad.autodiff.hoist import normalize
+from tegrad.autodiff.normalize import normalize
 from tegrad.testing import check_grad
 
 F64 = "float64"

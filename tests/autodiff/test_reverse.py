@@ -39,7 +39,7 @@ def test_diamond_gets_one_adjoint_stage_summing_both_paths():
     d = tg.compute((4,), lambda i: b[i] * c[i], name="d")
     res = tg.differentiate(d, [x])
     da = res.adjoints[a]
-    read = set(tg.mapper.tensors_read(da.op.body))
+    read = set(tg.ir.mapper.tensors_read(da.op.body))
     assert {res.adjoints[b], res.adjoints[c]} <= read
     assert res.adjoints[b] is not res.adjoints[c]
     assert check_grad(d, [x], head="random", rng=0) < 1e-6
@@ -97,7 +97,7 @@ def test_custom_reducer_with_where_and_init():
 
 
 def test_custom_reducer_without_rule_raises_naming_the_node():
-    tg.intrinsics.register_intrinsic("mystery", 1, np.cbrt)
+    tg.ir.intrinsics.register_intrinsic("mystery", 1, np.cbrt)
     try:
         odd = tg.comm_reducer(lambda a, b: tg.call("mystery", a) + b,
                               lambda dtype: tg.const(0.0, dtype), name="odd")
@@ -107,7 +107,7 @@ def test_custom_reducer_without_rule_raises_naming_the_node():
         with pytest.raises(tg.TegradError, match="mystery"):
             tg.differentiate(y, [A])
     finally:
-        del tg.intrinsics.INTRINSICS["mystery"]
+        del tg.ir.intrinsics.INTRINSICS["mystery"]
 
 
 @pytest.mark.parametrize("red", ["max", "min"])
@@ -140,7 +140,7 @@ def test_nested_reductions_are_hoisted_and_differentiated():
     y = tg.compute((2,), lambda i: tg.sum(tg.max(A[i, k, m], axis=m) * 2.0, axis=k) + 1.0,
                    name="y")
     assert check_grad(y, [A], head="random", rng=0) < 1e-6
-    (y2,), mapping = tg.autodiff.hoist.normalize([y])
+    (y2,), mapping = tg.autodiff.normalize.normalize([y])
     stages = [t.name for t in tg.topological_order(y2)]
     assert stages == ["A", "y_r0_r0", "y_r0", "y"]
 
@@ -150,7 +150,7 @@ def test_reduction_under_a_select_is_not_hoisted():
     k = tg.reduce_axis((0, 2), name="k")
     y = tg.compute((4,), lambda i: tg.if_then_else(
         i >= 1, tg.prod(A[i - 1, k], axis=k), tg.const(0.0, F64)), name="y")
-    (y2,), _ = tg.autodiff.hoist.normalize([y])
+    (y2,), _ = tg.autodiff.normalize.normalize([y])
     assert y2 is y
     assert check_grad(y, [A], head="random", rng=0) < 1e-6
 

@@ -9,9 +9,9 @@ import pytest
 import tegrad as tg
 from tegrad.autodiff.reduce_rules import REDUCER_RULES
 from tegrad.autodiff.rules import BINARY_RULES, RULES
-from tegrad.expr import BINARY_OPS
-from tegrad.intrinsics import DERIVATIVES, INTRINSICS
-from tegrad.mapper import Mapper
+from tegrad.ir.expr import BINARY_OPS
+from tegrad.ir.intrinsics import DERIVATIVES, INTRINSICS
+from tegrad.ir.mapper import Mapper
 from tegrad.testing import check_grad
 
 F64 = "float64"
@@ -224,7 +224,7 @@ def _reduce_case(make, lo=-1.0, hi=1.0, seed=3):
 
 
 def test_every_builtin_reducer_has_a_rule():
-    assert set(REDUCER_RULES) == set(tg.reduction.BUILTIN_REDUCERS.values())
+    assert set(REDUCER_RULES) == set(tg.ir.reduction.BUILTIN_REDUCERS.values())
 
 
 def test_sum_rule():

@@ -4,13 +4,13 @@ import importlib
 
 import pytest
 
-MODULES = ["tegrad", "tegrad.api", "tegrad.dtypes", "tegrad.expr", "tegrad.evaluator",
-           "tegrad.validation", "tegrad.simplify", "tegrad.rewrite", "tegrad.cost",
-           "tegrad.zero_elim.affine", "tegrad.zero_elim.terms", "tegrad.zero_elim.domain",
-           "tegrad.zero_elim.indices", "tegrad.zero_elim.intervals", "tegrad.zero_elim.hoist",
-           "tegrad.zero_elim.program", "tegrad.zero_elim.explain",
-           "tegrad.graph", "tegrad.intrinsics", "tegrad.mapper", "tegrad.printer",
-           "tegrad.reduction", "tegrad.tensor"]
+MODULES = ["tegrad", "tegrad.ir.builders", "tegrad.ir.dtypes", "tegrad.ir.expr",
+           "tegrad.reference.evaluator", "tegrad.ops.validation", "tegrad.analysis.simplify",
+           "tegrad.ir.rewrite", "tegrad.analysis.cost", "tegrad.analysis.affine",
+           "tegrad.zero_elim.terms", "tegrad.zero_elim.domain", "tegrad.analysis.indices",
+           "tegrad.analysis.intervals", "tegrad.zero_elim.hoist", "tegrad.zero_elim.program",
+           "tegrad.zero_elim.explain", "tegrad.ir.graph", "tegrad.ir.intrinsics",
+           "tegrad.ir.mapper", "tegrad.ir.printer", "tegrad.ir.reduction", "tegrad.ir.tensor"]
 
 
 @pytest.mark.parametrize("name", MODULES)

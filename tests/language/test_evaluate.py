@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-import tegrad.evaluator as tg_evaluate
+import tegrad.reference.evaluator as tg_evaluate
 
 RNG = np.random.default_rng(0)
 
@@ -273,7 +273,7 @@ def test_feed_by_name_and_lists():
 
 
 def test_scatter_with_several_targets_accumulates_each():
-    from tegrad.tensor import ScatterOp, ScatterTarget, Tensor
+    from tegrad.ir.tensor import ScatterOp, ScatterTarget, Tensor
     g = tg.placeholder((4,), dtype="float64", name="g")
     i = tg.Var("i")
     targets = [ScatterTarget((i,), g[i]),                        # out[i] += g[i]

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-from tegrad.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
-                         Select, Var)
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
+                            Select, Var)
 
 
 def test_same_expression_built_twice_is_equal_and_hashes_alike():

@@ -1,7 +1,7 @@
 import pytest
 
-from solver import (FALSE, TRUE, Affine, Constraint, EQ, FloorDiv, GE, Mod, eq, ge, gt, le, lt,
-                    parse_affine)
+from tegrad.solver import (FALSE, TRUE, Affine, Constraint, EQ, FloorDiv, GE, Mod, eq, ge, gt, le,
+                           lt, parse_affine)
 
 x, y, i, k, p = (Affine.var(n) for n in ("x", "y", "i", "k", "p"))
 

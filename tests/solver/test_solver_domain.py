@@ -1,7 +1,7 @@
 import islpy as isl
 import pytest
 
-from solver import Affine, Bounds, Domain, eq, ge, le, lt, variable_bounds
+from tegrad.solver import Affine, Bounds, Domain, eq, ge, le, lt, variable_bounds
 
 i, j, k, p, q, r = (Affine.var(n) for n in ("i", "j", "k", "p", "q", "r"))
 

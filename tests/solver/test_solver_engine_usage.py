@@ -5,7 +5,7 @@ Their solve times are measured by ``benchmarks/zero_elimination.py``, not here.
 
 import pytest
 
-from solver import Affine, Domain, eq, simplify_domain, variable_bounds
+from tegrad.solver import Affine, Domain, eq, simplify_domain, variable_bounds
 
 V = Affine.var
 

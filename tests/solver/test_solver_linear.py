@@ -2,7 +2,7 @@ import itertools
 
 from hypothesis import given, settings, strategies as st
 
-from solver import FALSE, Affine, solve_linear_equations
+from tegrad.solver import FALSE, Affine, solve_linear_equations
 
 p, y = Affine.var("p"), Affine.var("y")
 

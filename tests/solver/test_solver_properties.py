@@ -5,7 +5,7 @@ Seeds are fixed (``derandomize=True``) and failures print a reproduction blob.
 
 from hypothesis import given, settings, strategies as st
 
-from solver import EQ, GE, Affine, Constraint, Domain, simplify_domain
+from tegrad.solver import EQ, GE, Affine, Constraint, Domain, simplify_domain
 
 V = Affine.var
 

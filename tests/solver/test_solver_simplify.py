@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from solver import Affine, Domain, DomainTransformation, eq, ge, le, lt, simplify_domain
+from tegrad.solver import Affine, Domain, DomainTransformation, eq, ge, le, lt, simplify_domain
 
 V = Affine.var
 n, o, y, x, ry, rx, i, j, k, c, r, p, q = (

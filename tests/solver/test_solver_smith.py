@@ -3,8 +3,8 @@ from hypothesis import given, settings, strategies as st
 from sympy import ZZ, Matrix
 from sympy.matrices.normalforms import smith_normal_decomp
 
-from solver import smith_normal_form
-from solver.smith import determinant, identity, matmul, smith_decomposition
+from tegrad.solver import smith_normal_form
+from tegrad.solver.smith import determinant, identity, matmul, smith_decomposition
 
 
 def check_smith(a):

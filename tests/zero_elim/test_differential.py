@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-from tegrad.graph import topological_order
-from tegrad.tensor import PlaceholderOp
+from tegrad.ir.graph import topological_order
+from tegrad.ir.tensor import PlaceholderOp
 
 _PATH = pathlib.Path(__file__).resolve().parent.parent / "autodiff" / "test_operator_gradients.py"
 _SPEC = importlib.util.spec_from_file_location("operator_gradients_table", _PATH)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-from tegrad.expr import Reduce, Var
-from tegrad.tensor import ComputeOp, ScatterOp
+from tegrad.ir.expr import Reduce, Var
+from tegrad.ir.tensor import ComputeOp, ScatterOp
 from tegrad.zero_elim.domain import simplify_term
 from tegrad.zero_elim.hoist import hoist_invariant_reductions
 from tegrad.zero_elim.program import eliminate_zeros

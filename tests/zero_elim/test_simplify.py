@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-from tegrad.expr import Binary, Cast, Compare, Const, Neg, Not, Reduce, Select, Var
-from tegrad.simplify import REWRITE_RULES, simplify
+from tegrad.ir.expr import Binary, Cast, Compare, Const, Neg, Not, Reduce, Select, Var
+from tegrad.analysis.simplify import REWRITE_RULES, simplify
 
 i, j = Var("i"), Var("j")
 x = tg.placeholder((4,), dtype="float64", name="x")

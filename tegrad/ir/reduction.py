@@ -12,9 +12,9 @@ import numbers
 
 import numpy as np
 
-from . import dtypes as _dt
-from .errors import DTypeError, ScopeError, ShapeError, TegradError
-from .expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary, retype, select
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, ScopeError, ShapeError, TegradError
+from tegrad.ir.expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary, retype, select
 
 _axis_counter = itertools.count()
 
@@ -113,7 +113,7 @@ def _axes_tuple(reducer, axis):
 
 def make_reduce(reducer, expr, axis, where=None, init=None):
     """Build a ``Reduce`` node, checking dtypes and nesting."""
-    from .mapper import reduce_axis_names
+    from tegrad.ir.mapper import reduce_axis_names
     axes = _axes_tuple(reducer, axis)
     source = as_expr(expr)
     if _dt.is_bool(source.dtype):
@@ -147,7 +147,7 @@ def make_reduce(reducer, expr, axis, where=None, init=None):
 
 
 def _free_names(expr):
-    from .mapper import free_var_names
+    from tegrad.ir.mapper import free_var_names
     return free_var_names(expr)
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 
-from .expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
-                   Reduce, Select, Var, simplify_bound)
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
+                            Reduce, Select, Var, simplify_bound)
 
 _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//",
                   "floormod": "%"}
@@ -128,7 +128,7 @@ def _unique_names(tensors):
 
 def format_stage(t, printer=None):
     """One line defining tensor ``t`` in terms of its inputs."""
-    from .tensor import ComputeOp, PlaceholderOp, ScatterOp
+    from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
     p = printer or _Printer()
     name = p.tensor_name(t)
     op = t.op
@@ -154,7 +154,7 @@ def format_stage(t, printer=None):
 
 def format_tensor(outputs):
     """Every stage the outputs depend on, one per line, inputs first (``tg.format``)."""
-    from .graph import topological_order
+    from tegrad.ir.graph import topological_order
     order = topological_order(outputs)
     printer = _Printer(_unique_names(order))
     return "\n".join(format_stage(t, printer) for t in order)

@@ -4,7 +4,7 @@ Index arithmetic (``+``, ``-``, multiplication by constants, ``//`` and ``%`` by
 positive constants) maps onto :class:`solver.Affine`; anything else (tensor reads,
 min/max, division by a variable) is not quasi-affine and stays a tegrad expression.
 
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> str(to_affine((Var("i") * 2 + Var("k")) // 3 - 1))
 '(2*i + k) // 3 - 1'
 >>> str(from_affine(to_affine(Var("i") + 1 - 1)))
@@ -12,11 +12,11 @@ min/max, division by a variable) is not quasi-affine and stays a tegrad expressi
 """
 from __future__ import annotations
 
-import solver
-from solver.affine import FloorDiv, Mod
+from tegrad import solver
+from tegrad.solver.affine import FloorDiv, Mod
 
-from .. import dtypes as _dt
-from ..expr import And, Binary, Cast, Compare, Const, Neg, Not, Var
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import And, Binary, Cast, Compare, Const, Neg, Not, Var
 
 INDEX_DTYPE = _dt.INDEX_DTYPE
 

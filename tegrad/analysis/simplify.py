@@ -5,7 +5,7 @@ equivalent node, or None when it does not apply. Rules are keyed by node type (a
 for binary nodes), one comment per rule. Floating-point rules assume finite values
 (``x * 0 -> 0``), as every autodiff system does for symbolic zeros.
 
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> i = Var("i")
 >>> str(simplify((i + 0) * 1))
 'i'
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from . import dtypes as _dt
-from .expr import Binary, Const, Neg, Not, Reduce, Select, structural_equal
-from .mapper import IdentityMapper
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import Binary, Const, Neg, Not, Reduce, Select, structural_equal
+from tegrad.ir.mapper import IdentityMapper
 
 
 def _is_const(e, value=None):

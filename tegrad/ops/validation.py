@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from .errors import ShapeError, TegradError
+from tegrad.ir.errors import ShapeError, TegradError
 
 
 def is_int(value):

@@ -6,7 +6,7 @@ identity. Python's ``==`` on expressions builds an ``eq`` comparison node, whose
 value is the structural equality of its operands (as in TVM), so expressions can key
 dicts:
 
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> i = Var("i")
 >>> {i + 1: "x"}[i + 1]
 'x'
@@ -23,8 +23,8 @@ from typing import Optional
 
 import numpy as np
 
-from . import dtypes as _dt
-from .errors import DTypeError, IndexingError, TegradError
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, IndexingError, TegradError
 
 # ---------------------------------------------------------------------------------------
 # structural identity
@@ -63,7 +63,7 @@ def _hash_value(value):
 def structural_equal(a, b):
     """True when ``a`` and ``b`` are the same expression tree.
 
-    >>> from tegrad.expr import Var
+    >>> from tegrad.ir.expr import Var
     >>> structural_equal(Var("i") * 2, Var("i") * 2)
     True
     """
@@ -101,7 +101,7 @@ def as_expr(value, dtype=None):
         if dtype is None:
             return Const(value, _dt.python_scalar_dtype(value), weak=True)
         return Const(value, _dt.promote_python_scalar(value, dtype))
-    from .tensor import Tensor
+    from tegrad.ir.tensor import Tensor
     if isinstance(value, Tensor):
         raise TegradError(
             f"tensor {value.name!r} used as a scalar expression; read an element with "
@@ -197,7 +197,7 @@ class ExprOps:
     __hash__ = Node.__hash__
 
     def __str__(self):
-        from .printer import format_expr
+        from tegrad.ir.printer import format_expr
         return format_expr(self)
 
     def __repr__(self):
@@ -474,7 +474,7 @@ def cast(value, dtype):
 
 def call(name, *args):
     """Build a call of the intrinsic ``name`` (checked against the intrinsic table)."""
-    from .intrinsics import INTRINSICS
+    from tegrad.ir.intrinsics import INTRINSICS
     try:
         intrinsic = INTRINSICS[name]
     except KeyError:

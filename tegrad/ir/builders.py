@@ -4,9 +4,9 @@
 >>> x = tg.placeholder((3,), name="x")
 >>> y = tg.compute((3,), lambda i: tg.if_then_else(x[i] > 0, tg.exp(x[i]), 0.0), name="y")
 """
-from . import dtypes as _dt
-from .expr import Const, as_expr, binary, call, cast, logical_and, logical_or, select  # noqa: F401
-from .errors import TegradError
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import Const, as_expr, binary, call, cast, logical_and, logical_or, select  # noqa: F401
+from tegrad.ir.errors import TegradError
 
 __all__ = ["const", "cast", "if_then_else", "all", "any", "floordiv", "floormod", "exp",
            "log", "sqrt", "tanh", "sigmoid", "power", "abs", "sign", "floor", "ceil", "round",

@@ -4,14 +4,14 @@
 (``ranges``: name -> inclusive ``(lo, hi)``), or returns None when it cannot (a tensor
 read, a division by a variable).
 
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> value_range(Var("i") * 2 - Var("k") // 3, {"i": (0, 4), "k": (0, 8)})
 (-2, 8)
 """
 from __future__ import annotations
 
-from .. import dtypes as _dt
-from ..expr import Binary, Cast, Const, Neg, Var
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import Binary, Cast, Const, Neg, Var
 
 
 def value_range(e, ranges):

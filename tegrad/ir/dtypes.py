@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-from .errors import DTypeError
+from tegrad.ir.errors import DTypeError
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

@@ -17,10 +17,10 @@ import numbers
 
 import numpy as np
 
-from . import dtypes as _dt
-from .errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
-from .expr import Const, IterVar, Var, as_expr, read, retype
-from .mapper import free_var_names, reduce_axis_names, walk
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
+from tegrad.ir.expr import Const, IterVar, Var, as_expr, read, retype
+from tegrad.ir.mapper import free_var_names, reduce_axis_names, walk
 
 _name_counter = itertools.count()
 
@@ -94,7 +94,7 @@ class Tensor:
         return f"Tensor({self.name}, shape={self.shape}, dtype={self.dtype})"
 
     def __str__(self):
-        from .printer import format_tensor
+        from tegrad.ir.printer import format_tensor
         return format_tensor(self)
 
     @property
@@ -120,7 +120,7 @@ class ComputeOp:
         self.name, self.axes, self.body = name, tuple(axes), body
 
     def input_tensors(self):
-        from .mapper import tensors_read
+        from tegrad.ir.mapper import tensors_read
         return tensors_read(self.body) + [t for ax in self.axes for t in tensors_read(ax.extent)]
 
 
@@ -160,7 +160,7 @@ class ScatterOp:
         return [e for target in self.targets for e in target.exprs()]
 
     def input_tensors(self):
-        from .mapper import tensors_read
+        from tegrad.ir.mapper import tensors_read
         out = {}
         for e in self.exprs():
             for t in tensors_read(e):

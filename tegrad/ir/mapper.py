@@ -3,15 +3,15 @@
 An :class:`IdentityMapper` returns the very same node when nothing below it changed, so
 a transformation that finds nothing to do costs no allocation and keeps hashes cached.
 
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> e = Var("i") + 1
 >>> IdentityMapper()(e) is e
 True
 """
 from __future__ import annotations
 
-from .expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
-                   Reduce, Select, Var)
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
+                            Reduce, Select, Var)
 
 
 class Mapper:
@@ -143,7 +143,7 @@ def walk(e):
 def free_var_names(e):
     """Names of the variables of ``e`` not bound by one of its reductions.
 
-    >>> from tegrad.expr import Var
+    >>> from tegrad.ir.expr import Var
     >>> sorted(free_var_names(Var("i") * 2 + Var("j")))
     ['i', 'j']
     """
@@ -253,11 +253,11 @@ def _rename_axes(e, names, taken):
 def substitute(e, mapping):
     """Replace the free variables named in ``mapping`` (name or Var -> expression).
 
-    >>> from tegrad.expr import Var
+    >>> from tegrad.ir.expr import Var
     >>> str(substitute(Var("i") + 1, {"i": Var("j") * 2}))
     'j * 2 + 1'
     """
-    from .expr import as_expr
+    from tegrad.ir.expr import as_expr
     norm = {(k.name if isinstance(k, (Var, IterVar)) else k): as_expr(v)
             for k, v in mapping.items()}
     if not norm:

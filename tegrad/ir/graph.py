@@ -6,11 +6,11 @@
 >>> [t.name for t in topological_order([B])]
 ['A', 'B']
 """
-from .errors import TegradError
+from tegrad.ir.errors import TegradError
 
 
 def _as_list(outputs):
-    from .tensor import Tensor
+    from tegrad.ir.tensor import Tensor
     if isinstance(outputs, Tensor):
         return [outputs]
     outputs = list(outputs)
@@ -44,5 +44,5 @@ def topological_order(outputs):
 
 def placeholders(outputs):
     """The placeholders the outputs depend on, in topological order."""
-    from .tensor import PlaceholderOp
+    from tegrad.ir.tensor import PlaceholderOp
     return [t for t in topological_order(outputs) if isinstance(t.op, PlaceholderOp)]

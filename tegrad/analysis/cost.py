@@ -26,12 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes as _dt
-from .expr import And, Binary, Call, Const, Neg, Or, Reduce, Select
-from .graph import topological_order
-from .mapper import children
-from .tensor import ComputeOp, PlaceholderOp, ScatterOp
-from .zero_elim.affine import conjunction, conjuncts, to_constraint
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import And, Binary, Call, Const, Neg, Or, Reduce, Select
+from tegrad.ir.graph import topological_order
+from tegrad.ir.mapper import children
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
 
 
 @dataclass(frozen=True)
@@ -104,13 +104,13 @@ def _counting_exprs(e):
 
 
 def _sum():
-    from .reduction import sum as sum_reducer
+    from tegrad.ir.reduction import sum as sum_reducer
     return sum_reducer
 
 
 def _count_over(axes, shape, exprs):
     """Sum each expression over the index space of ``axes``."""
-    from .evaluator import _StageEvaluator, _Scope, _index_arrays
+    from tegrad.reference.evaluator import _StageEvaluator, _Scope, _index_arrays
     ev = _StageEvaluator({})
     ndim = len(shape)
     scope = _Scope(_index_arrays(axes, ndim), ndim, None)
@@ -157,7 +157,7 @@ def stage_cost(t):
 
 def cost(tensors):
     """Exact counts for all stages needed to compute ``tensors`` (see module docstring)."""
-    from .tensor import Tensor
+    from tegrad.ir.tensor import Tensor
     outputs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     wanted = {id(t) for t in outputs}
     total = Cost(0, 0, 0)

@@ -13,8 +13,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import dtypes as _dt
-from . import expr as _ex
+from tegrad.ir import dtypes as _dt
+from tegrad.ir import expr as _ex
 
 
 @dataclass(frozen=True)

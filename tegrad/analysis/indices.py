@@ -5,17 +5,17 @@ index and integer comparison through :class:`solver.Affine` gives ``x[a]`` and d
 comparisons that became constant.
 
 >>> import tegrad as tg
->>> from tegrad.expr import Var
+>>> from tegrad.ir.expr import Var
 >>> x = tg.placeholder((8,), name="x")
 >>> str(normalize_indices(x[(Var("a") + 1) * 2 - 2]))
 'x[a * 2]'
 """
 from __future__ import annotations
 
-from .. import dtypes as _dt
-from ..expr import Const, Read
-from ..mapper import IdentityMapper
-from .affine import from_affine, from_constraint, to_affine, to_constraint
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import Const, Read
+from tegrad.ir.mapper import IdentityMapper
+from tegrad.analysis.affine import from_affine, from_constraint, to_affine, to_constraint
 
 
 class IndexNormalizer(IdentityMapper):

@@ -13,10 +13,10 @@ every stage of a program, inputs first, keeping reads pointed at the rewritten s
 """
 from __future__ import annotations
 
-from .expr import Read
-from .graph import topological_order
-from .mapper import IdentityMapper
-from .tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from tegrad.ir.expr import Read
+from tegrad.ir.graph import topological_order
+from tegrad.ir.mapper import IdentityMapper
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 
 
 class _Retarget(IdentityMapper):

@@ -1,0 +1,4 @@
+"""The IR: expressions, tensors and their stages, dtypes, errors, intrinsics, mappers, printer.
+
+The lowest layer of tegrad: it imports nothing from the rest of the package.
+"""
