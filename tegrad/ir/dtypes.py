@@ -79,11 +79,16 @@ def promote_python_scalar(value, dtype):
 
 
 def unify_dtypes(a, b, what):
-    """The common dtype of two operands: equal dtypes, or two integer dtypes (widened)."""
+    """The common dtype of two operands: equal dtypes, or two integer dtypes (widened).
+
+    ``what`` names the operation in the error message; it may be a function returning
+    the text, so that callers print an expression only when there is an error.
+    """
     if a == b:
         return a
     if is_int(a) and is_int(b):
         return np.promote_types(a, b).name
+    what = what() if callable(what) else what
     raise DTypeError(f"dtype mismatch in {what}: {a} and {b}; insert tg.cast to convert explicitly")
 
 

@@ -403,10 +403,9 @@ def binary(op, a, b):
     if op not in BINARY_OPS:
         raise TegradError(f"unknown binary operation {op!r}")
     a, b = as_expr_pair(a, b)
-    what = f"{op}({a}, {b})"
-    dtype = _dt.unify_dtypes(a.dtype, b.dtype, what)
+    dtype = _dt.unify_dtypes(a.dtype, b.dtype, lambda: f"{op}({a}, {b})")
     if _dt.is_bool(dtype):
-        raise DTypeError(f"arithmetic {op} on bool operands in {what}; use tg.cast")
+        raise DTypeError(f"arithmetic {op} on bool operands in {op}({a}, {b}); use tg.cast")
     if op == "div" and not _dt.is_float(dtype):
         raise DTypeError(
             f"true division of integer expressions in {a} / {b}; use // (floor division) "
@@ -426,7 +425,7 @@ def compare(op, a, b):
     if op not in COMPARE_OPS:
         raise TegradError(f"unknown comparison {op!r}")
     a, b = as_expr_pair(a, b)
-    _dt.unify_dtypes(a.dtype, b.dtype, f"{op}({a}, {b})")
+    _dt.unify_dtypes(a.dtype, b.dtype, lambda: f"{op}({a}, {b})")
     return Compare(op, a, b)
 
 
@@ -455,7 +454,7 @@ def select(cond, true_value, false_value):
     """``cond ? true_value : false_value`` (``tg.if_then_else``)."""
     cond = _as_bool(cond, "if_then_else")
     t, f = as_expr_pair(true_value, false_value)
-    dtype = _dt.unify_dtypes(t.dtype, f.dtype, f"if_then_else({cond}, {t}, {f})")
+    dtype = _dt.unify_dtypes(t.dtype, f.dtype, lambda: f"if_then_else({cond}, {t}, {f})")
     if t.dtype != dtype:
         t = Cast(t, dtype)
     if f.dtype != dtype:
@@ -487,7 +486,7 @@ def call(name, *args):
         exprs = tuple(as_expr(a) for a in args)
     dtype = exprs[0].dtype
     for e in exprs[1:]:
-        dtype = _dt.unify_dtypes(dtype, e.dtype, f"{name}({', '.join(map(str, exprs))})")
+        dtype = _dt.unify_dtypes(dtype, e.dtype, lambda: f"{name}({', '.join(map(str, exprs))})")
     if not intrinsic.accepts(dtype):
         raise DTypeError(f"{name} is not defined for {dtype} operands (in {name}"
                          f"({', '.join(map(str, exprs))}))")

@@ -1,0 +1,1 @@
+"""The loop-nest IR: kernels, loops, stores and loads over buffers (see :mod:`.nodes`)."""

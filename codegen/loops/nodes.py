@@ -1,0 +1,190 @@
+"""Nodes of the loop-nest IR: what a compiled function does, loop by loop.
+
+A :class:`Kernel` owns its :class:`Buffer` s (arguments and temporaries) and a body of
+statements. Expressions inside statements are ordinary tegrad expressions
+(:mod:`tegrad.ir.expr`), except that an element of a buffer is read with :class:`Load`
+(tegrad's ``Read`` names a tensor; after lowering every tensor is a buffer). Loop variables
+are tegrad ``Var`` s of dtype ``int64``.
+
+Every node is immutable and hashable (structural equality, like tegrad's expressions), so
+schedule transformations are pure functions from nodes to new nodes.
+
+>>> from tegrad.ir.expr import Var, Const
+>>> A = Buffer("A", (4,), "float32", "input")
+>>> B = Buffer("B", (4,), "float32", "output")
+>>> i = Var("i", "int64")
+>>> body = For(i, Const(0, "int64"), Const(4, "int64"),
+...            Store(B, (i,), Load(A, (i,))))
+>>> k = Kernel("double", (A, B), (), body)
+>>> k.args[1].name, body.kind
+('B', 'serial')
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from tegrad.ir.expr import Expr, Node
+
+#: how a loop runs; "vectorized" and "unrolled" require a constant trip count
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+#: what a buffer is to the compiled function
+BUFFER_SCOPES = ("input", "output", "temp", "local")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Buffer(Node):
+    """A dense C-ordered array: an argument (``input``/``output``), a temporary the
+    compiled function owns across calls (``temp``), or a small array local to one
+    invocation, such as a reduction's accumulator (``local``, may be shape ``()``).
+
+    Buffers compare structurally, so two buffers with the same name and type are one.
+    """
+
+    name: str
+    shape: tuple
+    dtype: str
+    scope: str = "temp"
+
+    def __post_init__(self):
+        if self.scope not in BUFFER_SCOPES:
+            raise ValueError(f"buffer {self.name!r}: scope {self.scope!r} not in {BUFFER_SCOPES}")
+
+    @property
+    def size(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __repr__(self):
+        return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Load(Expr):
+    """``buffer[indices]``: an expression; indices are int64 expressions."""
+
+    buffer: Buffer
+    indices: tuple
+    dtype: str = ""
+
+    def __post_init__(self):
+        if not self.dtype:
+            object.__setattr__(self, "dtype", self.buffer.dtype)
+
+
+class Stmt(Node):
+    """Base class of statements."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class For(Stmt):
+    """``for var in range(begin, end, step): body`` (``step`` a positive int).
+
+    ``kind`` is one of :data:`LOOP_KINDS`; it is a request to the backend, and a
+    transformation that sets it must keep the loop's meaning (the iterations of a
+    ``parallel`` loop are independent; a ``vectorized`` or ``unrolled`` one has a
+    constant trip count).
+    """
+
+    var: Expr
+    begin: Expr
+    end: Expr
+    body: Stmt
+    kind: str = "serial"
+    step: int = 1
+
+    def __post_init__(self):
+        if self.kind not in LOOP_KINDS:
+            raise ValueError(f"loop {self.var}: kind {self.kind!r} not in {LOOP_KINDS}")
+        if not (isinstance(self.step, int) and self.step >= 1):
+            raise ValueError(f"loop {self.var}: step must be a positive int, got {self.step!r}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Block(Stmt):
+    """Statements run in order."""
+
+    stmts: tuple
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class If(Stmt):
+    """A guarded block: ``if cond: then else: otherwise`` (``otherwise`` may be None)."""
+
+    cond: Expr
+    then: Stmt
+    otherwise: Optional[Stmt] = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Store(Stmt):
+    """``buffer[indices] = value``."""
+
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Accumulate(Stmt):
+    """``buffer[indices] = reducer.combine(buffer[indices], value)``.
+
+    Kept distinct from a Store so that schedules know the update is a commutative,
+    associative combination (``reducer`` is a :class:`tegrad.ir.reduction.Reducer`).
+    """
+
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    reducer: object
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Let(Stmt):
+    """``var = value`` (computed once), visible in ``body``."""
+
+    var: Expr
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Allocate(Stmt):
+    """``buffer`` (scope ``local``) exists for the duration of ``body``."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Check(Stmt):
+    """If ``cond`` is false, the kernel stops and reports ``error`` about ``tensor``.
+
+    ``error`` is one of :data:`ERROR_KINDS`; the runtime turns it into
+    ``tg.OutOfBoundsError`` (or ``tg.TegradError`` for a division by zero) naming the
+    tensor. Used for data-dependent indices and integer division by a run-time value.
+    """
+
+    cond: Expr
+    error: str
+    tensor: str
+
+
+#: the run-time errors a :class:`Check` can report
+ERROR_KINDS = ("index_out_of_range", "division_by_zero")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Kernel(Node):
+    """A compiled function: ``args`` (inputs then outputs, in call order), ``temps``
+    (buffers it owns, allocated once and reused across calls) and ``body``."""
+
+    name: str
+    args: tuple
+    temps: tuple
+    body: Stmt
