@@ -14,7 +14,7 @@ Independent of the tensor language: terms are :class:`Affine` expressions
 from .affine import Affine, AffineLike, FloorDiv, Mod, lift, parse_affine
 from .bounds import Bounds
 from .constraint import Constraint, EQ, FALSE, GE, TRUE, eq, ge, gt, le, lt
-from .domain import Domain, variable_bounds
+from .domain import Domain, count_union, variable_bounds
 from .linear_equations import LinearSolution, solve_linear_equations
 from .simplify import simplify_domain
 from .smith import smith_normal_form
@@ -23,6 +23,6 @@ from .transform import DomainTransformation
 __all__ = [
     "Affine", "AffineLike", "FloorDiv", "Mod", "lift", "parse_affine",
     "Constraint", "EQ", "GE", "TRUE", "FALSE", "eq", "ge", "gt", "le", "lt",
-    "Bounds", "Domain", "variable_bounds", "DomainTransformation",
+    "Bounds", "Domain", "count_union", "variable_bounds", "DomainTransformation",
     "LinearSolution", "solve_linear_equations", "simplify_domain", "smith_normal_form",
 ]

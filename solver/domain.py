@@ -27,7 +27,7 @@ from .bounds import Bounds, InfeasibleError, bounds_of, drop_redundant_bounds, p
 from .constraint import Constraint, EQ, GE, FALSE
 from .system import NameSupply, lower_division_atoms
 
-__all__ = ["Domain", "variable_bounds"]
+__all__ = ["Domain", "count_union", "variable_bounds"]
 
 
 @dataclass(frozen=True, init=False)
@@ -161,21 +161,27 @@ class Domain:
     def count(self, parameter_values: Mapping[str, int] | None = None) -> int:
         """Exact number of integer points (parameters must all get values).
 
+        Variables with constant ranges that nothing else mentions are counted as a factor,
+        so a large box costs nothing; isl counts the rest.
+
         >>> Domain([("i", 0, 4), ("j", 0, Affine.var("i") + 1)]).count()
         10
         """
-        d = self.with_parameters(parameter_values)
-        if d.parameters:
-            raise ValueError(f"count() needs values for parameters {list(d.parameters)}")
-        if d.is_trivially_empty:
-            return 0
-        if not d.conditions and all(lo is not None and hi is not None and lo.is_constant
-                                    and hi.is_constant for _, lo, hi in d.variables):
-            total = 1
-            for _, lo, hi in d.variables:
-                total *= max(0, hi.constant - lo.constant)
-            return total
-        return isl_bridge.count_points(d.names, d.constraints())
+        return count_union([self], parameter_values)
+
+    def _independent_extents(self) -> dict:
+        """``{name: extent}`` of variables with constant ranges mentioned by no condition
+        and no other variable's bounds."""
+        mentioned = set()
+        for c in self.conditions:
+            mentioned |= c.variables()
+        for _, lo, hi in self.variables:
+            for b in (lo, hi):
+                if b is not None:
+                    mentioned |= b.variables()
+        return {v: max(0, hi.constant - lo.constant) for v, lo, hi in self.variables
+                if v not in mentioned and lo is not None and hi is not None
+                and lo.is_constant and hi.is_constant}
 
     def bounds(self) -> dict:
         """Tightest bounds of each variable; see :func:`variable_bounds`."""
@@ -280,6 +286,44 @@ class Domain:
 
     def __repr__(self) -> str:
         return f"Domain({str(self)!r})"
+
+
+def count_union(domains: Sequence[Domain],
+                parameter_values: Mapping[str, int] | None = None) -> int:
+    """Exact number of integer points in the union of domains over the same variables.
+
+    Variables whose constant range is the same in every domain and that nothing else
+    mentions are a factor of the count; isl counts the union of the rest.
+
+    >>> from tegrad.solver.constraint import eq, ge
+    >>> i = Affine.var("i")
+    >>> count_union([Domain([("i", 0, 10)], [ge(i, 7)]), Domain([("i", 0, 10)], [eq(i, 0)])])
+    4
+    """
+    ds = [d.with_parameters(parameter_values) for d in domains]
+    for d in ds:
+        if d.parameters:
+            raise ValueError(f"count() needs values for parameters {list(d.parameters)}")
+        if d.names != ds[0].names:
+            raise ValueError("count_union needs domains over the same variables")
+    ds = [d for d in ds if not d.is_trivially_empty]
+    if not ds:
+        return 0
+    factor_sets = [d._independent_extents() for d in ds]
+    factors = {v: n for v, n in factor_sets[0].items()
+               if all(fs.get(v) == n for fs in factor_sets[1:])}
+    total = 1
+    for n in factors.values():
+        total *= n
+    if total == 0:
+        return 0
+    names = [v for v in ds[0].names if v not in factors]
+    if not names and all(not d.conditions for d in ds):
+        return total
+    rest = [[c for c in d.constraints() if not c.variables() & factors.keys()] for d in ds]
+    if len(rest) == 1:
+        return total * isl_bridge.count_points(names, rest[0])
+    return total * isl_bridge.count_union_points(names, rest)
 
 
 def _scan(names, bounds, checks, point, k):

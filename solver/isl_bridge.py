@@ -33,7 +33,7 @@ from .affine import Affine, FloorDiv
 from .constraint import Constraint, EQ, GE
 
 __all__ = ["IslSystem", "to_isl", "from_isl", "is_empty", "is_implied", "affine_hull",
-           "count_points"]
+           "count_points", "count_union_points"]
 
 _SET = isl.dim_type.set
 _PARAM = isl.dim_type.param
@@ -121,6 +121,19 @@ def count_points(variables, constraints) -> int:
     if not s.is_bounded():
         raise ValueError("cannot count the points of an unbounded domain")
     return int(str(s.count_val()))
+
+
+def count_union_points(variables, constraint_lists) -> int:
+    """Exact number of integer points in the union of bounded, parameter-free sets."""
+    union = None
+    for constraints in constraint_lists:
+        s = _make(variables, (), constraints)
+        union = s if union is None else union.union(s)
+    if union is None:
+        return 0
+    if not union.is_bounded():
+        raise ValueError("cannot count the points of an unbounded domain")
+    return int(str(union.count_val()))
 
 
 def affine_hull(variables, parameters, constraints):

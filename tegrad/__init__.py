@@ -24,7 +24,7 @@ from tegrad.ir.tensor import Tensor, compute, placeholder, scatter_add
 __version__ = "0.1.0"
 
 from tegrad import autodiff, nn, ops  # noqa: E402  (operator library and differentiation)
-from tegrad.autodiff import DifferentiationResult, differentiate, jacobian  # noqa: E402
+from tegrad.pipeline import DifferentiationResult, differentiate, jacobian  # noqa: E402
 from tegrad import testing  # noqa: E402
 from tegrad.analysis.cost import Cost, cost  # noqa: E402
 from tegrad.zero_elim.explain import explain  # noqa: E402

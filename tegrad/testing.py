@@ -24,6 +24,7 @@ from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.mapper import IdentityMapper
 from tegrad.ir.rewrite import map_stage
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor, placeholder
+from tegrad.pipeline import differentiate
 
 F64 = "float64"
 
@@ -149,7 +150,6 @@ def _head_value(output, head, rng):
 
 
 def _gradients(output, inputs, feed, head_value):
-    from tegrad.autodiff import differentiate
     h = placeholder(output.shape, output.dtype, name=f"head_{output.name}")
     grads = differentiate(output, inputs, head=h).result
     values = evaluate(grads, {**feed, h: head_value})

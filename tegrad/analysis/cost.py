@@ -8,8 +8,9 @@ counts floating-point operations (arithmetic, intrinsic calls, reduction combine
 those points; ``memory`` counts the elements of the intermediate stages (every computed
 stage except the requested tensors themselves).
 
-The counts are computed exactly by evaluating counting expressions with the reference
-evaluator, so non-rectangular domains are counted point by point.
+Every reduction reached is one integer domain (the stage's axes, the axes of the
+reductions around it and its own, under the affine conditions that guard it); the solver
+counts its points in closed form, so the size of a stage does not matter.
 
 >>> import tegrad as tg
 >>> A = tg.placeholder((8, 4), name="A")
@@ -22,16 +23,18 @@ evaluator, so non-rectangular domains are counted point by point.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
-import numpy as np
-
+from tegrad import solver
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.expr import And, Binary, Call, Const, Neg, Or, Reduce, Select
-from tegrad.ir.graph import topological_order
+from tegrad.ir.errors import TegradError
+from tegrad.ir.expr import Binary, Call, Neg, Reduce, Select
+from tegrad.ir.graph import as_tensor_list, topological_order
 from tegrad.ir.mapper import children
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
-from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
+from tegrad.ir.printer import axis_end
+from tegrad.ir.stages import StageMapper, is_placeholder
+from tegrad.analysis.affine import conjuncts, to_affine, to_constraint
 
 
 @dataclass(frozen=True)
@@ -50,18 +53,21 @@ class Cost:
         return f"iterations={self.iterations}, flops={self.flops}, memory={self.memory}"
 
 
-def _affine_part(cond):
-    """The conjuncts of ``cond`` over integers only (data-dependent ones dropped)."""
+def affine_conditions(cond):
+    """The solver constraints of the affine conjuncts of ``cond`` (others dropped)."""
     if cond is None:
-        return None
-    kept = [c for c in conjuncts(cond) if to_constraint(c) is not None]
-    return conjunction(kept) if kept else None
+        return ()
+    return tuple(con for con in map(to_constraint, conjuncts(cond)) if con is not None)
 
 
 def local_flops(e):
-    """Float operations of ``e`` outside its reductions, and the reductions reached."""
+    """Float operations of ``e`` outside its reductions, and the reductions reached.
+
+    Each reduction comes with the constraints of the affine conditions of the selects
+    whose true branch holds it.
+    """
     count, reductions = 0, []
-    stack = [(e, None)]
+    stack = [(e, ())]
     while stack:
         node, guard = stack.pop()
         t = type(node)
@@ -72,10 +78,7 @@ def local_flops(e):
             count += 1
         if t is Select:
             stack.append((node.cond, guard))
-            affine = _affine_part(node.cond)
-            t_guard = affine if guard is None else (guard if affine is None else
-                                                     And(guard, affine))
-            stack.append((node.true_value, t_guard))
+            stack.append((node.true_value, guard + affine_conditions(node.cond)))
             stack.append((node.false_value, guard))
             continue
         for c in children(node):
@@ -83,89 +86,128 @@ def local_flops(e):
     return count, reductions
 
 
-def _counting_exprs(e):
-    """``(points, flops)`` expressions: work done below one evaluation of ``e``."""
-    flops, reductions = local_flops(e)
-    points_total, flops_total = Const(0, "int64"), Const(flops, "int64")
-    for red, guard in reductions:
-        inner_points, inner_flops = _counting_exprs(red.source)
-        one = Const(1, "int64")
-        where = _affine_part(red.where)
-        per_point = Binary("add", one, inner_points, "int64")
-        flops_point = Binary("add", one, inner_flops, "int64")
-        points = Reduce(_sum(), per_point, red.axes, where, None, "int64")
-        fl = Reduce(_sum(), flops_point, red.axes, where, None, "int64")
-        if guard is not None:
-            points = Select(guard, points, Const(0, "int64"), "int64")
-            fl = Select(guard, fl, Const(0, "int64"), "int64")
-        points_total = Binary("add", points_total, points, "int64")
-        flops_total = Binary("add", flops_total, fl, "int64")
-    return points_total, flops_total
+class _Space:
+    """Variables ``(name, lo, end)`` of nested loops and the constraints on them."""
+
+    def __init__(self, variables=(), alternatives=((),)):
+        self.variables = tuple(variables)
+        #: the space is the union of these conjunctions of constraints
+        self.alternatives = tuple(alternatives)
+
+    def nested(self, axes, conditions, stage):
+        """The space of ``axes`` iterated inside this one, under ``conditions``."""
+        variables = list(self.variables)
+        alternatives = [tuple(alt) + tuple(conditions) for alt in self.alternatives]
+        for ax in axes:
+            lo_parts = _bound_parts(ax.lo, "max", ax, stage)
+            end_parts = _bound_parts(axis_end(ax), "min", ax, stage)
+            if len(lo_parts) == len(end_parts) == 1 and lo_parts[0][0] != "or" \
+                    and end_parts[0][0] != "or":
+                variables.append((ax.name, lo_parts[0][1], end_parts[0][1]))
+                continue
+            variables.append((ax.name, None, None))
+            v = solver.Affine.var(ax.name)
+            lower = _dnf([solver.ge(v, a) for _, a in lo_parts], lo_parts)
+            upper = _dnf([solver.lt(v, a) for _, a in end_parts], end_parts)
+            alternatives = [alt + lo + up for alt, lo, up
+                            in itertools.product(alternatives, lower, upper)]
+        return _Space(variables, alternatives)
+
+    def count(self):
+        known = {name for name, _, _ in self.variables}
+        domains = []
+        for alt in self.alternatives:
+            conds = [c for c in alt if c.variables() <= known]
+            domains.append(solver.Domain(self.variables, conds))
+        return solver.count_union(domains)
 
 
-def _sum():
-    from tegrad.ir.reduction import sum as sum_reducer
-    return sum_reducer
+def _dnf(constraints, parts):
+    """Bound constraints as alternatives: all of them, or any one of them."""
+    if parts[0][0] == "or":
+        return [(c,) for c in constraints]
+    return [tuple(constraints)]
 
 
-def _count_over(axes, shape, exprs):
-    """Sum each expression over the index space of ``axes``."""
-    from tegrad.reference.evaluator import _StageEvaluator, _Scope, _index_arrays
-    ev = _StageEvaluator({})
-    ndim = len(shape)
-    scope = _Scope(_index_arrays(axes, ndim), ndim, None)
-    out = []
-    for e in exprs:
-        value = np.broadcast_to(ev(e, scope), shape)
-        out.append(int(value.sum(dtype=np.int64)))
-    return out
+def _bound_parts(e, same, ax, stage):
+    """``[(kind, affine)]``: the bound ``e`` as the ``same`` ("max" for a lower bound,
+    "min" for an end) of affine parts (kind "and"), or as the other extreme of them
+    (kind "or"); a constant added to an extreme is distributed over its operands."""
+    aff = to_affine(e)
+    if aff is not None:
+        return [("and", aff)]
+    if type(e) is Binary and e.op in ("min", "max"):
+        kind = "and" if e.op == same else "or"
+        parts = _bound_parts(e.a, same, ax, stage) + _bound_parts(e.b, same, ax, stage)
+        if all(k == "and" for k, _ in parts):
+            return [(kind, a) for _, a in parts]
+    if type(e) is Binary and e.op in ("add", "sub"):
+        shift = to_affine(e.b)
+        if shift is not None:
+            parts = _bound_parts(e.a, same, ax, stage)
+            return [(k, a + shift if e.op == "add" else a - shift) for k, a in parts]
+    raise TegradError(f"cost of {stage!r}: the bound {e} of the axis {ax.name!r} is not "
+                      f"affine, so its points cannot be counted")
+
+
+def _reduction_work(e, space, stage):
+    """``(points, flops)`` of the reductions reached from ``e`` evaluated over ``space``."""
+    points = flops = 0
+    stack = [(e, space)]
+    while stack:
+        expr, outer = stack.pop()
+        for red, guard in local_flops(expr)[1]:
+            inner = outer.nested(red.axes, guard + affine_conditions(red.where), stage)
+            n = inner.count()
+            points += n
+            flops += n * (1 + local_flops(red.source)[0])
+            stack.append((red.source, inner))
+    return points, flops
+
+
+def _stage_space(t):
+    return _Space().nested(t.op.axes, (), t.name)
+
+
+class _StageCost(StageMapper):
+    def map_placeholder(self, t):
+        return Cost(0, 0, 0)
+
+    def map_compute(self, t):
+        space = _stage_space(t)
+        points, flops = _reduction_work(t.op.body, space, t.name)
+        return Cost(t.size + points, flops + t.size * local_flops(t.op.body)[0], 0)
+
+    def map_scatter(self, t):
+        # one pass over the domain; a point counts when some target's affine condition
+        # holds there, and each target costs its value and an accumulation where it does
+        space = _stage_space(t)
+        guards = [affine_conditions(target.where) for target in t.op.targets]
+        if any(not g for g in guards):
+            points = space.count()
+        else:
+            points = _Space(space.variables, guards).count()
+        flops = 0
+        for target, guard in zip(t.op.targets, guards):
+            where = space.nested((), guard, t.name)
+            inner_points, inner_flops = _reduction_work(target.value, where, t.name)
+            points += inner_points
+            flops += inner_flops + where.count() * (1 + local_flops(target.value)[0])
+        return Cost(points, flops, 0)
 
 
 def stage_cost(t):
     """The iterations and flops of the stage of ``t`` alone."""
-    op = t.op
-    if isinstance(op, ComputeOp):
-        points, flops = _counting_exprs(op.body)
-        extra_points, extra_flops = _count_over(op.axes, t.shape, [points, flops])
-        size = t.size
-        return Cost(size + extra_points, extra_flops, 0)
-    if isinstance(op, ScatterOp):
-        # one pass over the domain; a point counts when some target's affine condition
-        # holds there, and each target costs its value and an accumulation where it does
-        one, zero = Const(1, "int64"), Const(0, "int64")
-        guards = [_affine_part(target.where) for target in op.targets]
-        if any(g is None for g in guards):
-            pts = one
-        else:
-            any_guard = guards[0]
-            for g in guards[1:]:
-                any_guard = Or(any_guard, g)
-            pts = Select(any_guard, one, zero, "int64")
-        counts = [pts]
-        for target, guard in zip(op.targets, guards):
-            inner_points, inner_flops = _counting_exprs(target.value)
-            per = Binary("add", one, inner_flops, "int64")
-            counts.append(per if guard is None else Select(guard, per, zero, "int64"))
-            counts.append(inner_points if guard is None else
-                          Select(guard, inner_points, zero, "int64"))
-        domain = tuple(ax.extent.value for ax in op.axes)
-        values = _count_over(op.axes, domain, counts)
-        points = values[0] + sum(values[2::2])
-        return Cost(points, sum(values[1::2]), 0)
-    return Cost(0, 0, 0)
+    return _StageCost()(t)
 
 
 def cost(tensors):
     """Exact counts for all stages needed to compute ``tensors`` (see module docstring)."""
-    from tegrad.ir.tensor import Tensor
-    outputs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    outputs = as_tensor_list(tensors)
     wanted = {id(t) for t in outputs}
     total = Cost(0, 0, 0)
     for t in topological_order(outputs):
-        if isinstance(t.op, PlaceholderOp):
-            continue
         c = stage_cost(t)
-        memory = 0 if id(t) in wanted else t.size
+        memory = 0 if id(t) in wanted or is_placeholder(t) else t.size
         total = total + Cost(c.iterations, c.flops, memory)
     return total
-

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import itertools
 
-from tegrad.ir.expr import Const, Read, Reduce, Var, binary
+from tegrad.ir.errors import DifferentiationError
+from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary
 from tegrad.ir.graph import topological_order
 from tegrad.ir.rewrite import map_stage, retarget
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute
@@ -61,7 +62,6 @@ class _Hoister(IdentityMapper):
         f = self(e.false_value, (ranges, True))
         if cond is e.cond and t is e.true_value and f is e.false_value:
             return e
-        from tegrad.ir.expr import Select
         return Select(cond, t, f, e.dtype)
 
     def _logical(self, e, ctx, cls):
@@ -70,11 +70,9 @@ class _Hoister(IdentityMapper):
         return e if (a is e.a and b is e.b) else cls(a, b)
 
     def map_and(self, e, ctx):
-        from tegrad.ir.expr import And
         return self._logical(e, ctx, And)
 
     def map_or(self, e, ctx):
-        from tegrad.ir.expr import Or
         return self._logical(e, ctx, Or)
 
     def map_reduce(self, e, ctx):
@@ -140,7 +138,6 @@ def normalize(outputs):
         elif isinstance(t.op, ScatterOp):
             new = _retarget_scatter(t, mapping)
         elif not isinstance(t.op, PlaceholderOp):
-            from tegrad.ir.errors import DifferentiationError
             raise DifferentiationError(f"cannot differentiate the stage of {t.name!r} "
                                        f"({type(t.op).__name__})")
         if new is not t:

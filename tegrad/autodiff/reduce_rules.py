@@ -28,10 +28,11 @@ import contextvars
 
 from tegrad.ir import reduction as _red
 from tegrad.ir.expr import And, Binary, Const, Or, Read, Reduce, Var, compare, select
-from tegrad.ir.tensor import ComputeOp, Tensor
+from tegrad.ir.tensor import ComputeOp, compute_stage
 from tegrad.ir.mapper import substitute
 from tegrad.autodiff.algebra import ZERO, add, choose, div, mul
 from tegrad.autodiff.names import names_in, rename_axes, rename_reduce
+from tegrad.autodiff.rules import ForwardDiff, rule
 
 SUM, PROD = _red.BUILTIN_REDUCERS["sum"], _red.BUILTIN_REDUCERS["prod"]
 
@@ -41,6 +42,12 @@ REDUCER_RULES = {}
 def reducer_rule(reducer):
     """The rule for ``reducer``: its own entry, or the generic combiner rule."""
     return REDUCER_RULES.get(reducer, generic_rule)
+
+
+@rule(Reduce)
+def _reduce(fd, e):
+    """The entry of reductions in :data:`tegrad.autodiff.rules.RULES`."""
+    return reducer_rule(e.reducer)(fd, e)
 
 
 def _register(reducer):
@@ -110,7 +117,7 @@ def _stage_statistic(fd, e, kind, source_fn, reducer):
             stat = Reduce(reducer, source_fn(body.source, own), body.axes, body.where, None,
                           Y.dtype)
             name = f"{Y.name}_{kind}"
-            cache[kind] = Tensor(ComputeOp(name, Y.op.axes, stat), Y.shape, Y.dtype, name)
+            cache[kind] = compute_stage(name, Y.op.axes, stat)
         return Read(cache[kind], y.indices, Y.dtype)
     return Reduce(reducer, source_fn(e.source, _value(fd, e)), e.axes, e.where, None, e.dtype)
 
@@ -192,7 +199,6 @@ def combiner_partials(reducer, dtype):
     >>> str(da), str(db)
     ('_ry', '_rx')
     """
-    from tegrad.autodiff.rules import ForwardDiff
     x, y, body = reducer.combiner(dtype)
     one = Const(1, dtype)
 

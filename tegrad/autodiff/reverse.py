@@ -1,9 +1,9 @@
 """Reverse-mode differentiation of a tensor program: adjoint accumulation over the DAG.
 
-The forward program is first normalised (:mod:`tegrad.autodiff.hoist`). Then, in
+The forward program is first normalised (:mod:`tegrad.autodiff.normalize`). Then, in
 reverse topological order, every tensor ``T`` on a path from the inputs to the output
 gets one adjoint stage ``dT`` whose body is the sum of the contributions of its
-consumers (:func:`tegrad.autodiff.jacobian.stage_contribution`)::
+consumers (:func:`tegrad.autodiff.contribution.stage_contribution`)::
 
     dA[i0, i1] = sum(dB[i, j] * D_B, i, j) + sum(dC[i] * D_C, i)
 
@@ -28,11 +28,10 @@ from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.tensor import ComputeOp, Tensor
 from tegrad.autodiff.algebra import ZERO, add
 from tegrad.autodiff.normalize import normalize
-from tegrad.autodiff.jacobian import stage_contribution
+from tegrad.autodiff.contribution import stage_contribution
 from tegrad.autodiff.reduce_rules import shared_statistics
 from tegrad.autodiff.names import fresh_names, make_compute, names_in
-from tegrad.autodiff.result import DifferentiationResult
-from tegrad.zero_elim.program import eliminate_zeros
+from tegrad.autodiff.result import Gradients
 
 
 def _check_output(output):
@@ -205,8 +204,8 @@ def reverse_pass(output, inputs, root_head, prefix_shape=(), manual=None,
     return adjoints, mapping, out2, rev.manual_used
 
 
-def differentiate(output, inputs=None, head=None, manual=None, optimize=True):
-    """Reverse-mode gradients of ``output`` with respect to ``inputs``.
+def differentiate(output, inputs=None, *, head=None, manual=None):
+    """Reverse-mode gradients of ``output`` with respect to ``inputs``, as built (naive).
 
     ``head`` (a tensor of the output's shape and dtype, default all ones) gives the
     vector-Jacobian product ``head . d output / d input``: with the default the result is
@@ -214,15 +213,13 @@ def differentiate(output, inputs=None, head=None, manual=None, optimize=True):
     ``inputs`` is a tensor or a list (default: every placeholder ``output`` depends on);
     ``manual={(out, inp): fn}`` overrides the contribution of ``out`` to ``inp`` by
     ``fn(out, inp, head_of_out)``, a tensor of ``inp``'s shape. Integer inputs get zeros.
-    With ``optimize`` (the default) every adjoint is zero-eliminated
-    (:mod:`tegrad.zero_elim`), so its loops are those of a hand-written gradient;
-    ``optimize=False`` keeps the naive adjoints, and ``res.explain()`` shows both.
+    :func:`tegrad.differentiate` (:mod:`tegrad.pipeline`) zero-eliminates the result.
 
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((2,), dtype="float64", name="x")
     >>> k = tg.reduce_axis((0, 2), name="k")
     >>> L = tg.compute((), lambda: tg.sum(x[k] * x[k], axis=k), name="L")
-    >>> res = tg.differentiate(L, [x])
+    >>> res = differentiate(L, [x])
     >>> tg.evaluate(res[0], {x: np.array([1.0, -2.0])}).tolist()
     [2.0, -4.0]
     """
@@ -266,24 +263,28 @@ def differentiate(output, inputs=None, head=None, manual=None, optimize=True):
             grad = _zeros(t, (), f"d{t.name}")
         result.append(grad)
     forward = topological_order([out2] + ([head] if head is not None else []))
-    naive = DifferentiationResult(output, inputs, head, result, by_tensor, forward=forward)
-    return naive.optimized() if optimize else naive
+    return Gradients(output, inputs, head, result, by_tensor, forward=forward)
 
 
-def jacobian(output, input, optimize=True):
-    """The full Jacobian ``J[y..., x...] = d output[y] / d input[x]``.
+def jacobian(output, input):
+    """The full Jacobian ``J[y..., x...] = d output[y] / d input[x]``, as built (naive).
 
     Its shape is ``output.shape + input.shape``; it is built explicitly only here
-    (``differentiate`` computes vector-Jacobian products). With ``optimize`` (the
-    default) it is zero-eliminated like a gradient.
+    (``differentiate`` computes vector-Jacobian products). :func:`tegrad.jacobian`
+    zero-eliminates it like a gradient.
 
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((2,), dtype="float64", name="x")
     >>> y = tg.compute((3,), lambda i: x[0] * tg.cast(i, "float64"), name="y")
-    >>> J = tg.jacobian(y, x)
+    >>> J = jacobian(y, x)
     >>> J.shape, tg.evaluate(J, {x: np.zeros(2)}).tolist()
     ((3, 2), [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
     """
+    return jacobian_program(output, input)[0]
+
+
+def jacobian_program(output, input):
+    """``(J, forward)``: the naive Jacobian and the forward stages it reads as they are."""
     _check_output(output)
     if not isinstance(input, Tensor):
         raise TegradError(f"jacobian: the input must be a tensor, got {input!r}")
@@ -300,14 +301,12 @@ def jacobian(output, input, optimize=True):
     if input is output:
         names = [f"p{d}" for d in range(output.ndim)] + [f"i{d}" for d in range(output.ndim)]
         return make_compute(f"J{output.name}", output.shape * 2, names,
-                            lambda *v: delta(v[:output.ndim], v[output.ndim:]))
+                            lambda *v: delta(v[:output.ndim], v[output.ndim:])), []
     adjoints, mapping, out2, _ = reverse_pass(output, [input], delta, output.shape)
     grad = adjoints.get(id(mapping.get(id(input), input)))
     if grad is None:
         grad = _zeros(input, output.shape, f"J{input.name}")
-    if optimize:
-        (grad,) = eliminate_zeros([grad], keep=topological_order([out2]))
-    return grad
+    return grad, topological_order([out2])
 
 
-__all__ = ["differentiate", "jacobian", "reverse_pass"]
+__all__ = ["differentiate", "jacobian", "jacobian_program", "reverse_pass"]

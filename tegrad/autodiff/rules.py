@@ -3,8 +3,9 @@
 ``RULES[node type](fd, e)`` returns the tangent of ``e`` given the forward-mode driver
 ``fd`` (``fd.tangent(sub)`` is the tangent of a sub-expression, ``fd.answer(e)`` the
 value of ``e``, possibly a read of an already computed stage). Binary nodes dispatch on
-``BINARY_RULES[op]``, intrinsic calls on :data:`tegrad.intrinsics.DERIVATIVES`, and
-reductions on :data:`tegrad.autodiff.reduce_rules.REDUCER_RULES`. A tangent is an
+``BINARY_RULES[op]``, intrinsic calls on :data:`tegrad.autodiff.intrinsic_rules.DERIVATIVES`;
+the rule of reductions is registered by :mod:`tegrad.autodiff.reduce_rules` (it
+dispatches on :data:`~tegrad.autodiff.reduce_rules.REDUCER_RULES`). A tangent is an
 expression or the symbolic :data:`ZERO`.
 
 Conventions (documented choices at points where the derivative does not exist):
@@ -28,9 +29,9 @@ Conventions (documented choices at points where the derivative does not exist):
 from __future__ import annotations
 
 from tegrad.ir.errors import DifferentiationError
-from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
-                            Select, Var, select)
-from tegrad.ir.intrinsics import DERIVATIVES
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Select,
+                            Var, call, select)
+from tegrad.autodiff.intrinsic_rules import DERIVATIVES
 from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
                                      sub, sum_all)
 
@@ -138,7 +139,7 @@ def _call(fd, e):
     except KeyError:
         raise DifferentiationError(
             f"the intrinsic {e.name!r} has no derivative rule (in {e}); register one with "
-            f"tegrad.intrinsics.register_derivative") from None
+            f"tegrad.autodiff.intrinsic_rules.register_derivative") from None
     terms = []
     for arg, partial in zip(e.args, partials):
         g = fd.tangent(arg)
@@ -146,12 +147,6 @@ def _call(fd, e):
             continue
         terms.append(partial(g, fd.answer(e), *e.args))
     return sum_all(terms)
-
-
-@rule(Reduce)
-def _reduce(fd, e):
-    from tegrad.autodiff.reduce_rules import reducer_rule
-    return reducer_rule(e.reducer)(fd, e)
 
 
 # --- binary operators -------------------------------------------------------------------
@@ -185,7 +180,6 @@ def _floordiv(fd, e, da, db):
 @rule("floormod")
 def _floormod(fd, e, da, db):
     # a % b = a - floor(a / b) * b
-    from tegrad.ir.expr import call
     return sub(da, mul(call("floor", e.a / e.b), db))
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, IndexingError, TegradError
+from tegrad.ir.intrinsics import INTRINSICS
 
 # ---------------------------------------------------------------------------------------
 # structural identity
@@ -82,6 +83,21 @@ def structural_equal(a, b):
     return a == b
 
 
+class TensorLike:
+    """Base of the objects a :class:`Read` reads (tensors).
+
+    Declared here so that expressions recognise a tensor without importing
+    :mod:`tegrad.ir.tensor`, which builds on this module.
+    """
+
+    __slots__ = ()
+
+
+#: how ``str()`` renders expressions and tensors: :mod:`tegrad.ir.printer` (above this
+#: module, imported with the package) installs its functions here
+TEXT = {"expr": lambda e: object.__repr__(e), "tensor": lambda t: object.__repr__(t)}
+
+
 # ---------------------------------------------------------------------------------------
 # operator overloading, shared by expressions and iteration variables
 
@@ -101,8 +117,7 @@ def as_expr(value, dtype=None):
         if dtype is None:
             return Const(value, _dt.python_scalar_dtype(value), weak=True)
         return Const(value, _dt.promote_python_scalar(value, dtype))
-    from tegrad.ir.tensor import Tensor
-    if isinstance(value, Tensor):
+    if isinstance(value, TensorLike):
         raise TegradError(
             f"tensor {value.name!r} used as a scalar expression; read an element with "
             f"{value.name}[...]")
@@ -197,8 +212,7 @@ class ExprOps:
     __hash__ = Node.__hash__
 
     def __str__(self):
-        from tegrad.ir.printer import format_expr
-        return format_expr(self)
+        return TEXT["expr"](self)
 
     def __repr__(self):
         return f"<{type(self).__name__} {self}>"
@@ -473,7 +487,6 @@ def cast(value, dtype):
 
 def call(name, *args):
     """Build a call of the intrinsic ``name`` (checked against the intrinsic table)."""
-    from tegrad.ir.intrinsics import INTRINSICS
     try:
         intrinsic = INTRINSICS[name]
     except KeyError:

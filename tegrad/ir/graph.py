@@ -7,10 +7,12 @@
 ['A', 'B']
 """
 from tegrad.ir.errors import TegradError
+from tegrad.ir.stages import is_placeholder
+from tegrad.ir.tensor import Tensor
 
 
-def _as_list(outputs):
-    from tegrad.ir.tensor import Tensor
+def as_tensor_list(outputs):
+    """``outputs`` (a tensor or an iterable of tensors) as a list of tensors."""
     if isinstance(outputs, Tensor):
         return [outputs]
     outputs = list(outputs)
@@ -23,7 +25,7 @@ def _as_list(outputs):
 def topological_order(outputs):
     """All tensors the outputs depend on, each after its inputs (iterative DFS)."""
     order, state = [], {}
-    for root in _as_list(outputs):
+    for root in as_tensor_list(outputs):
         stack = [(root, False)]
         while stack:
             t, expanded = stack.pop()
@@ -44,5 +46,4 @@ def topological_order(outputs):
 
 def placeholders(outputs):
     """The placeholders the outputs depend on, in topological order."""
-    from tegrad.ir.tensor import PlaceholderOp
-    return [t for t in topological_order(outputs) if isinstance(t.op, PlaceholderOp)]
+    return [t for t in topological_order(outputs) if is_placeholder(t)]

@@ -11,10 +11,34 @@ True
 from __future__ import annotations
 
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
-                            Reduce, Select, Var)
+                            Reduce, Select, Var, as_expr)
 
 
-class Mapper:
+class Dispatcher:
+    """Dispatch on a class through ``_method_names``, a table ``{class: method name}``.
+
+    A subclass declares only the classes it adds (a code generator's ``Load``); the
+    table it gets is merged with those of its bases along the MRO.
+    """
+
+    _method_names = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        table = {}
+        for base in reversed(cls.__mro__):
+            table.update(base.__dict__.get("_method_names", {}))
+        cls._method_names = table
+
+    def method_for(self, kind, what):
+        """The bound method handling objects of class ``kind``."""
+        try:
+            return getattr(self, self._method_names[kind])
+        except KeyError:
+            raise TypeError(f"{type(self).__name__}: no method for {what!r}") from None
+
+
+class Mapper(Dispatcher):
     """Dispatch ``self(expr)`` to ``self.map_<kind>(expr, *args)``."""
 
     _method_names = {
@@ -25,11 +49,7 @@ class Mapper:
     }
 
     def __call__(self, expr, *args):
-        try:
-            name = self._method_names[type(expr)]
-        except KeyError:
-            raise TypeError(f"{type(self).__name__}: not an expression: {expr!r}") from None
-        return getattr(self, name)(expr, *args)
+        return self.method_for(type(expr), expr)(expr, *args)
 
 
 class IdentityMapper(Mapper):
@@ -257,7 +277,6 @@ def substitute(e, mapping):
     >>> str(substitute(Var("i") + 1, {"i": Var("j") * 2}))
     'j * 2 + 1'
     """
-    from tegrad.ir.expr import as_expr
     norm = {(k.name if isinstance(k, (Var, IterVar)) else k): as_expr(v)
             for k, v in mapping.items()}
     if not norm:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 
-from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
-                            Reduce, Select, Var, simplify_bound)
+from tegrad.ir.expr import (TEXT, And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or,
+                            Read, Reduce, Select, Var, simplify_bound)
+from tegrad.ir.graph import topological_order
+from tegrad.ir.stages import StageMapper
 
 _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//",
                   "floormod": "%"}
@@ -126,18 +128,22 @@ def _unique_names(tensors):
     return names
 
 
-def format_stage(t, printer=None):
-    """One line defining tensor ``t`` in terms of its inputs."""
-    from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
-    p = printer or _Printer()
-    name = p.tensor_name(t)
-    op = t.op
-    if isinstance(op, PlaceholderOp):
-        return f"{name} = placeholder({t.shape}, {t.dtype})"
-    if isinstance(op, ComputeOp):
+class _StageText(StageMapper):
+    def __init__(self, printer):
+        self.p = printer
+
+    def map_placeholder(self, t):
+        return f"{self.p.tensor_name(t)} = placeholder({t.shape}, {t.dtype})"
+
+    def map_compute(self, t):
+        p, op = self.p, t.op
+        name = p.tensor_name(t)
         lhs = f"{name}[{', '.join(ax.name for ax in op.axes)}]" if op.axes else name
         return f"{lhs} = {p(op.body)}"
-    if isinstance(op, ScatterOp):
+
+    def map_scatter(self, t):
+        p, op = self.p, t.op
+        name = p.tensor_name(t)
         domain = ", ".join(p.axis(ax) for ax in op.axes)
         start = p.tensor_name(op.init) if op.init is not None else "0"
         updates = [f"{name}[{', '.join(p(i) for i in tg.indices)}] += {p(tg.value)}"
@@ -149,12 +155,24 @@ def format_stage(t, printer=None):
         updates = [u + (f" if {p(tg.where)}" if tg.where is not None else "")
                    for u, tg in zip(updates, op.targets)]
         return f"{'; '.join(updates)} for {domain}  (from {start}, shape {t.shape})"
-    return f"{name} = <{type(op).__name__}>"
+
+
+def format_stage(t, printer=None):
+    """One line defining tensor ``t`` in terms of its inputs."""
+    return _StageText(printer or _Printer())(t)
+
+
+def stage_lines(outputs, shown=None):
+    """The lines of :func:`format_tensor` (names made unique over the whole program) of
+    the stages for which ``shown(tensor)`` holds (every stage when None)."""
+    order = topological_order(outputs)
+    printer = _Printer(_unique_names(order))
+    return [format_stage(t, printer) for t in order if shown is None or shown(t)]
 
 
 def format_tensor(outputs):
     """Every stage the outputs depend on, one per line, inputs first (``tg.format``)."""
-    from tegrad.ir.graph import topological_order
-    order = topological_order(outputs)
-    printer = _Printer(_unique_names(order))
-    return "\n".join(format_stage(t, printer) for t in order)
+    return "\n".join(stage_lines(outputs))
+
+
+TEXT.update(expr=format_expr, tensor=format_tensor)

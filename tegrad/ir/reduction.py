@@ -15,6 +15,7 @@ import numpy as np
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, ScopeError, ShapeError, TegradError
 from tegrad.ir.expr import Const, Expr, IterVar, Reduce, Var, as_expr, binary, retype, select
+from tegrad.ir.mapper import free_var_names, reduce_axis_names
 
 _axis_counter = itertools.count()
 
@@ -113,7 +114,6 @@ def _axes_tuple(reducer, axis):
 
 def make_reduce(reducer, expr, axis, where=None, init=None):
     """Build a ``Reduce`` node, checking dtypes and nesting."""
-    from tegrad.ir.mapper import reduce_axis_names
     axes = _axes_tuple(reducer, axis)
     source = as_expr(expr)
     if _dt.is_bool(source.dtype):
@@ -136,7 +136,7 @@ def make_reduce(reducer, expr, axis, where=None, init=None):
             raise DTypeError(f"{reducer.name}: init {init} has dtype {init.dtype} but the "
                              f"reduced expression has {source.dtype}")
         for ax in axes:
-            if ax.name in _free_names(init):
+            if ax.name in free_var_names(init):
                 raise ScopeError(f"{reducer.name}: init {init} uses the reduce axis {ax.name!r}")
     reducer.combiner(source.dtype)  # validates the combiner for this dtype
     if not axes:
@@ -144,11 +144,6 @@ def make_reduce(reducer, expr, axis, where=None, init=None):
         value = source if where is None else select(where, source, reducer.identity(source.dtype))
         return value if init is None else reducer.combine(init, value)
     return Reduce(reducer, source, axes, where, init, source.dtype)
-
-
-def _free_names(expr):
-    from tegrad.ir.mapper import free_var_names
-    return free_var_names(expr)
 
 
 def _float_extreme(dtype, sign):

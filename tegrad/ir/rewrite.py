@@ -16,7 +16,8 @@ from __future__ import annotations
 from tegrad.ir.expr import Read
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from tegrad.ir.stages import StageMapper, is_placeholder
+from tegrad.ir.tensor import compute_stage, scatter_stage
 
 
 class _Retarget(IdentityMapper):
@@ -33,43 +34,40 @@ def _by_id(mapping):
     return {id(k): v for k, v in mapping.items()}
 
 
-def stage_exprs(op):
-    """The expressions of a stage: a compute's body; each scatter target's expressions."""
-    if isinstance(op, ComputeOp):
-        return [op.body]
-    if isinstance(op, ScatterOp):
-        return op.exprs()
-    return []
+class _MapStage(StageMapper):
+    def __init__(self, fn, init_of):
+        self.fn, self.init_of = fn, init_of
 
-
-def map_stage(t, fn, init_of=None):
-    """``t`` with ``fn`` applied to every expression of its stage (see :func:`stage_exprs`).
-
-    ``init_of(tensor)`` replaces a scatter's initial tensor. The new tensor's dtype is
-    that of the new body (or scatter value); ``t`` itself comes back when nothing changed.
-    """
-    op = t.op
-    if isinstance(op, PlaceholderOp):
+    def map_placeholder(self, t):
         return t
-    if isinstance(op, ComputeOp):
-        body = fn(op.body)
-        if body is op.body:
-            return t
-        return Tensor(ComputeOp(op.name, op.axes, body), t.shape, body.dtype, t.name)
-    if isinstance(op, ScatterOp):
-        init = op.init if op.init is None or init_of is None else init_of(op.init)
+
+    def map_compute(self, t):
+        body = self.fn(t.op.body)
+        return t if body is t.op.body else compute_stage(t.name, t.op.axes, body)
+
+    def map_scatter(self, t):
+        op = t.op
+        init = op.init if op.init is None or self.init_of is None else self.init_of(op.init)
         changed = init is not op.init
         targets = []
         for target in op.targets:
             old = target.exprs()
-            new = [fn(e) for e in old]
+            new = [self.fn(e) for e in old]
             changed |= not all(a is b for a, b in zip(new, old))
             targets.append(target.rebuilt(new))
         if not changed:
             return t
-        return Tensor(ScatterOp(op.name, op.axes, targets, init), t.shape,
-                      targets[0].value.dtype, t.name)
-    raise TypeError(f"cannot rewrite the stage of {t.name!r}: {type(op).__name__}")
+        return scatter_stage(t.name, t.shape, op.axes, targets, init)
+
+
+def map_stage(t, fn, init_of=None):
+    """``t`` with ``fn`` applied to every expression of its stage (see
+    :func:`tegrad.ir.stages.stage_exprs`).
+
+    ``init_of(tensor)`` replaces a scatter's initial tensor. The new tensor's dtype is
+    that of the new body (or scatter value); ``t`` itself comes back when nothing changed.
+    """
+    return _MapStage(fn, init_of)(t)
 
 
 def retarget(t, mapping):
@@ -93,7 +91,7 @@ def rewrite_program(outputs, transform, skip=()):
     skip_ids = {id(t) for t in skip}
     mapping = {}
     for t in topological_order(outputs):
-        if isinstance(t.op, PlaceholderOp) or id(t) in skip_ids:
+        if is_placeholder(t) or id(t) in skip_ids:
             mapping[id(t)] = t
             continue
         new = retarget(t, mapping)

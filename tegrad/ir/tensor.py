@@ -19,8 +19,8 @@ import numpy as np
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
-from tegrad.ir.expr import Const, IterVar, Var, as_expr, read, retype
-from tegrad.ir.mapper import free_var_names, reduce_axis_names, walk
+from tegrad.ir.expr import TEXT, Const, IterVar, TensorLike, Var, as_expr, read, retype
+from tegrad.ir.mapper import free_var_names, reduce_axis_names, tensors_read, walk
 
 _name_counter = itertools.count()
 
@@ -51,7 +51,7 @@ def _check_name(name, default):
     return name
 
 
-class Tensor:
+class Tensor(TensorLike):
     """A multi-dimensional array defined by ``op``; ``t[i, j]`` reads an element.
 
     Attributes: ``shape`` (tuple of ints), ``dtype`` (str), ``name``, ``op``.
@@ -94,8 +94,7 @@ class Tensor:
         return f"Tensor({self.name}, shape={self.shape}, dtype={self.dtype})"
 
     def __str__(self):
-        from tegrad.ir.printer import format_tensor
-        return format_tensor(self)
+        return TEXT["tensor"](self)
 
     @property
     def inputs(self):
@@ -103,34 +102,55 @@ class Tensor:
         return self.op.input_tensors()
 
 
-class PlaceholderOp:
+class _Frozen:
+    """Immutable after construction: a stage is rebuilt, never edited in place."""
+
+    __slots__ = ()
+
+    def _init(self, **fields):
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
+
+    def __setattr__(self, key, value):
+        self.__delattr__(key)
+
+    def __delattr__(self, key):
+        raise AttributeError(f"{type(self).__name__} of {getattr(self, 'name', '?')!r} is "
+                             f"immutable; build a new stage (tegrad.ir.tensor.compute_stage, "
+                             f"scatter_stage)")
+
+
+class PlaceholderOp(_Frozen):
     """An input of the program, fed at evaluation time."""
 
+    __slots__ = ("name", "shape", "dtype")
+
     def __init__(self, name, shape, dtype):
-        self.name, self.shape, self.dtype = name, shape, dtype
+        self._init(name=name, shape=shape, dtype=dtype)
 
     def input_tensors(self):
         return []
 
 
-class ComputeOp:
+class ComputeOp(_Frozen):
     """``output[axes] = body``: the body is an expression of the axes' variables."""
 
+    __slots__ = ("name", "axes", "body")
+
     def __init__(self, name, axes, body):
-        self.name, self.axes, self.body = name, tuple(axes), body
+        self._init(name=name, axes=tuple(axes), body=body)
 
     def input_tensors(self):
-        from tegrad.ir.mapper import tensors_read
         return tensors_read(self.body) + [t for ax in self.axes for t in tensors_read(ax.extent)]
 
 
-class ScatterTarget:
+class ScatterTarget(_Frozen):
     """One accumulation of a scatter: ``output[indices] += value`` where ``where`` holds."""
 
     __slots__ = ("indices", "value", "where")
 
     def __init__(self, indices, value, where=None):
-        self.indices, self.value, self.where = tuple(indices), value, where
+        self._init(indices=tuple(indices), value=value, where=where)
 
     def exprs(self):
         """The target's expressions: its indices, its value, and its condition if any."""
@@ -142,7 +162,7 @@ class ScatterTarget:
         return ScatterTarget(exprs[:n], exprs[n], exprs[n + 1] if self.where is not None else None)
 
 
-class ScatterOp:
+class ScatterOp(_Frozen):
     """``output = init; for each point of axes, for each target: output[indices] += value``.
 
     The stage gradients of data-dependent reads need (``dX[I[i]] += head[i]``), and the
@@ -152,15 +172,16 @@ class ScatterOp:
     or None for zeros.
     """
 
+    __slots__ = ("name", "axes", "targets", "init")
+
     def __init__(self, name, axes, targets, init):
-        self.name, self.axes, self.targets, self.init = name, tuple(axes), tuple(targets), init
+        self._init(name=name, axes=tuple(axes), targets=tuple(targets), init=init)
 
     def exprs(self):
         """Every expression of every target, in order."""
         return [e for target in self.targets for e in target.exprs()]
 
     def input_tensors(self):
-        from tegrad.ir.mapper import tensors_read
         out = {}
         for e in self.exprs():
             for t in tensors_read(e):
@@ -168,6 +189,78 @@ class ScatterOp:
         if self.init is not None:
             out.setdefault(id(self.init), self.init)
         return list(out.values())
+
+
+def _domain_shape(stage_kind, name, axes):
+    """The extents of a stage's data axes (each ``[0, extent)`` with a constant extent)."""
+    shape = []
+    for ax in axes:
+        if not (isinstance(ax, IterVar) and ax.kind == "data" and type(ax.lo) is Const
+                and ax.lo.value == 0 and type(ax.extent) is Const and ax.extent.value > 0):
+            raise ShapeError(f"{stage_kind} {name!r}: the axis {ax!r} is not a data axis "
+                             f"[0, extent) with a positive constant extent")
+        shape.append(ax.extent.value)
+    return tuple(shape)
+
+
+def compute_stage(name, axes, body):
+    """The tensor ``name[axes] = body``, checked like :func:`compute`.
+
+    The one constructor of compute stages: :func:`compute` and every pass that builds or
+    rebuilds a stage from axes and a body go through it.
+
+    >>> A = placeholder((3,), name="A")
+    >>> B = compute((3,), lambda i: A[i] + 1.0, name="B")
+    >>> str(compute_stage("C", B.op.axes, B.op.body * 2.0).op.body)
+    '(A[i] + 1.0) * 2.0'
+    """
+    name = _check_name(name, "compute")
+    axes = tuple(axes)
+    shape = _domain_shape("compute", name, axes)
+    try:
+        body = as_expr(body)
+    except TegradError as err:
+        raise TegradError(f"compute {name!r}: {err}") from None
+    _check_scope("compute", name, body, [ax.name for ax in axes], "the body")
+    return Tensor(ComputeOp(name, axes, body), shape, body.dtype, name)
+
+
+def scatter_stage(name, shape, axes, targets, init=None):
+    """The tensor ``name = init (or zeros); name[t.indices] += t.value for each point of
+    axes, for each target t where t.where holds``, checked like :func:`scatter_add`.
+
+    The one constructor of scatter stages (see :func:`compute_stage`).
+    """
+    name = _check_name(name, "scatter")
+    shape = _check_shape(shape, name)
+    axes = tuple(axes)
+    _domain_shape("scatter_add", name, axes)
+    names = [ax.name for ax in axes]
+    targets = tuple(targets)
+    if not targets:
+        raise TegradError(f"scatter_add {name!r}: a scatter needs at least one target")
+    dtype = targets[0].value.dtype
+    for target in targets:
+        if len(target.indices) != len(shape):
+            raise IndexingError(f"scatter_add {name!r}: index gives {len(target.indices)} "
+                                f"index(es) for an output of shape {shape}")
+        for pos, i in enumerate(target.indices):
+            if not _dt.is_int(i.dtype):
+                raise IndexingError(f"scatter_add {name!r}: index {pos} ({i}) is not an "
+                                    f"integer")
+        if target.value.dtype != dtype:
+            raise DTypeError(f"scatter_add {name!r}: values of dtypes {dtype} and "
+                             f"{target.value.dtype}")
+        if target.where is not None and not _dt.is_bool(target.where.dtype):
+            raise DTypeError(f"scatter_add {name!r}: where must be a bool condition")
+        for what, e in [("the index", i) for i in target.indices] + [("the value", target.value)] \
+                + ([("the condition", target.where)] if target.where is not None else []):
+            _check_scope("scatter_add", name, e, names, what)
+    if init is not None:
+        if not isinstance(init, Tensor) or init.shape != shape or init.dtype != dtype:
+            raise ShapeError(f"scatter_add {name!r}: init must be a {dtype} tensor of "
+                             f"shape {shape}")
+    return Tensor(ScatterOp(name, axes, targets, init), shape, dtype, name)
 
 
 def placeholder(shape, dtype="float32", name=None):
@@ -268,9 +361,7 @@ def compute(shape, fcompute, name=None, dtype=None, axis_names=None):
         if body.dtype != dtype:
             raise DTypeError(f"compute {name!r}: the body has dtype {body.dtype} but dtype="
                              f"{dtype} was asked for; use tg.cast")
-    _check_scope("compute", name, body, names, "the body")
-    op = ComputeOp(name, axes, body)
-    return Tensor(op, shape, body.dtype, name)
+    return compute_stage(name, axes, body)
 
 
 def scatter_add(shape, domain, index, value, where=None, init=None, name=None, dtype=None):
@@ -296,23 +387,8 @@ def scatter_add(shape, domain, index, value, where=None, init=None, name=None, d
         raise IndexingError(f"scatter_add {name!r}: index gives {len(idx)} index(es) for an "
                             f"output of shape {shape}")
     idx = tuple(as_expr(i) for i in idx)
-    for pos, i in enumerate(idx):
-        if not _dt.is_int(i.dtype):
-            raise IndexingError(f"scatter_add {name!r}: index {pos} ({i}) is not an integer")
     val = as_expr(value(*axes))
     if dtype is not None and val.dtype != _dt.canonical_dtype(dtype):
         raise DTypeError(f"scatter_add {name!r}: value has dtype {val.dtype}, not {dtype}")
-    cond = None
-    if where is not None:
-        cond = as_expr(where(*axes))
-        if not _dt.is_bool(cond.dtype):
-            raise DTypeError(f"scatter_add {name!r}: where must be a bool condition")
-    for what, e in [("the index", i) for i in idx] + [("the value", val)] + (
-            [("the condition", cond)] if cond is not None else []):
-        _check_scope("scatter_add", name, e, names, what)
-    if init is not None:
-        if not isinstance(init, Tensor) or init.shape != shape or init.dtype != val.dtype:
-            raise ShapeError(f"scatter_add {name!r}: init must be a {val.dtype} tensor of "
-                             f"shape {shape}")
-    op = ScatterOp(name, axes, [ScatterTarget(idx, val, cond)], init)
-    return Tensor(op, shape, val.dtype, name)
+    cond = None if where is None else as_expr(where(*axes))
+    return scatter_stage(name, shape, axes, [ScatterTarget(idx, val, cond)], init)

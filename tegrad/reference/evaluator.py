@@ -24,6 +24,7 @@ from tegrad.ir.errors import FeedError, OutOfBoundsError, TegradError
 from tegrad.ir.expr import Const, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
+from tegrad.ir.mapper import children
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
 
 #: stages whose broadcast index space exceeds this many elements are evaluated in chunks
@@ -216,7 +217,6 @@ def _reduction_work(e, memo=None):
     memo = {} if memo is None else memo
     if id(e) in memo:
         return memo[id(e)]
-    from tegrad.ir.mapper import children
     inner = max([_reduction_work(c, memo) for c in children(e)] or [1])
     if type(e) is Reduce:
         for ax in e.axes:

@@ -16,17 +16,13 @@ dA:
 from __future__ import annotations
 
 from tegrad.analysis.cost import cost
-from tegrad.ir.graph import topological_order
-from tegrad.ir.printer import _Printer, _unique_names, format_stage
-from tegrad.ir.tensor import PlaceholderOp
+from tegrad.ir.printer import stage_lines
+from tegrad.ir.stages import is_placeholder
 from tegrad.zero_elim.program import eliminate_zeros
 
 
 def _stages(t, keep_ids):
-    order = topological_order([t])
-    printer = _Printer(_unique_names(order))
-    return [format_stage(s, printer) for s in order
-            if not isinstance(s.op, PlaceholderOp) and id(s) not in keep_ids]
+    return stage_lines([t], lambda s: not is_placeholder(s) and id(s) not in keep_ids)
 
 
 def explain_pair(title, before, after, keep=()):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tegrad.ir.expr import Read, Reduce, Select, structural_equal
 from tegrad.ir.mapper import IdentityMapper, children, free_var_names, walk
-from tegrad.ir.tensor import ComputeOp, Tensor
+from tegrad.ir.tensor import compute_stage
 from tegrad.analysis.affine import conjuncts, to_constraint
 from tegrad.analysis.intervals import axis_range, value_range
 
@@ -86,7 +86,7 @@ def hoist_invariant_reductions(name, axes, body):
         kept = tuple(ax for ax in axes if ax.name in used)
         stage_name = f"{name}_r{len(stages)}"
         shape = tuple(ax.extent.value for ax in kept)
-        stage = Tensor(ComputeOp(stage_name, kept, red), shape, red.dtype, stage_name)
+        stage = compute_stage(stage_name, kept, red)
         stages.append(stage)
         table.append((red, Read(stage, tuple(ax.var for ax in kept), red.dtype)))
     if not table:

@@ -14,7 +14,8 @@ from tegrad.analysis.cost import local_flops
 from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper, children, substitute, walk
-from tegrad.ir.rewrite import map_stage, retarget, stage_exprs
+from tegrad.ir.rewrite import map_stage, retarget
+from tegrad.ir.stages import stage_exprs
 from tegrad.analysis.simplify import simplify
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
 from tegrad.analysis.indices import normalize_indices
@@ -42,7 +43,7 @@ def _inlinable(tensors, keep):
                   and not any(type(n) is Reduce for n in walk(t.op.body))}
     read_inside = set()
     for t in order:
-        for e in stage_exprs(t.op):
+        for e in stage_exprs(t):
             for tensor, inside in _reads(e):
                 if inside:
                     read_inside.add(id(tensor))

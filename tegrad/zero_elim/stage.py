@@ -19,7 +19,7 @@ from tegrad.ir.expr import Binary, Compare, Const, IterVar, Select, Var, structu
 from tegrad.ir.mapper import free_var_names, substitute
 from tegrad.analysis.cost import stage_cost
 from tegrad.analysis.simplify import simplify
-from tegrad.ir.tensor import ComputeOp, ScatterOp, ScatterTarget, Tensor
+from tegrad.ir.tensor import ComputeOp, ScatterTarget, compute_stage, scatter_stage
 from tegrad.analysis.affine import conjunction, to_affine, to_constraint
 from tegrad.zero_elim.domain import parameter_ranges, simplify_term
 from tegrad.zero_elim.hoist import hoist_invariant_reductions
@@ -53,11 +53,10 @@ def optimize_stage(t):
     if not scatters:
         if body is op.body or bool(body == op.body):
             return t
-        return Tensor(ComputeOp(op.name, op.axes, body), t.shape, t.dtype, op.name)
+        return compute_stage(op.name, op.axes, body)
     init = None
     if not (type(body) is Const and body.value == 0):
-        init = Tensor(ComputeOp(op.name + "_gather", op.axes, body), t.shape, t.dtype,
-                      op.name + "_gather")
+        init = compute_stage(op.name + "_gather", op.axes, body)
     out = init
     groups = _scatter_groups(scatters, axis_names)
     for k, group in enumerate(groups):
@@ -182,7 +181,7 @@ def _scatter_cheaper_groups(t, gathers, scatters):
 
 
 def _stage_of(t, body):
-    return Tensor(ComputeOp(t.op.name, t.op.axes, body), t.shape, t.dtype, t.op.name)
+    return compute_stage(t.op.name, t.op.axes, body)
 
 
 def _scatter_groups(scatters, axis_names):
@@ -230,7 +229,7 @@ def _scatter_stage(name, t, out_axes, group, init):
         conds = [c for c in conds if not (type(c) is Const and c.value is True)]
         targets.append(ScatterTarget(indices, rewrite(term.value),
                                      conjunction(conds) if conds else None))
-    return Tensor(ScatterOp(name, axes, targets, init), t.shape, t.dtype, name)
+    return scatter_stage(name, t.shape, axes, targets, init)
 
 
 def _is_pinning(c, pinned):

@@ -10,7 +10,8 @@ import tegrad as tg
 from tegrad.autodiff.reduce_rules import REDUCER_RULES
 from tegrad.autodiff.rules import BINARY_RULES, RULES
 from tegrad.ir.expr import BINARY_OPS
-from tegrad.ir.intrinsics import DERIVATIVES, INTRINSICS
+from tegrad.autodiff.intrinsic_rules import DERIVATIVES
+from tegrad.ir.intrinsics import INTRINSICS
 from tegrad.ir.mapper import Mapper
 from tegrad.testing import check_grad
 
@@ -41,7 +42,7 @@ def _check_pointwise(fn, lo=-1.0, hi=1.0, zlo=None, zhi=None, feed_fn=None):
 
 
 # ---------------------------------------------------------------------------------------
-# intrinsics: one case per entry of tegrad.intrinsics.DERIVATIVES
+# intrinsics: one case per entry of tegrad.autodiff.intrinsic_rules.DERIVATIVES
 
 INTRINSIC_CASES = {
     "exp": (lambda a, b: tg.exp(a), -1, 1),

@@ -1,0 +1,52 @@
+"""Dispatch on the kind of a tensor's stage: placeholder, compute or scatter-add.
+
+A :class:`StageMapper` calls ``map_placeholder``, ``map_compute`` or ``map_scatter``
+with the tensor; passes over programs subclass it instead of testing ``t.op``'s class.
+
+>>> import tegrad as tg
+>>> class Kind(StageMapper):
+...     def map_placeholder(self, t): return "input"
+...     def map_compute(self, t): return "compute"
+...     def map_scatter(self, t): return "scatter"
+>>> x = tg.placeholder((2,), name="x")
+>>> Kind()(x), Kind()(tg.compute((2,), lambda i: x[i] * 2.0))
+('input', 'compute')
+"""
+from __future__ import annotations
+
+from tegrad.ir.mapper import Dispatcher
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+
+
+class StageMapper(Dispatcher):
+    """Dispatch ``self(t, *args)`` to ``self.map_<stage kind>(t, *args)``."""
+
+    _method_names = {PlaceholderOp: "map_placeholder", ComputeOp: "map_compute",
+                     ScatterOp: "map_scatter"}
+
+    def __call__(self, t, *args):
+        return self.method_for(type(t.op), t)(t, *args)
+
+
+def is_placeholder(t):
+    """Whether ``t`` is an input of the program (fed, not computed)."""
+    return type(t.op) is PlaceholderOp
+
+
+def stage_exprs(t):
+    """The expressions of the stage of ``t``: a compute's body; each scatter target's."""
+    return _StageExprs()(t)
+
+
+class _StageExprs(StageMapper):
+    def map_placeholder(self, t):
+        return []
+
+    def map_compute(self, t):
+        return [t.op.body]
+
+    def map_scatter(self, t):
+        return t.op.exprs()
+
+
+__all__ = ["StageMapper", "is_placeholder", "stage_exprs"]
