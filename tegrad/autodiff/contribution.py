@@ -29,14 +29,15 @@ from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import ComputeOp, ScatterOp
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
 from tegrad.autodiff.names import fresh_names, names_in
-from tegrad.autodiff.rules import ForwardDiff, index_select
+from tegrad.analysis.kronecker import kronecker
+from tegrad.autodiff.rules import ForwardDiff
 
 
 def element_seed(X, xs):
     """The leaf tangents for differentiating with respect to the element ``X[xs]``."""
     def seed(leaf):
         if type(leaf) is Read and leaf.tensor is X:
-            return index_select(leaf.indices, xs, leaf.dtype)
+            return kronecker(leaf.indices, xs, leaf.dtype)
         return ZERO
     return seed
 

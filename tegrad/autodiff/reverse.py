@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, ShapeError, TegradError
-from tegrad.ir.expr import And, Const, Read, select
+from tegrad.ir.expr import Const, Read
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.tensor import ComputeOp, Tensor
+from tegrad.analysis.kronecker import kronecker
 from tegrad.autodiff.algebra import ZERO, add
 from tegrad.autodiff.normalize import normalize
 from tegrad.autodiff.contribution import stage_contribution
@@ -290,13 +291,7 @@ def jacobian_program(output, input):
         raise TegradError(f"jacobian: the input must be a tensor, got {input!r}")
 
     def delta(prefix, idx):
-        if not idx:
-            return Const(1, output.dtype)
-        cond = None
-        for p, i in zip(prefix, idx):
-            c = p == i
-            cond = c if cond is None else And(cond, c)
-        return select(cond, Const(1, output.dtype), Const(0, output.dtype))
+        return kronecker(prefix, idx, output.dtype)
 
     if input is output:
         names = [f"p{d}" for d in range(output.ndim)] + [f"i{d}" for d in range(output.ndim)]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Select,
-                            Var, call, select)
+                            Var, call)
 from tegrad.autodiff.intrinsic_rules import DERIVATIVES
 from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
                                      sub, sum_all)
@@ -197,15 +197,4 @@ BINARY_RULES["max"] = _extremum(lambda a, b: a > b)
 BINARY_RULES["min"] = _extremum(lambda a, b: a < b)
 
 
-def index_select(indices, xs, dtype):
-    """``(idx_0 == x_0 && ...) ? 1 : 0`` in ``dtype``: the tangent of ``X[idx]`` w.r.t. ``X[x]``."""
-    if not indices:
-        return Const(1, dtype)
-    cond = None
-    for i, x in zip(indices, xs):
-        c = i == x
-        cond = c if cond is None else And(cond, c)
-    return select(cond, Const(1, dtype), Const(0, dtype))
-
-
-__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "rule", "index_select"]
+__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "rule"]

@@ -15,12 +15,13 @@ own (:mod:`.hoist`). The result computes the same values as the stage:
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Binary, Compare, Const, IterVar, Select, Var, structural_equal
+from tegrad.ir.expr import Binary, Const, IterVar, Select, Var, structural_equal
 from tegrad.ir.mapper import free_var_names, substitute
 from tegrad.analysis.cost import stage_cost
 from tegrad.analysis.simplify import simplify
 from tegrad.ir.tensor import ComputeOp, ScatterTarget, compute_stage, scatter_stage
 from tegrad.analysis.affine import conjunction, to_affine, to_constraint
+from tegrad.analysis.kronecker import equality_sides
 from tegrad.zero_elim.domain import parameter_ranges, simplify_term
 from tegrad.zero_elim.hoist import hoist_invariant_reductions
 from tegrad.analysis.indices import normalize_indices
@@ -117,9 +118,10 @@ def _scatter_index(term, axis_names, size):
         return None, False
     pinned, data = {}, False
     for c in term.conds:
-        if type(c) is not Compare or c.op != "eq":
+        sides = equality_sides(c)
+        if sides is None:
             continue
-        for var, other in ((c.a, c.b), (c.b, c.a)):
+        for var, other in (sides, sides[::-1]):
             if type(var) is Var and var.name in axis_names and var.name not in pinned:
                 names = free_var_names(other)
                 if names & set(axis_names) or not names & axes:
@@ -233,9 +235,10 @@ def _scatter_stage(name, t, out_axes, group, init):
 
 
 def _is_pinning(c, pinned):
-    if type(c) is not Compare or c.op != "eq":
+    sides = equality_sides(c)
+    if sides is None:
         return False
-    for var, other in ((c.a, c.b), (c.b, c.a)):
+    for var, other in (sides, sides[::-1]):
         if type(var) is Var and var.name in pinned and pinned[var.name] is other:
             return True
     return False

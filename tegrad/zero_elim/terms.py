@@ -23,6 +23,7 @@ from tegrad.ir.expr import (Binary, Cast, Const, IterVar, Neg, Not, Reduce, Sele
 from tegrad.ir.mapper import all_var_names, free_var_names, fresh_name, substitute
 from tegrad.ir.reduction import sum as sum_reducer
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
+from tegrad.analysis.kronecker import kronecker_pairs
 
 #: terms produced by one product before it is left unexpanded (bounds the blow-up)
 MAX_PRODUCT_TERMS = 64
@@ -110,6 +111,10 @@ class _Expander:
         return [Term((), (), e)]
 
     def select(self, e):
+        pairs = kronecker_pairs(e)
+        if pairs is not None:
+            # the tangent of a read: one term whose equalities pin output axes
+            return [Term((), tuple(conjuncts(e.cond)), e.true_value)]
         out = []
         cond_names = free_var_names(e.cond)
         for branch, cond in ((e.true_value, e.cond), (e.false_value, _negate(e.cond))):
