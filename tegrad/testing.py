@@ -23,7 +23,8 @@ from tegrad.ir.expr import Cast, Const, Read, Var
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.mapper import IdentityMapper
 from tegrad.ir.rewrite import map_stage
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor, placeholder
+from tegrad.ir.stages import is_placeholder
+from tegrad.ir.tensor import Tensor, placeholder
 from tegrad.pipeline import differentiate
 
 F64 = "float64"
@@ -88,13 +89,10 @@ def as_float64(outputs):
     mapping, by_id = {}, {}
     mapper = _ToFloat64(by_id)
     for t in topological_order(outputs):
-        op = t.op
-        if isinstance(op, PlaceholderOp):
+        if is_placeholder(t):
             new = t if t.dtype == _f64(t.dtype) else placeholder(t.shape, F64, t.name)
-        elif isinstance(op, (ComputeOp, ScatterOp)):
-            new = map_stage(t, mapper, lambda init: by_id.get(id(init), init))
         else:
-            raise TegradError(f"as_float64: unknown stage {type(op).__name__}")
+            new = map_stage(t, mapper, lambda init: by_id.get(id(init), init))
         by_id[id(t)] = new
         mapping[t] = new
     return [mapping[t] for t in outputs], mapping
@@ -180,7 +178,7 @@ def check_grad(output, inputs, feed=None, head=None, eps=1e-6, rtol=1e-6, atol=1
     rng = np.random.default_rng(rng)
     inputs = _as_list(inputs)
     for t in inputs:
-        if not isinstance(t, Tensor) or not isinstance(t.op, PlaceholderOp):
+        if not isinstance(t, Tensor) or not is_placeholder(t):
             raise TegradError(f"check_grad: inputs must be placeholders, got {t!r}")
     output, inputs, feed = _promoted(output, inputs, feed)
     feed = _full_feed(output, inputs, feed, rng)

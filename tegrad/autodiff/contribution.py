@@ -23,10 +23,9 @@ plus ``head[x]`` when ``X`` is the scatter's ``init``.
 from __future__ import annotations
 
 from tegrad.ir import reduction as _red
-from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import IterVar, Read, Reduce, Var
 from tegrad.ir.mapper import substitute
-from tegrad.ir.tensor import ComputeOp, ScatterOp
+from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
 from tegrad.autodiff.names import fresh_names, names_in
 from tegrad.analysis.kronecker import kronecker
@@ -64,9 +63,16 @@ def stage_contribution(Y, X, head, xs, prefix, reserved=()):
     extra leading variables of a batched adjoint, e.g. for full Jacobians); ``xs`` and
     ``prefix`` are Vars, ``reserved`` further names the new axes must avoid.
     """
-    op = Y.op
     taken = set(reserved) | {v.name for v in list(xs) + list(prefix)}
-    if isinstance(op, ComputeOp):
+    return _Contribution()(Y, X, head, xs, prefix, taken)
+
+
+class _Contribution(StageMapper):
+    def map_placeholder(self, Y, X, head, xs, prefix, taken):
+        return ZERO  # an input reads nothing
+
+    def map_compute(self, Y, X, head, xs, prefix, taken):
+        op = Y.op
         taken |= names_in(op.body) - {ax.name for ax in op.axes}
         axes = _fresh_axes(op.axes, taken)
         mapping = {ax.name: new.var for ax, new in zip(op.axes, axes) if ax.name != new.name}
@@ -77,7 +83,9 @@ def stage_contribution(Y, X, head, xs, prefix, reserved=()):
         d = fd.tangent(body)
         term = mul(head(prefix, ys), d)
         return cast_to(_sum_over(axes, term, None, Y.dtype), X.dtype)
-    if isinstance(op, ScatterOp):
+
+    def map_scatter(self, Y, X, head, xs, prefix, taken):
+        op = Y.op
         taken |= names_in(*op.exprs()) - {ax.name for ax in op.axes}
         axes = _fresh_axes(op.axes, taken)
         mapping = {ax.name: new.var for ax, new in zip(op.axes, axes) if ax.name != new.name}
@@ -96,8 +104,7 @@ def stage_contribution(Y, X, head, xs, prefix, reserved=()):
         if op.init is X:
             out = add(out, head(prefix, tuple(xs)))
         return cast_to(out, X.dtype)
-    raise DifferentiationError(f"cannot differentiate the stage of {Y.name!r} "
-                               f"({type(op).__name__})")
+
 
 
 __all__ = ["stage_contribution", "element_seed"]

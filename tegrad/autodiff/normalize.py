@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import itertools
 
-from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary
 from tegrad.ir.graph import topological_order
 from tegrad.ir.rewrite import map_stage, retarget
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import differentiable
 from tegrad.autodiff.names import make_compute
 
@@ -131,18 +130,26 @@ def hoist_body(name, axis_names, shape, body, counter=None):
 def normalize(outputs):
     """Normalise the program of ``outputs``; returns ``(new outputs, {id(old): new})``."""
     mapping = {}
+    stage = _NormalizeStage(mapping)
     for t in topological_order(outputs):
-        new = t
-        if isinstance(t.op, ComputeOp):
-            new = _normalize_compute(t, mapping)
-        elif isinstance(t.op, ScatterOp):
-            new = _retarget_scatter(t, mapping)
-        elif not isinstance(t.op, PlaceholderOp):
-            raise DifferentiationError(f"cannot differentiate the stage of {t.name!r} "
-                                       f"({type(t.op).__name__})")
+        new = stage(t)
         if new is not t:
             mapping[id(t)] = new
     return [mapping.get(id(t), t) for t in outputs], mapping
+
+
+class _NormalizeStage(StageMapper):
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def map_placeholder(self, t):
+        return t
+
+    def map_compute(self, t):
+        return _normalize_compute(t, self.mapping)
+
+    def map_scatter(self, t):
+        return _retarget_scatter(t, self.mapping)
 
 
 def _normalize_compute(t, mapping):

@@ -28,7 +28,8 @@ import contextvars
 
 from tegrad.ir import reduction as _red
 from tegrad.ir.expr import And, Binary, Const, Or, Read, Reduce, Var, compare, select
-from tegrad.ir.tensor import ComputeOp, compute_stage
+from tegrad.ir.stages import compute_body
+from tegrad.ir.tensor import compute_stage
 from tegrad.ir.mapper import substitute
 from tegrad.autodiff.algebra import ZERO, add, choose, div, mul
 from tegrad.autodiff.names import names_in, rename_axes, rename_reduce
@@ -106,8 +107,8 @@ def _stage_statistic(fd, e, kind, source_fn, reducer):
     Otherwise it is the inline reduction ``reducer_k(source_fn(source, value))``.
     """
     y = fd.answer(e)
-    if type(y) is Read and isinstance(y.tensor.op, ComputeOp) \
-            and type(y.tensor.op.body) is Reduce and y.tensor.op.body.reducer is e.reducer:
+    if type(y) is Read and type(compute_body(y.tensor)) is Reduce \
+            and y.tensor.op.body.reducer is e.reducer:
         Y = y.tensor
         stages = _STATISTICS.get()
         cache = {} if stages is None else stages.setdefault(id(Y), (Y, {}))[1]

@@ -25,7 +25,8 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, ShapeError, TegradError
 from tegrad.ir.expr import Const, Read
 from tegrad.ir.graph import placeholders, topological_order
-from tegrad.ir.tensor import ComputeOp, Tensor
+from tegrad.ir.stages import compute_body, output_axis_names, stage_exprs
+from tegrad.ir.tensor import Tensor
 from tegrad.analysis.kronecker import kronecker
 from tegrad.autodiff.algebra import ZERO, add
 from tegrad.autodiff.normalize import normalize
@@ -85,9 +86,7 @@ def _check_manual(manual):
 
 
 def _axis_bases(t):
-    if isinstance(t.op, ComputeOp):
-        return [ax.name for ax in t.op.axes]
-    return [f"i{d}" for d in range(len(t.shape))]
+    return output_axis_names(t) or [f"i{d}" for d in range(len(t.shape))]
 
 
 def _zeros(t, prefix_shape, name):
@@ -157,8 +156,8 @@ class _Reverse:
         """The adjoint of consumer ``c`` is identically zero (e.g. behind stop_gradient)."""
         if c is self.output or id(c) not in self.adjoints:
             return False
-        op = self.adjoints[id(c)].op
-        return isinstance(op, ComputeOp) and type(op.body) is Const and op.body.value == 0
+        body = compute_body(self.adjoints[id(c)])
+        return type(body) is Const and body.value == 0
 
     def _contribution(self, c, t, prefix, xs, reserved):
         key = (self.originals.get(id(c), c), self.originals.get(id(t), t))
@@ -181,10 +180,7 @@ class _Reverse:
 
 def _stage_names(t):
     """Names inside a consumer that an adjoint's axes must avoid (its own axes are renamed)."""
-    op = t.op
-    if isinstance(op, ComputeOp):
-        return names_in(op.body) - {ax.name for ax in op.axes}
-    return names_in(*op.exprs()) - {ax.name for ax in op.axes}
+    return names_in(*stage_exprs(t)) - {ax.name for ax in t.op.axes}
 
 
 def reverse_pass(output, inputs, root_head, prefix_shape=(), manual=None,

@@ -49,38 +49,64 @@ class Node:
 
     def __hash__(self):
         h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((type(self).__name__,) + tuple(_hash_value(v) for v in self.children_values()))
-            object.__setattr__(self, "_hash", h)
-        return h
+        return _structural_hash(self) if h is None else h
 
 
-def _hash_value(value):
-    if isinstance(value, tuple):
-        return tuple(_hash_value(v) for v in value)
-    return hash(value)
+def _node_values(node):
+    """The field values of ``node`` with tuples flattened, tagged so shapes hash apart."""
+    out = []
+    for v in node.children_values():
+        if type(v) is tuple:
+            out.append(("tuple", len(v)))
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
+def _structural_hash(root):
+    """Hash ``root`` and every sub-node not hashed yet, children first (no recursion)."""
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if "_hash" in node.__dict__:
+            stack.pop()
+            continue
+        values = _node_values(node)
+        pending = [v for v in values if isinstance(v, Node) and "_hash" not in v.__dict__]
+        if pending:
+            stack.extend(pending)
+            continue
+        h = hash((type(node).__name__,) + tuple(
+            v.__dict__["_hash"] if isinstance(v, Node) else hash(v) for v in values))
+        object.__setattr__(node, "_hash", h)
+        stack.pop()
+    return root.__dict__["_hash"]
 
 
 def structural_equal(a, b):
-    """True when ``a`` and ``b`` are the same expression tree.
+    """True when ``a`` and ``b`` are the same expression tree (compared without recursion).
 
     >>> from tegrad.ir.expr import Var
     >>> structural_equal(Var("i") * 2, Var("i") * 2)
     True
     """
-    if a is b:
-        return True
-    if isinstance(a, Node) or isinstance(b, Node):
-        if type(a) is not type(b) or hash(a) != hash(b):
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if isinstance(x, Node) or isinstance(y, Node):
+            if type(x) is not type(y) or hash(x) != hash(y):
+                return False
+            stack.extend(zip(x.children_values(), y.children_values()))
+        elif isinstance(x, tuple) or isinstance(y, tuple):
+            if not (isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y)):
+                return False
+            stack.extend(zip(x, y))
+        elif type(x) is not type(y) or x != y:
             return False
-        return all(structural_equal(x, y)
-                   for x, y in zip(a.children_values(), b.children_values()))
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
-                and all(structural_equal(x, y) for x, y in zip(a, b)))
-    if type(a) is not type(b):
-        return False
-    return a == b
+    return True
 
 
 class TensorLike:

@@ -31,11 +31,13 @@ class Dispatcher:
         cls._method_names = table
 
     def method_for(self, kind, what):
-        """The bound method handling objects of class ``kind``."""
+        """The bound method handling ``what``, an object of class ``kind``."""
         try:
             return getattr(self, self._method_names[kind])
         except KeyError:
-            raise TypeError(f"{type(self).__name__}: no method for {what!r}") from None
+            # not repr(what): printing an unknown node would dispatch on it again
+            raise TypeError(f"{type(self).__name__} has no method for a "
+                            f"{kind.__name__}") from None
 
 
 class Mapper(Dispatcher):
@@ -120,22 +122,34 @@ class IdentityMapper(Mapper):
         return Reduce(e.reducer, source, axes, where, init, e.dtype)
 
 
-def children(e):
-    """The direct sub-expressions of ``e`` (reduce axis bounds included)."""
-    t = type(e)
-    if t in (Const, Var):
+class ChildrenMapper(Mapper):
+    """The direct sub-expressions of a node, in the order combine mappers receive them."""
+
+    def map_const(self, e):
         return ()
-    if t in (Binary, Compare, And, Or):
+
+    map_var = map_const
+
+    def map_binary(self, e):
         return (e.a, e.b)
-    if t in (Neg, Not, Cast):
+
+    map_compare = map_and = map_or = map_binary
+
+    def map_neg(self, e):
         return (e.a,)
-    if t is Select:
+
+    map_not = map_cast = map_neg
+
+    def map_select(self, e):
         return (e.cond, e.true_value, e.false_value)
-    if t is Call:
+
+    def map_call(self, e):
         return e.args
-    if t is Read:
+
+    def map_read(self, e):
         return e.indices
-    if t is Reduce:
+
+    def map_reduce(self, e):
         out = [e.source]
         for ax in e.axes:
             out += [ax.lo, ax.extent]
@@ -144,7 +158,44 @@ def children(e):
         if e.init is not None:
             out.append(e.init)
         return tuple(out)
-    raise TypeError(f"not an expression: {e!r}")
+
+
+_CHILDREN = ChildrenMapper()
+
+
+def children(e):
+    """The direct sub-expressions of ``e`` (reduce axis bounds included)."""
+    return _CHILDREN(e)
+
+
+class CombineMapper(Mapper):
+    """Post-order and iterative: ``self(e)`` is ``map_<kind>(e, *results of its children)``.
+
+    Children come in the order of :class:`ChildrenMapper` (a subclass adding a node kind
+    extends ``children_of`` as well). No Python recursion, so an expression 10,000
+    operations deep is fine; a sub-expression shared within ``e`` is combined once.
+    """
+
+    children_of = _CHILDREN
+
+    def __call__(self, e):
+        results = {}
+        keep = []  # nodes stay alive while their ids key ``results``
+        stack = [(e, False)]
+        while stack:
+            node, expanded = stack.pop()
+            key = id(node)
+            if key in results:
+                continue
+            kids = self.children_of(node)
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in reversed(kids) if id(c) not in results)
+                continue
+            method = self.method_for(type(node), node)
+            results[key] = method(node, *[results[id(c)] for c in kids])
+            keep.append(node)
+        return results[id(e)]
 
 
 def walk(e):

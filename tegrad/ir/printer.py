@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from tegrad.ir.expr import (TEXT, And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or,
-                            Read, Reduce, Select, Var, simplify_bound)
+from tegrad.ir.expr import TEXT, Binary, Const, IterVar, simplify_bound
 from tegrad.ir.graph import topological_order
+from tegrad.ir.mapper import CombineMapper
 from tegrad.ir.stages import StageMapper
 
 _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//",
@@ -34,71 +34,110 @@ def _const_text(value):
     return str(value)
 
 
-class _Printer:
+def _paren(result, min_prec):
+    text, prec = result
+    return ("(", text, ")") if prec < min_prec else text
+
+
+def _join(fragments, sep):
+    out = []
+    for k, f in enumerate(fragments):
+        if k:
+            out.append(sep)
+        out.append(f)
+    return tuple(out)
+
+
+def _flatten(text):
+    """The string of a text fragment: a string or a nested tuple of fragments."""
+    out, stack = [], [text]
+    while stack:
+        f = stack.pop()
+        if type(f) is str:
+            out.append(f)
+        else:
+            stack.extend(reversed(f))
+    return "".join(out)
+
+
+class ExprText(CombineMapper):
+    """``(text, precedence)`` of an expression, built bottom-up without recursion.
+
+    Texts are nested tuples of strings (joined once, by :meth:`text`), so a deep
+    expression prints in linear time. ``names`` maps ``id(tensor)`` to the name printed
+    for its reads (unique names).
+    """
+
     def __init__(self, names=None):
         self.names = names or {}
 
     def tensor_name(self, t):
         return self.names.get(id(t), t.name)
 
-    def __call__(self, e):
-        return self.text(e)[0]
-
-    def paren(self, e, min_prec):
-        text, prec = self.text(e)
-        return f"({text})" if prec < min_prec else text
-
     def text(self, e):
-        """``(text, precedence)`` of ``e``."""
-        t = type(e)
-        if t is Const:
-            text = _const_text(e.value)
-            return text, (7 if text.startswith("-") else _ATOM)
-        if t is Var:
-            return e.name, _ATOM
-        if t is Binary:
-            if e.op in ("min", "max"):
-                return f"{e.op}({self(e.a)}, {self(e.b)})", _ATOM
-            if e.op in ("add", "sub") and type(e.b) is Const and e.b.value < 0:
-                # x + -c prints as x - c
-                flipped = "sub" if e.op == "add" else "add"
-                return self.text(Binary(flipped, e.a, Const(-e.b.value, e.b.dtype), e.dtype))
-            prec = _BINARY_PREC[e.op]
-            # left-associative: the right operand needs parentheses at equal precedence
-            left = self.paren(e.a, prec)
-            right = self.paren(e.b, prec + 1)
-            sep = f" {_BINARY_SYMBOL[e.op]} "
-            return f"{left}{sep}{right}", prec
-        if t is Neg:
-            return f"-{self.paren(e.a, 7)}", 7
-        if t is Compare:
-            return f"{self.paren(e.a, 5)} {_COMPARE_SYMBOL[e.op]} {self.paren(e.b, 5)}", 4
-        if t is And:
-            return f"{self.paren(e.a, 2)} && {self.paren(e.b, 2)}", 2
-        if t is Or:
-            return f"{self.paren(e.a, 1)} || {self.paren(e.b, 1)}", 1
-        if t is Not:
-            return f"!{self.paren(e.a, 8)}", 8
-        if t is Select:
-            return (f"{self.paren(e.cond, 4)} ? {self.paren(e.true_value, 1)} : "
-                    f"{self.paren(e.false_value, 0)}", 0)
-        if t is Cast:
-            return f"{e.dtype}({self(e.a)})", _ATOM
-        if t is Call:
-            return f"{e.name}({', '.join(self(a) for a in e.args)})", _ATOM
-        if t is Read:
-            return f"{self.tensor_name(e.tensor)}[{', '.join(self(i) for i in e.indices)}]", _ATOM
-        if t is Reduce:
-            parts = [self(e.source)] + [self.axis(ax) for ax in e.axes]
-            if e.where is not None:
-                parts.append(f"where {self(e.where)}")
-            if e.init is not None:
-                parts.append(f"init {self(e.init)}")
-            return f"{e.reducer.name}({', '.join(parts)})", _ATOM
-        raise TypeError(f"cannot print {e!r}")
+        """The text of ``e``."""
+        return _flatten(self(e)[0])
+
+    def map_const(self, e):
+        text = _const_text(e.value)
+        return text, (7 if text.startswith("-") else _ATOM)
+
+    def map_var(self, e):
+        return e.name, _ATOM
+
+    def map_binary(self, e, a, b):
+        if e.op in ("min", "max"):
+            return (e.op, "(", a[0], ", ", b[0], ")"), _ATOM
+        op = e.op
+        if op in ("add", "sub") and type(e.b) is Const and e.b.value < 0:
+            # x + -c prints as x - c
+            op = "sub" if op == "add" else "add"
+            b = self.map_const(Const(-e.b.value, e.b.dtype))
+        prec = _BINARY_PREC[op]
+        # left-associative: the right operand needs parentheses at equal precedence
+        return (_paren(a, prec), f" {_BINARY_SYMBOL[op]} ", _paren(b, prec + 1)), prec
+
+    def map_neg(self, e, a):
+        return ("-", _paren(a, 7)), 7
+
+    def map_compare(self, e, a, b):
+        return (_paren(a, 5), f" {_COMPARE_SYMBOL[e.op]} ", _paren(b, 5)), 4
+
+    def map_and(self, e, a, b):
+        return (_paren(a, 2), " && ", _paren(b, 2)), 2
+
+    def map_or(self, e, a, b):
+        return (_paren(a, 1), " || ", _paren(b, 1)), 1
+
+    def map_not(self, e, a):
+        return ("!", _paren(a, 8)), 8
+
+    def map_select(self, e, c, t, f):
+        return (_paren(c, 4), " ? ", _paren(t, 1), " : ", _paren(f, 0)), 0
+
+    def map_cast(self, e, a):
+        return (e.dtype, "(", a[0], ")"), _ATOM
+
+    def map_call(self, e, *args):
+        return (e.name, "(", _join([a[0] for a in args], ", "), ")"), _ATOM
+
+    def map_read(self, e, *indices):
+        return (self.tensor_name(e.tensor), "[", _join([i[0] for i in indices], ", "), "]"), \
+            _ATOM
+
+    def map_reduce(self, e, source, *rest):
+        parts = [source[0]] + [self.axis(ax) for ax in e.axes]
+        n = 2 * len(e.axes)
+        if e.where is not None:
+            parts.append(("where ", rest[n][0]))
+            n += 1
+        if e.init is not None:
+            parts.append(("init ", rest[n][0]))
+        return (e.reducer.name, "(", _join(parts, ", "), ")"), _ATOM
 
     def axis(self, ax):
-        return f"{ax.name} in [{self(ax.lo)}, {self(axis_end(ax))})"
+        """``k in [lo, end)``."""
+        return f"{ax.name} in [{self.text(ax.lo)}, {self.text(axis_end(ax))})"
 
 
 def axis_end(ax):
@@ -113,7 +152,7 @@ def format_expr(e):
     """The text of one expression: ``A[i, k]*B[k, j]``."""
     if isinstance(e, IterVar):
         return repr(e)
-    return _Printer()(e)
+    return ExprText().text(e)
 
 
 def _unique_names(tensors):
@@ -139,34 +178,34 @@ class _StageText(StageMapper):
         p, op = self.p, t.op
         name = p.tensor_name(t)
         lhs = f"{name}[{', '.join(ax.name for ax in op.axes)}]" if op.axes else name
-        return f"{lhs} = {p(op.body)}"
+        return f"{lhs} = {p.text(op.body)}"
 
     def map_scatter(self, t):
         p, op = self.p, t.op
         name = p.tensor_name(t)
         domain = ", ".join(p.axis(ax) for ax in op.axes)
         start = p.tensor_name(op.init) if op.init is not None else "0"
-        updates = [f"{name}[{', '.join(p(i) for i in tg.indices)}] += {p(tg.value)}"
+        updates = [f"{name}[{', '.join(p.text(i) for i in tg.indices)}] += {p.text(tg.value)}"
                    for tg in op.targets]
         if len(op.targets) == 1:
             where = op.targets[0].where
-            cond = f" where {p(where)}" if where is not None else ""
+            cond = f" where {p.text(where)}" if where is not None else ""
             return f"{updates[0]} for {domain}{cond}  (from {start}, shape {t.shape})"
-        updates = [u + (f" if {p(tg.where)}" if tg.where is not None else "")
+        updates = [u + (f" if {p.text(tg.where)}" if tg.where is not None else "")
                    for u, tg in zip(updates, op.targets)]
         return f"{'; '.join(updates)} for {domain}  (from {start}, shape {t.shape})"
 
 
 def format_stage(t, printer=None):
     """One line defining tensor ``t`` in terms of its inputs."""
-    return _StageText(printer or _Printer())(t)
+    return _StageText(printer or ExprText())(t)
 
 
 def stage_lines(outputs, shown=None):
     """The lines of :func:`format_tensor` (names made unique over the whole program) of
     the stages for which ``shown(tensor)`` holds (every stage when None)."""
     order = topological_order(outputs)
-    printer = _Printer(_unique_names(order))
+    printer = ExprText(_unique_names(order))
     return [format_stage(t, printer) for t in order if shown is None or shown(t)]
 
 

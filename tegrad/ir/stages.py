@@ -33,6 +33,17 @@ def is_placeholder(t):
     return type(t.op) is PlaceholderOp
 
 
+def compute_body(t):
+    """The body of the compute stage of ``t``; None for the other stage kinds."""
+    return t.op.body if type(t.op) is ComputeOp else None
+
+
+def output_axis_names(t):
+    """The names of the axes of ``t``'s stage that index its output (None for a scatter or
+    a placeholder, whose output has no named axes)."""
+    return [ax.name for ax in t.op.axes] if type(t.op) is ComputeOp else None
+
+
 def stage_exprs(t):
     """The expressions of the stage of ``t``: a compute's body; each scatter target's."""
     return _StageExprs()(t)
@@ -49,4 +60,4 @@ class _StageExprs(StageMapper):
         return t.op.exprs()
 
 
-__all__ = ["StageMapper", "is_placeholder", "stage_exprs"]
+__all__ = ["StageMapper", "compute_body", "is_placeholder", "output_axis_names", "stage_exprs"]

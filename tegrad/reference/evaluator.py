@@ -24,8 +24,9 @@ from tegrad.ir.errors import FeedError, OutOfBoundsError, TegradError
 from tegrad.ir.expr import Const, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
-from tegrad.ir.mapper import children
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from tegrad.ir.mapper import Mapper, children
+from tegrad.ir.stages import StageMapper
+from tegrad.ir.tensor import Tensor
 
 #: stages whose broadcast index space exceeds this many elements are evaluated in chunks
 CHUNK_ELEMENTS = 1 << 22
@@ -60,7 +61,7 @@ class _Scope:
         return _Scope(self.env, self.ndim, mask)
 
 
-class _StageEvaluator:
+class _StageEvaluator(Mapper):
     def __init__(self, values):
         self.values = values
 
@@ -69,23 +70,23 @@ class _StageEvaluator:
         hit = scope.memo.get(key)
         if hit is not None and hit[0] is e:
             return hit[1]
-        out = getattr(self, "ev_" + type(e).__name__)(e, scope)
+        out = self.method_for(type(e), e)(e, scope)
         out = np.asarray(out)
         if out.ndim != scope.ndim:
             out = out.reshape((1,) * (scope.ndim - out.ndim) + out.shape)
         scope.memo[key] = (e, out)
         return out
 
-    def ev_Const(self, e, scope):
+    def map_const(self, e, scope):
         return np.array(e.value, dtype=e.dtype).reshape((1,) * scope.ndim)
 
-    def ev_Var(self, e, scope):
+    def map_var(self, e, scope):
         try:
             return scope.env[e.name]
         except KeyError:
             raise TegradError(f"the variable {e.name!r} is not bound here") from None
 
-    def ev_Binary(self, e, scope):
+    def map_binary(self, e, scope):
         a, b = self(e.a, scope), self(e.b, scope)
         if e.op in ("floordiv", "floormod") and _dt.is_int(e.dtype):
             zero = b == 0
@@ -95,26 +96,26 @@ class _StageEvaluator:
                 b = np.where(zero, 1, b)
         return _BINARY_NUMPY[e.op](a, b)
 
-    def ev_Neg(self, e, scope):
+    def map_neg(self, e, scope):
         return np.negative(self(e.a, scope))
 
-    def ev_Compare(self, e, scope):
+    def map_compare(self, e, scope):
         return _COMPARE_NUMPY[e.op](self(e.a, scope), self(e.b, scope))
 
-    def ev_And(self, e, scope):
+    def map_and(self, e, scope):
         a = self(e.a, scope)
         b = self(e.b, scope.with_mask(_and_mask(scope.mask, a)))
         return a & b
 
-    def ev_Or(self, e, scope):
+    def map_or(self, e, scope):
         a = self(e.a, scope)
         b = self(e.b, scope.with_mask(_and_mask(scope.mask, ~a)))
         return a | b
 
-    def ev_Not(self, e, scope):
+    def map_not(self, e, scope):
         return ~self(e.a, scope)
 
-    def ev_Select(self, e, scope):
+    def map_select(self, e, scope):
         c = self(e.cond, scope)
         if not np.any(c):
             f = self(e.false_value, scope)
@@ -125,17 +126,17 @@ class _StageEvaluator:
         f = self(e.false_value, scope.with_mask(_and_mask(scope.mask, ~c)))
         return np.where(c, t, f)
 
-    def ev_Cast(self, e, scope):
+    def map_cast(self, e, scope):
         a = self(e.a, scope)
         if _dt.is_int(e.dtype) and _dt.is_float(a.dtype.name):
             a = np.where(np.isfinite(a), a, 0)
         return a.astype(e.dtype)
 
-    def ev_Call(self, e, scope):
+    def map_call(self, e, scope):
         args = [self(a, scope) for a in e.args]
         return np.asarray(INTRINSICS[e.name].numpy(*args)).astype(e.dtype, copy=False)
 
-    def ev_Read(self, e, scope):
+    def map_read(self, e, scope):
         data = self.values[id(e.tensor)]
         if not e.indices:
             return data.reshape((1,) * scope.ndim)
@@ -155,7 +156,7 @@ class _StageEvaluator:
             fixed.append(ix)
         return data[tuple(fixed)]
 
-    def ev_Reduce(self, e, scope):
+    def map_reduce(self, e, scope):
         n_red = len(e.axes)
         expand = (Ellipsis,) + (None,) * n_red
         env = {k: v[expand] for k, v in scope.env.items()}
@@ -310,6 +311,20 @@ def _feed_value(t, feed):
     return value
 
 
+class _RunStage(StageMapper):
+    def __init__(self, values, feed):
+        self.values, self.feed = values, feed
+
+    def map_placeholder(self, t):
+        return _feed_value(t, self.feed)
+
+    def map_compute(self, t):
+        return _evaluate_compute(t, self.values)
+
+    def map_scatter(self, t):
+        return _evaluate_scatter(t, self.values)
+
+
 def evaluate(outputs, feed=None):
     """Compute ``outputs`` (a tensor or a list of tensors) with numpy.
 
@@ -326,14 +341,6 @@ def evaluate(outputs, feed=None):
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for t in topological_order(outs):
-            if isinstance(t.op, PlaceholderOp):
-                values[id(t)] = _feed_value(t, feed)
-            elif isinstance(t.op, ComputeOp):
-                values[id(t)] = _evaluate_compute(t, values)
-            elif isinstance(t.op, ScatterOp):
-                values[id(t)] = _evaluate_scatter(t, values)
-            else:
-                raise TegradError(f"cannot evaluate the stage of {t.name!r}: "
-                                  f"{type(t.op).__name__}")
+            values[id(t)] = _RunStage(values, feed)(t)
     results = [values[id(t)] for t in outs]
     return results[0] if single else results

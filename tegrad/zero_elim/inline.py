@@ -15,9 +15,8 @@ from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper, children, substitute, walk
 from tegrad.ir.rewrite import map_stage, retarget
-from tegrad.ir.stages import stage_exprs
+from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
 from tegrad.analysis.simplify import simplify
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
 from tegrad.analysis.indices import normalize_indices
 
 #: float operations an inlined body may cost when it is read inside a reduction
@@ -34,21 +33,33 @@ def _reads(e, inside=False, out=None):
     return out
 
 
+class _InlineFacts(StageMapper):
+    """``(elementwise compute, tensors used whole)`` of a stage."""
+
+    def map_placeholder(self, t):
+        return False, ()
+
+    def map_compute(self, t):
+        return not any(type(n) is Reduce for n in walk(t.op.body)), ()
+
+    def map_scatter(self, t):
+        return False, (() if t.op.init is None else (t.op.init,))
+
+
 def _inlinable(tensors, keep):
     """Ids of the elementwise stages that can be inlined into all their readers."""
     keep_ids = {id(t) for t in keep} | {id(t) for t in tensors}
     order = topological_order(tensors)
-    candidates = {id(t): t for t in order if id(t) not in keep_ids
-                  and isinstance(t.op, ComputeOp)
-                  and not any(type(n) is Reduce for n in walk(t.op.body))}
+    facts = _InlineFacts()
+    candidates = {id(t): t for t in order if id(t) not in keep_ids and facts(t)[0]}
     read_inside = set()
     for t in order:
         for e in stage_exprs(t):
             for tensor, inside in _reads(e):
                 if inside:
                     read_inside.add(id(tensor))
-        if isinstance(t.op, ScatterOp) and t.op.init is not None:
-            candidates.pop(id(t.op.init), None)  # an init is a whole tensor, not a read
+        for whole in facts(t)[1]:
+            candidates.pop(id(whole), None)  # an init is a whole tensor, not a read
     return {i for i, t in candidates.items()
             if i not in read_inside or local_flops(t.op.body)[0] <= CHEAP_FLOPS}
 
@@ -84,7 +95,7 @@ def inline_elementwise(tensors, keep=()):
     mapping, inlined = {}, {}
     inliner = _Inliner(inlined)
     for t in topological_order(tensors):
-        if isinstance(t.op, PlaceholderOp) or id(t) in keep_ids:
+        if is_placeholder(t) or id(t) in keep_ids:
             mapping[id(t)] = t
             continue
         new = _inline_into(retarget(t, mapping), inliner)

@@ -19,7 +19,8 @@ from tegrad.ir.expr import Binary, Const, IterVar, Select, Var, structural_equal
 from tegrad.ir.mapper import free_var_names, substitute
 from tegrad.analysis.cost import stage_cost
 from tegrad.analysis.simplify import simplify
-from tegrad.ir.tensor import ComputeOp, ScatterTarget, compute_stage, scatter_stage
+from tegrad.ir.stages import StageMapper
+from tegrad.ir.tensor import ScatterTarget, compute_stage, scatter_stage
 from tegrad.analysis.affine import conjunction, to_affine, to_constraint
 from tegrad.analysis.kronecker import equality_sides
 from tegrad.zero_elim.domain import parameter_ranges, simplify_term
@@ -34,9 +35,23 @@ def _zero(dtype):
 
 def optimize_stage(t):
     """The stage of ``t`` with its zeros eliminated, as a new tensor (or ``t`` itself)."""
-    op = t.op
-    if not isinstance(op, ComputeOp):
+    return _OptimizeStage()(t)
+
+
+class _OptimizeStage(StageMapper):
+    """Zero elimination rewrites compute stages; inputs and scatters stay as they are."""
+
+    def map_placeholder(self, t):
         return t
+
+    map_scatter = map_placeholder
+
+    def map_compute(self, t):
+        return _optimize_compute(t)
+
+
+def _optimize_compute(t):
+    op = t.op
     params = parameter_ranges(op.axes)
     axis_names = [ax.name for ax in op.axes]
     gathers, scatters = [], []
