@@ -16,58 +16,55 @@ from tegrad import solver
 from tegrad.solver.affine import FloorDiv, Mod
 
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.expr import And, Binary, Cast, Compare, Const, Neg, Not, Var
+from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Not, Var
+from tegrad.ir.mapper import CombineMapper
 
 INDEX_DTYPE = _dt.INDEX_DTYPE
 
 
 def to_affine(e):
     """The :class:`solver.Affine` equal to the integer expression ``e``, or None."""
-    return _to_affine(e, {})
+    return _AffineForm()(e)
 
 
-def _to_affine(e, memo):
-    key = id(e)
-    if key in memo and memo[key][0] is e:
-        return memo[key][1]
-    out = _convert(e, memo)
-    memo[key] = (e, out)
-    return out
-
-
-def _convert(e, memo):
-    t = type(e)
-    if not _dt.is_int(e.dtype):
-        return None
-    if t is Const:
-        return solver.Affine.const(e.value)
-    if t is Var:
-        return solver.Affine.var(e.name)
-    if t is Neg:
-        a = _to_affine(e.a, memo)
-        return None if a is None else -a
-    if t is Cast:
-        return _to_affine(e.a, memo) if _dt.is_int(e.a.dtype) else None
-    if t is not Binary:
-        return None
-    a = _to_affine(e.a, memo)
-    if a is None:
-        return None
-    if e.op in ("floordiv", "floormod"):
-        if type(e.b) is not Const or e.b.value <= 0:
-            return None
-        return a // e.b.value if e.op == "floordiv" else a % e.b.value
-    b = _to_affine(e.b, memo)
-    if b is None:
-        return None
-    if e.op == "add":
-        return a + b
-    if e.op == "sub":
-        return a - b
-    if e.op == "mul":
-        if a.is_constant or b.is_constant:
-            return a * b
+def _not_affine(self, e, *children):
     return None
+
+
+class _AffineForm(CombineMapper):
+    """The affine form of each integer node, from those of its children (None: not one)."""
+
+    def map_const(self, e):
+        return solver.Affine.const(e.value) if _dt.is_int(e.dtype) else None
+
+    def map_var(self, e):
+        return solver.Affine.var(e.name) if _dt.is_int(e.dtype) else None
+
+    def map_neg(self, e, a):
+        return None if a is None or not _dt.is_int(e.dtype) else -a
+
+    def map_cast(self, e, a):
+        return a if _dt.is_int(e.dtype) and _dt.is_int(e.a.dtype) else None
+
+    def map_binary(self, e, a, b):
+        if a is None or not _dt.is_int(e.dtype):
+            return None
+        if e.op in ("floordiv", "floormod"):
+            if type(e.b) is not Const or e.b.value <= 0:
+                return None
+            return a // e.b.value if e.op == "floordiv" else a % e.b.value
+        if b is None:
+            return None
+        if e.op == "add":
+            return a + b
+        if e.op == "sub":
+            return a - b
+        if e.op == "mul" and (a.is_constant or b.is_constant):
+            return a * b
+        return None
+
+    map_compare = map_and = map_or = map_not = map_select = map_call = map_read = \
+        map_reduce = _not_affine
 
 
 def from_affine(aff, dtype=INDEX_DTYPE):

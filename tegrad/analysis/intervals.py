@@ -11,52 +11,71 @@ read, a division by a variable).
 from __future__ import annotations
 
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.expr import Binary, Cast, Const, Neg, Var
+from tegrad.ir.expr import Binary, Const
+from tegrad.ir.mapper import CombineMapper
 
 
 def value_range(e, ranges):
     """Inclusive ``(lo, hi)`` of integer expression ``e`` over ``ranges``, or None."""
-    t = type(e)
-    if not _dt.is_int(e.dtype):
-        return None
-    if t is Const:
-        return e.value, e.value
-    if t is Var:
-        return ranges.get(e.name)
-    if t is Neg:
-        r = value_range(e.a, ranges)
-        return None if r is None else (-r[1], -r[0])
-    if t is Cast:
-        return value_range(e.a, ranges) if _dt.is_int(e.a.dtype) else None
-    if t is not Binary:
-        return None
-    a = value_range(e.a, ranges)
-    if a is None:
-        return None
-    if e.op in ("floordiv", "floormod"):
-        if type(e.b) is not Const or e.b.value <= 0:
-            return None
-        c = e.b.value
-        if e.op == "floordiv":
-            return a[0] // c, a[1] // c
-        if a[0] // c == a[1] // c:
-            return a[0] % c, a[1] % c
-        return 0, c - 1
-    b = value_range(e.b, ranges)
-    if b is None:
-        return None
-    if e.op == "add":
-        return a[0] + b[0], a[1] + b[1]
-    if e.op == "sub":
-        return a[0] - b[1], a[1] - b[0]
-    if e.op == "mul":
-        products = [x * y for x in a for y in b]
-        return min(products), max(products)
-    if e.op == "min":
-        return min(a[0], b[0]), min(a[1], b[1])
-    if e.op == "max":
-        return max(a[0], b[0]), max(a[1], b[1])
+    return _Range(ranges)(e)
+
+
+def _unbounded(self, e, *children):
     return None
+
+
+def _extremes(op):
+    def fn(a, b):
+        products = [op(x, y) for x in a for y in b]
+        return min(products), max(products)
+    return fn
+
+
+#: the range of ``a op b`` from the ranges of ``a`` and ``b``
+_BINARY_RANGE = {
+    "add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    "sub": lambda a, b: (a[0] - b[1], a[1] - b[0]),
+    "mul": _extremes(lambda x, y: x * y),
+    "min": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
+    "max": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+}
+
+
+class _Range(CombineMapper):
+    """The range of each integer node, from those of its children (None: unknown)."""
+
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+    def map_const(self, e):
+        return (e.value, e.value) if _dt.is_int(e.dtype) else None
+
+    def map_var(self, e):
+        return self.ranges.get(e.name) if _dt.is_int(e.dtype) else None
+
+    def map_neg(self, e, a):
+        return None if a is None or not _dt.is_int(e.dtype) else (-a[1], -a[0])
+
+    def map_cast(self, e, a):
+        return a if _dt.is_int(e.dtype) and _dt.is_int(e.a.dtype) else None
+
+    def map_binary(self, e, a, b):
+        if a is None or not _dt.is_int(e.dtype):
+            return None
+        if e.op in ("floordiv", "floormod"):
+            if type(e.b) is not Const or e.b.value <= 0:
+                return None
+            c = e.b.value
+            if e.op == "floordiv":
+                return a[0] // c, a[1] // c
+            if a[0] // c == a[1] // c:
+                return a[0] % c, a[1] % c
+            return 0, c - 1
+        rule = _BINARY_RANGE.get(e.op)
+        return None if b is None or rule is None else rule(a, b)
+
+    map_compare = map_and = map_or = map_not = map_select = map_call = map_read = \
+        map_reduce = _unbounded
 
 
 def axis_range(ax, ranges):

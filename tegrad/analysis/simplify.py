@@ -1,8 +1,9 @@
 """Local algebraic simplification: a table of rewrite rules applied bottom-up.
 
 Each rule takes a node whose children are already simplified and returns a simpler
-equivalent node, or None when it does not apply. Rules are keyed by node type (and op
-for binary nodes), one comment per rule. Floating-point rules assume finite values
+equivalent node, or None when it does not apply. Rules are keyed by node class (and op
+for binary nodes); each states its rewrite in its docstring, and the completeness test
+has a case per rule. Floating-point rules assume finite values
 (``x * 0 -> 0``), as every autodiff system does for symbolic zeros.
 
 >>> from tegrad.ir.expr import Var
@@ -13,9 +14,11 @@ for binary nodes), one comment per rule. Floating-point rules assume finite valu
 from __future__ import annotations
 
 import math
+import operator
 
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.expr import Binary, Const, Neg, Not, Reduce, Select, structural_equal
+from tegrad.ir.expr import (And, Binary, Cast, Compare, Const, Neg, Not, Or, Reduce, Select,
+                            structural_equal)
 from tegrad.ir.mapper import IdentityMapper
 
 
@@ -23,29 +26,15 @@ def _is_const(e, value=None):
     return type(e) is Const and (value is None or e.value == value)
 
 
+_FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+         "div": operator.truediv, "floordiv": operator.floordiv, "floormod": operator.mod,
+         "min": min, "max": max}
+
+
 def _fold_binary(op, a, b, dtype):
-    if op == "add":
-        v = a + b
-    elif op == "sub":
-        v = a - b
-    elif op == "mul":
-        v = a * b
-    elif op == "div":
-        if b == 0:
-            return None
-        v = a / b
-    elif op == "floordiv":
-        if b == 0:
-            return None
-        v = a // b
-    elif op == "floormod":
-        if b == 0:
-            return None
-        v = a % b
-    elif op == "min":
-        v = min(a, b)
-    else:
-        v = max(a, b)
+    if op in ("div", "floordiv", "floormod") and b == 0:
+        return None
+    v = _FOLD[op](a, b)
     if _dt.is_int(dtype) and not (_dt.min_value(dtype) <= v <= _dt.max_value(dtype)):
         return None
     return Const(v, dtype)
@@ -55,99 +44,126 @@ def _zero(dtype):
     return Const(False if _dt.is_bool(dtype) else 0, dtype)
 
 
-def _add(e):
+#: ``{node class or (Binary, op): (rule, ...)}``; the first rule that applies wins
+REWRITE_RULES = {}
+
+
+def rewrite(*keys):
+    """Register a rule (a function of a node returning a simpler node, or None) for node
+    classes or ``(Binary, op)`` keys; its docstring states the rewrite."""
+    def register(fn):
+        for key in keys:
+            REWRITE_RULES[key] = REWRITE_RULES.get(key, ()) + (fn,)
+        return fn
+    return register
+
+
+def _binary_keys(*ops):
+    return [(Binary, op) for op in ops]
+
+
+@rewrite(*_binary_keys("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max"))
+def fold_binary(e):
+    """c1 op c2 -> c (not a division by zero, not an integer overflow)"""
+    if _is_const(e.a) and _is_const(e.b):
+        return _fold_binary(e.op, e.a.value, e.b.value, e.dtype)
+    return None
+
+
+@rewrite(*_binary_keys("add", "sub"))
+def add_zero(e):
+    """x + 0 -> x; x - 0 -> x"""
+    return e.a if _is_const(e.b, 0) else None
+
+
+@rewrite(*_binary_keys("add"))
+def zero_add(e):
+    """0 + x -> x"""
+    return e.b if _is_const(e.a, 0) else None
+
+
+@rewrite(*_binary_keys("add"))
+def add_neg(e):
+    """x + -y -> x - y"""
+    return Binary("sub", e.a, e.b.a, e.dtype) if type(e.b) is Neg else None
+
+
+@rewrite(*_binary_keys("add"))
+def add_selects(e):
+    """(c ? a1 : b1) + (c ? a2 : b2) -> c ? a1 + a2 : b1 + b2"""
     a, b = e.a, e.b
-    if _is_const(a) and _is_const(b):          # c1 + c2 -> c
-        return _fold_binary("add", a.value, b.value, e.dtype)
-    if _is_const(b, 0):                        # x + 0 -> x
-        return a
-    if _is_const(a, 0):                        # 0 + x -> x
-        return b
-    if type(b) is Neg:                         # x + -y -> x - y
-        return Binary("sub", a, b.a, e.dtype)
     if type(a) is Select and type(b) is Select and structural_equal(a.cond, b.cond):
-        # (c ? a1 : b1) + (c ? a2 : b2) -> c ? a1 + a2 : b1 + b2
         return Select(a.cond, Binary("add", a.true_value, b.true_value, e.dtype),
                       Binary("add", a.false_value, b.false_value, e.dtype), e.dtype)
     return None
 
 
-def _sub(e):
-    a, b = e.a, e.b
-    if _is_const(a) and _is_const(b):          # c1 - c2 -> c
-        return _fold_binary("sub", a.value, b.value, e.dtype)
-    if _is_const(b, 0):                        # x - 0 -> x
-        return a
-    if _is_const(a, 0):                        # 0 - x -> -x
-        return Neg(b, e.dtype)
-    if structural_equal(a, b):                 # x - x -> 0
-        return _zero(e.dtype)
-    return None
+@rewrite(*_binary_keys("sub"))
+def zero_sub(e):
+    """0 - x -> -x"""
+    return Neg(e.b, e.dtype) if _is_const(e.a, 0) else None
 
 
-def _mul(e):
-    a, b = e.a, e.b
-    if _is_const(a) and _is_const(b):          # c1 * c2 -> c
-        return _fold_binary("mul", a.value, b.value, e.dtype)
-    if _is_const(b, 1):                        # x * 1 -> x
-        return a
-    if _is_const(a, 1):                        # 1 * x -> x
-        return b
-    if _is_const(a, 0) or _is_const(b, 0):     # x * 0 -> 0 (finite x)
-        return _zero(e.dtype)
-    if _is_const(b, -1):                       # x * -1 -> -x
-        return Neg(a, e.dtype)
-    if _is_const(a, -1):                       # -1 * x -> -x
-        return Neg(b, e.dtype)
-    return None
+@rewrite(*_binary_keys("sub"))
+def sub_self(e):
+    """x - x -> 0"""
+    return _zero(e.dtype) if structural_equal(e.a, e.b) else None
 
 
-def _div(e):
-    a, b = e.a, e.b
-    if _is_const(a) and _is_const(b):          # c1 / c2 -> c
-        return _fold_binary("div", a.value, b.value, e.dtype)
-    if _is_const(b, 1):                        # x / 1 -> x
-        return a
-    if _is_const(a, 0):                        # 0 / x -> 0 (x nonzero where evaluated)
-        return _zero(e.dtype)
-    return None
+@rewrite(*_binary_keys("mul", "div", "floordiv"))
+def times_one(e):
+    """x * 1 -> x; x / 1 -> x; x // 1 -> x"""
+    return e.a if _is_const(e.b, 1) else None
 
 
-def _floordiv(e):
-    a, b = e.a, e.b
-    if _is_const(a) and _is_const(b):          # c1 // c2 -> c
-        return _fold_binary("floordiv", a.value, b.value, e.dtype)
-    if _is_const(b, 1):                        # x // 1 -> x
-        return a
-    if _is_const(a, 0):                        # 0 // x -> 0
-        return _zero(e.dtype)
-    return None
+@rewrite(*_binary_keys("mul"))
+def one_times(e):
+    """1 * x -> x"""
+    return e.b if _is_const(e.a, 1) else None
 
 
-def _floormod(e):
-    a, b = e.a, e.b
-    if _is_const(a) and _is_const(b):          # c1 % c2 -> c
-        return _fold_binary("floormod", a.value, b.value, e.dtype)
-    if _is_const(b, 1) and _dt.is_int(e.dtype):  # x % 1 -> 0
-        return _zero(e.dtype)
-    return None
+@rewrite(*_binary_keys("mul"))
+def times_zero(e):
+    """x * 0 -> 0; 0 * x -> 0 (finite x)"""
+    return _zero(e.dtype) if _is_const(e.a, 0) or _is_const(e.b, 0) else None
 
 
-def _min_max(e):
-    a, b = e.a, e.b
-    if _is_const(a) and _is_const(b):          # min/max(c1, c2) -> c
-        return _fold_binary(e.op, a.value, b.value, e.dtype)
-    if structural_equal(a, b):                 # min/max(x, x) -> x
-        return a
-    return None
+@rewrite(*_binary_keys("mul"))
+def times_minus_one(e):
+    """x * -1 -> -x; -1 * x -> -x"""
+    if _is_const(e.b, -1):
+        return Neg(e.a, e.dtype)
+    return Neg(e.b, e.dtype) if _is_const(e.a, -1) else None
 
 
-def _neg(e):
-    if _is_const(e.a):                         # -(c) -> c'
-        return Const(-e.a.value, e.dtype)
-    if type(e.a) is Neg:                       # -(-x) -> x
-        return e.a.a
-    return None
+@rewrite(*_binary_keys("div", "floordiv"))
+def zero_over(e):
+    """0 / x -> 0; 0 // x -> 0 (x nonzero where evaluated)"""
+    return _zero(e.dtype) if _is_const(e.a, 0) else None
+
+
+@rewrite(*_binary_keys("floormod"))
+def mod_one(e):
+    """x % 1 -> 0 (integers)"""
+    return _zero(e.dtype) if _is_const(e.b, 1) and _dt.is_int(e.dtype) else None
+
+
+@rewrite(*_binary_keys("min", "max"))
+def extremum_self(e):
+    """min(x, x) -> x; max(x, x) -> x"""
+    return e.a if structural_equal(e.a, e.b) else None
+
+
+@rewrite(Neg)
+def neg_const(e):
+    """-(c) -> c'"""
+    return Const(-e.a.value, e.dtype) if _is_const(e.a) else None
+
+
+@rewrite(Neg)
+def neg_neg(e):
+    """-(-x) -> x"""
+    return e.a.a if type(e.a) is Neg else None
 
 
 _COMPARE_FOLD = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
@@ -155,94 +171,139 @@ _COMPARE_FOLD = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
                  "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 
 
-def _compare(e):
-    if _is_const(e.a) and _is_const(e.b):      # c1 < c2 -> true/false
+@rewrite(Compare)
+def fold_compare(e):
+    """c1 < c2 -> true/false"""
+    if _is_const(e.a) and _is_const(e.b):
         return Const(_COMPARE_FOLD[e.op](e.a.value, e.b.value), "bool")
+    return None
+
+
+@rewrite(Compare)
+def compare_self(e):
+    """x == x -> true; x < x -> false (not for floats: NaN)"""
     if structural_equal(e.a, e.b) and not _dt.is_float(e.a.dtype):
-        # x == x -> true, x < x -> false (not for floats: NaN)
         return Const(e.op in ("le", "ge", "eq"), "bool")
     return None
 
 
-def _and(e):
-    a, b = e.a, e.b
-    if _is_const(a):                           # true && x -> x; false && x -> false
-        return b if a.value else a
-    if _is_const(b):                           # x && true -> x; x && false -> false
-        return a if b.value else b
-    if structural_equal(a, b):                 # x && x -> x
-        return a
-    return None
+@rewrite(And)
+def and_const_left(e):
+    """true && x -> x; false && x -> false"""
+    return (e.b if e.a.value else e.a) if _is_const(e.a) else None
 
 
-def _or(e):
-    a, b = e.a, e.b
-    if _is_const(a):                           # true || x -> true; false || x -> x
-        return a if a.value else b
-    if _is_const(b):                           # x || true -> true; x || false -> x
-        return b if b.value else a
-    if structural_equal(a, b):                 # x || x -> x
-        return a
-    return None
+@rewrite(And)
+def and_const_right(e):
+    """x && true -> x; x && false -> false"""
+    return (e.a if e.b.value else e.b) if _is_const(e.b) else None
 
 
-def _not(e):
-    if _is_const(e.a):                         # !c -> c'
-        return Const(not e.a.value, "bool")
-    if type(e.a) is Not:                       # !!x -> x
-        return e.a.a
-    return None
+@rewrite(Or)
+def or_const_left(e):
+    """true || x -> true; false || x -> x"""
+    return (e.a if e.a.value else e.b) if _is_const(e.a) else None
 
 
-def _select(e):
-    if _is_const(e.cond):                      # true ? a : b -> a; false ? a : b -> b
+@rewrite(Or)
+def or_const_right(e):
+    """x || true -> true; x || false -> x"""
+    return (e.b if e.b.value else e.a) if _is_const(e.b) else None
+
+
+@rewrite(And, Or)
+def logical_self(e):
+    """x && x -> x; x || x -> x"""
+    return e.a if structural_equal(e.a, e.b) else None
+
+
+@rewrite(Not)
+def not_const(e):
+    """!c -> c'"""
+    return Const(not e.a.value, "bool") if _is_const(e.a) else None
+
+
+@rewrite(Not)
+def not_not(e):
+    """!!x -> x"""
+    return e.a.a if type(e.a) is Not else None
+
+
+@rewrite(Select)
+def select_const(e):
+    """true ? a : b -> a; false ? a : b -> b"""
+    if _is_const(e.cond):
         return e.true_value if e.cond.value else e.false_value
-    if structural_equal(e.true_value, e.false_value):  # c ? a : a -> a
-        return e.true_value
-    if type(e.cond) is Not:                    # !c ? a : b -> c ? b : a
+    return None
+
+
+@rewrite(Select)
+def select_same(e):
+    """c ? a : a -> a"""
+    return e.true_value if structural_equal(e.true_value, e.false_value) else None
+
+
+@rewrite(Select)
+def select_not(e):
+    """!c ? a : b -> c ? b : a"""
+    if type(e.cond) is Not:
         return Select(e.cond.a, e.false_value, e.true_value, e.dtype)
     return None
 
 
-def _cast(e):
-    if e.a.dtype == e.dtype:                   # cast to own dtype -> x
-        return e.a
-    if _is_const(e.a):                         # cast(c) -> c'
-        value = e.a.value
-        if _dt.is_int(e.dtype) and isinstance(value, float):
-            if not math.isfinite(value):
-                return None
-            value = math.trunc(value)
-        return Const(value, e.dtype)
+@rewrite(Cast)
+def cast_same(e):
+    """cast to its own dtype -> x"""
+    return e.a if e.a.dtype == e.dtype else None
+
+
+@rewrite(Cast)
+def cast_const(e):
+    """cast(c) -> c' (floats truncate toward zero; not inf or NaN to an integer)"""
+    if not _is_const(e.a):
+        return None
+    value = e.a.value
+    if _dt.is_int(e.dtype) and isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        value = math.trunc(value)
+    return Const(value, e.dtype)
+
+
+@rewrite(Reduce)
+def where_true(e):
+    """reduce(..., where true) -> reduce(...)"""
+    if e.where is not None and _is_const(e.where, True):
+        return Reduce(e.reducer, e.source, e.axes, None, e.init, e.dtype)
     return None
 
 
-def _reduce(e):
-    if e.where is not None and _is_const(e.where, True):   # where true -> no where
-        return Reduce(e.reducer, e.source, e.axes, None, e.init, e.dtype)
+@rewrite(Reduce)
+def reduce_empty(e):
+    """a reduction over nothing (where false, an empty axis) -> init or the identity"""
     empty = (e.where is not None and _is_const(e.where, False)) or any(
         _is_const(ax.extent) and ax.extent.value <= 0 for ax in e.axes)
-    if empty:                                  # reduction over nothing -> init or identity
+    if empty:
         return e.init if e.init is not None else e.reducer.identity(e.dtype)
-    if e.reducer.name == "sum" and _is_const(e.source, 0):  # sum of zeros -> init or 0
+    return None
+
+
+@rewrite(Reduce)
+def sum_of_zeros(e):
+    """sum(0) -> init or 0"""
+    if e.reducer.name == "sum" and _is_const(e.source, 0):
         return e.init if e.init is not None else _zero(e.dtype)
     return None
 
 
-REWRITE_RULES = {
-    ("Binary", "add"): _add, ("Binary", "sub"): _sub, ("Binary", "mul"): _mul,
-    ("Binary", "div"): _div, ("Binary", "floordiv"): _floordiv,
-    ("Binary", "floormod"): _floormod, ("Binary", "min"): _min_max,
-    ("Binary", "max"): _min_max, "Neg": _neg, "Compare": _compare, "And": _and,
-    "Or": _or, "Not": _not, "Select": _select, "Cast": _cast, "Reduce": _reduce,
-}
-
-
-def _rule_for(e):
-    t = type(e)
-    if t is Binary:
-        return REWRITE_RULES.get(("Binary", e.op))
-    return REWRITE_RULES.get(t.__name__)
+def _rewritten(e):
+    """The first rule of ``e``'s kind that applies, or None."""
+    key = (Binary, e.op) if type(e) is Binary else type(e)
+    for rule in REWRITE_RULES.get(key, ()):
+        out = rule(e)
+        if out is not None:
+            return out
+    return None
 
 
 class Simplifier(IdentityMapper):
@@ -257,8 +318,7 @@ class Simplifier(IdentityMapper):
             return hit[1]
         out = super().__call__(e)
         for _ in range(64):
-            rule = _rule_for(out)
-            new = rule(out) if rule is not None else None
+            new = _rewritten(out)
             if new is None:
                 break
             out = new if new is out else super().__call__(new)

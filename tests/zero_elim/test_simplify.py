@@ -15,70 +15,73 @@ ONE, ZERO = Const(1.0, "float64"), Const(0.0, "float64")
 c = i < 3
 
 CASES = [
-    # (rule key, expression, expected)
-    (("Binary", "add"), Binary("add", Const(2, "int32"), Const(3, "int32"), "int32"), Const(5, "int32")),
-    (("Binary", "add"), Binary("add", xi, ZERO, "float64"), xi),
-    (("Binary", "add"), Binary("add", ZERO, xi, "float64"), xi),
-    (("Binary", "add"), Binary("add", xi, Neg(x[j], "float64"), "float64"),
+    # (rule, expression, expected): one case per rewrite a rule's docstring states
+    ("fold_binary", Binary("add", Const(2, "int32"), Const(3, "int32"), "int32"), Const(5, "int32")),
+    ("add_zero", Binary("add", xi, ZERO, "float64"), xi),
+    ("zero_add", Binary("add", ZERO, xi, "float64"), xi),
+    ("add_neg", Binary("add", xi, Neg(x[j], "float64"), "float64"),
      Binary("sub", xi, x[j], "float64")),
-    (("Binary", "add"), Binary("add", Select(c, xi, ZERO, "float64"),
+    ("add_selects", Binary("add", Select(c, xi, ZERO, "float64"),
                                Select(c, ZERO, x[j], "float64"), "float64"),
      Select(c, xi, x[j], "float64")),
-    (("Binary", "sub"), Binary("sub", Const(2, "int32"), Const(3, "int32"), "int32"), Const(-1, "int32")),
-    (("Binary", "sub"), Binary("sub", xi, ZERO, "float64"), xi),
-    (("Binary", "sub"), Binary("sub", ZERO, xi, "float64"), Neg(xi, "float64")),
-    (("Binary", "sub"), Binary("sub", i + j, i + j, "int32"), Const(0, "int32")),
-    (("Binary", "mul"), Binary("mul", Const(2, "int32"), Const(3, "int32"), "int32"), Const(6, "int32")),
-    (("Binary", "mul"), Binary("mul", xi, ONE, "float64"), xi),
-    (("Binary", "mul"), Binary("mul", ONE, xi, "float64"), xi),
-    (("Binary", "mul"), Binary("mul", xi, ZERO, "float64"), ZERO),
-    (("Binary", "mul"), Binary("mul", xi, Const(-1.0, "float64"), "float64"), Neg(xi, "float64")),
-    (("Binary", "mul"), Binary("mul", Const(-1.0, "float64"), xi, "float64"), Neg(xi, "float64")),
-    (("Binary", "div"), Binary("div", Const(3.0, "float64"), Const(2.0, "float64"), "float64"),
+    ("fold_binary", Binary("sub", Const(2, "int32"), Const(3, "int32"), "int32"), Const(-1, "int32")),
+    ("add_zero", Binary("sub", xi, ZERO, "float64"), xi),
+    ("zero_sub", Binary("sub", ZERO, xi, "float64"), Neg(xi, "float64")),
+    ("sub_self", Binary("sub", i + j, i + j, "int32"), Const(0, "int32")),
+    ("fold_binary", Binary("mul", Const(2, "int32"), Const(3, "int32"), "int32"), Const(6, "int32")),
+    ("times_one", Binary("mul", xi, ONE, "float64"), xi),
+    ("one_times", Binary("mul", ONE, xi, "float64"), xi),
+    ("times_zero", Binary("mul", xi, ZERO, "float64"), ZERO),
+    ("times_zero", Binary("mul", ZERO, xi, "float64"), ZERO),
+    ("times_minus_one", Binary("mul", xi, Const(-1.0, "float64"), "float64"), Neg(xi, "float64")),
+    ("times_minus_one", Binary("mul", Const(-1.0, "float64"), xi, "float64"), Neg(xi, "float64")),
+    ("fold_binary", Binary("div", Const(3.0, "float64"), Const(2.0, "float64"), "float64"),
      Const(1.5, "float64")),
-    (("Binary", "div"), Binary("div", xi, ONE, "float64"), xi),
-    (("Binary", "div"), Binary("div", ZERO, xi, "float64"), ZERO),
-    (("Binary", "floordiv"), Binary("floordiv", Const(-7, "int32"), Const(2, "int32"), "int32"),
+    ("times_one", Binary("div", xi, ONE, "float64"), xi),
+    ("zero_over", Binary("div", ZERO, xi, "float64"), ZERO),
+    ("fold_binary", Binary("floordiv", Const(-7, "int32"), Const(2, "int32"), "int32"),
      Const(-4, "int32")),
-    (("Binary", "floordiv"), Binary("floordiv", i, Const(1, "int32"), "int32"), i),
-    (("Binary", "floordiv"), Binary("floordiv", Const(0, "int32"), i, "int32"), Const(0, "int32")),
-    (("Binary", "floormod"), Binary("floormod", Const(-7, "int32"), Const(2, "int32"), "int32"),
+    ("times_one", Binary("floordiv", i, Const(1, "int32"), "int32"), i),
+    ("zero_over", Binary("floordiv", Const(0, "int32"), i, "int32"), Const(0, "int32")),
+    ("fold_binary", Binary("floormod", Const(-7, "int32"), Const(2, "int32"), "int32"),
      Const(1, "int32")),
-    (("Binary", "floormod"), Binary("floormod", i, Const(1, "int32"), "int32"), Const(0, "int32")),
-    (("Binary", "min"), Binary("min", Const(2, "int32"), Const(3, "int32"), "int32"), Const(2, "int32")),
-    (("Binary", "min"), Binary("min", xi, xi, "float64"), xi),
-    (("Binary", "max"), Binary("max", Const(2, "int32"), Const(3, "int32"), "int32"), Const(3, "int32")),
-    (("Binary", "max"), Binary("max", xi, xi, "float64"), xi),
-    ("Neg", Neg(Const(2.0, "float64"), "float64"), Const(-2.0, "float64")),
-    ("Neg", Neg(Neg(xi, "float64"), "float64"), xi),
-    ("Compare", Compare("lt", Const(2, "int32"), Const(3, "int32")), Const(True, "bool")),
-    ("Compare", Compare("eq", i + 1, i + 1), Const(True, "bool")),
-    ("Compare", Compare("lt", i + 1, i + 1), Const(False, "bool")),
-    ("And", Const(True, "bool") & c, c),
-    ("And", Const(False, "bool") & c, Const(False, "bool")),
-    ("And", c & Const(True, "bool"), c),
-    ("And", c & c, c),
-    ("Or", Const(True, "bool") | c, Const(True, "bool")),
-    ("Or", Const(False, "bool") | c, c),
-    ("Or", c | Const(False, "bool"), c),
-    ("Or", c | c, c),
-    ("Not", Not(Const(True, "bool")), Const(False, "bool")),
-    ("Not", Not(Not(c)), c),
-    ("Select", Select(Const(True, "bool"), xi, ZERO, "float64"), xi),
-    ("Select", Select(Const(False, "bool"), xi, ZERO, "float64"), ZERO),
-    ("Select", Select(c, xi, xi, "float64"), xi),
-    ("Select", Select(Not(c), xi, ZERO, "float64"), Select(c, ZERO, xi, "float64")),
-    ("Cast", Cast(xi, "float64"), xi),
-    ("Cast", Cast(Const(2.7, "float64"), "int32"), Const(2, "int32")),
-    ("Cast", Cast(Const(-2.7, "float64"), "int32"), Const(-2, "int32")),
+    ("mod_one", Binary("floormod", i, Const(1, "int32"), "int32"), Const(0, "int32")),
+    ("fold_binary", Binary("min", Const(2, "int32"), Const(3, "int32"), "int32"), Const(2, "int32")),
+    ("extremum_self", Binary("min", xi, xi, "float64"), xi),
+    ("fold_binary", Binary("max", Const(2, "int32"), Const(3, "int32"), "int32"), Const(3, "int32")),
+    ("extremum_self", Binary("max", xi, xi, "float64"), xi),
+    ("neg_const", Neg(Const(2.0, "float64"), "float64"), Const(-2.0, "float64")),
+    ("neg_neg", Neg(Neg(xi, "float64"), "float64"), xi),
+    ("fold_compare", Compare("lt", Const(2, "int32"), Const(3, "int32")), Const(True, "bool")),
+    ("compare_self", Compare("eq", i + 1, i + 1), Const(True, "bool")),
+    ("compare_self", Compare("lt", i + 1, i + 1), Const(False, "bool")),
+    ("and_const_left", Const(True, "bool") & c, c),
+    ("and_const_left", Const(False, "bool") & c, Const(False, "bool")),
+    ("and_const_right", c & Const(True, "bool"), c),
+    ("and_const_right", c & Const(False, "bool"), Const(False, "bool")),
+    ("logical_self", c & c, c),
+    ("or_const_left", Const(True, "bool") | c, Const(True, "bool")),
+    ("or_const_left", Const(False, "bool") | c, c),
+    ("or_const_right", c | Const(False, "bool"), c),
+    ("or_const_right", c | Const(True, "bool"), Const(True, "bool")),
+    ("logical_self", c | c, c),
+    ("not_const", Not(Const(True, "bool")), Const(False, "bool")),
+    ("not_not", Not(Not(c)), c),
+    ("select_const", Select(Const(True, "bool"), xi, ZERO, "float64"), xi),
+    ("select_const", Select(Const(False, "bool"), xi, ZERO, "float64"), ZERO),
+    ("select_same", Select(c, xi, xi, "float64"), xi),
+    ("select_not", Select(Not(c), xi, ZERO, "float64"), Select(c, ZERO, xi, "float64")),
+    ("cast_same", Cast(xi, "float64"), xi),
+    ("cast_const", Cast(Const(2.7, "float64"), "int32"), Const(2, "int32")),
+    ("cast_const", Cast(Const(-2.7, "float64"), "int32"), Const(-2, "int32")),
 ]
 
 k = tg.reduce_axis((0, 4), name="k")
 CASES += [
-    ("Reduce", tg.sum(x[k], axis=k, where=Const(True, "bool")), Reduce(tg.sum, x[k], (k,), None, None, "float64")),
-    ("Reduce", tg.sum(x[k], axis=k, where=Const(False, "bool"), init=ONE), ONE),
-    ("Reduce", tg.max(x[k], axis=k, where=Const(False, "bool")), Const(-math.inf, "float64")),
-    ("Reduce", tg.sum(ZERO, axis=k), ZERO),
+    ("where_true", tg.sum(x[k], axis=k, where=Const(True, "bool")), Reduce(tg.sum, x[k], (k,), None, None, "float64")),
+    ("reduce_empty", tg.sum(x[k], axis=k, where=Const(False, "bool"), init=ONE), ONE),
+    ("reduce_empty", tg.max(x[k], axis=k, where=Const(False, "bool")), Const(-math.inf, "float64")),
+    ("sum_of_zeros", tg.sum(ZERO, axis=k), ZERO),
 ]
 
 
@@ -88,8 +91,23 @@ def test_rule(key, expr, expected):
     assert tg.structural_equal(out, expected), f"{expr} -> {out}, expected {expected}"
 
 
+RULES = {rule.__name__: rule for rules in REWRITE_RULES.values() for rule in rules}
+
+
 def test_every_rule_is_tested():
-    assert {case[0] for case in CASES} == set(REWRITE_RULES)
+    assert {case[0] for case in CASES} == set(RULES)
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_every_rewrite_of_a_rule_has_a_case(name):
+    # a rule stating "x && true -> x; x && false -> false" needs a case for each
+    stated = RULES[name].__doc__.count(";") + 1
+    assert sum(1 for case in CASES if case[0] == name) >= stated, RULES[name].__doc__
+
+
+@pytest.mark.parametrize("key, expr, expected", CASES, ids=[f"{c[0]}-{n}" for n, c in enumerate(CASES)])
+def test_the_case_is_the_rule_s(key, expr, expected):
+    assert RULES[key](expr) is not None
 
 
 def test_no_folding_that_would_change_a_value():
