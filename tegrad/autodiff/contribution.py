@@ -23,11 +23,11 @@ plus ``head[x]`` when ``X`` is the scatter's ``init``.
 from __future__ import annotations
 
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import IterVar, Read, Reduce, Var
-from tegrad.ir.mapper import substitute
+from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.mapper import rename_axes, substitute
 from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
-from tegrad.autodiff.names import fresh_names, names_in
+from tegrad.autodiff.names import names_in
 from tegrad.analysis.kronecker import kronecker
 from tegrad.autodiff.rules import ForwardDiff
 
@@ -39,13 +39,6 @@ def element_seed(X, xs):
             return kronecker(leaf.indices, xs, leaf.dtype)
         return ZERO
     return seed
-
-
-def _fresh_axes(ivs, taken):
-    """Reduce axes over the same ranges as ``ivs``, with names fresh against ``taken``."""
-    names = fresh_names([iv.name for iv in ivs], taken)
-    return tuple(IterVar(Var(n, iv.var.dtype), iv.lo, iv.extent, "reduce")
-                 for n, iv in zip(names, ivs))
 
 
 def _sum_over(axes, term, where, dtype):
@@ -74,7 +67,7 @@ class _Contribution(StageMapper):
     def map_compute(self, Y, X, head, xs, prefix, taken):
         op = Y.op
         taken |= names_in(op.body) - {ax.name for ax in op.axes}
-        axes = _fresh_axes(op.axes, taken)
+        axes, _ = rename_axes(op.axes, taken, kind="reduce")
         mapping = {ax.name: new.var for ax, new in zip(op.axes, axes) if ax.name != new.name}
         body = substitute(op.body, mapping) if mapping else op.body
         ys = tuple(ax.var for ax in axes)
@@ -87,7 +80,7 @@ class _Contribution(StageMapper):
     def map_scatter(self, Y, X, head, xs, prefix, taken):
         op = Y.op
         taken |= names_in(*op.exprs()) - {ax.name for ax in op.axes}
-        axes = _fresh_axes(op.axes, taken)
+        axes, _ = rename_axes(op.axes, taken, kind="reduce")
         mapping = {ax.name: new.var for ax, new in zip(op.axes, axes) if ax.name != new.name}
 
         def sub(e):

@@ -10,8 +10,8 @@ reduce axes, copies ``k_1`` of reduce axes); every new name is picked with
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import IterVar, Reduce, Var
-from tegrad.ir.mapper import all_var_names, fresh_name, substitute
+from tegrad.ir.expr import Reduce
+from tegrad.ir.mapper import all_var_names, fresh_name, rename_axes, substitute
 from tegrad.ir.tensor import compute
 
 
@@ -33,22 +33,6 @@ def names_in(*exprs):
         if e is not None:
             out |= all_var_names(e)
     return out
-
-
-def rename_axes(axes, taken):
-    """Copies of ``axes`` with fresh names; returns ``(new_axes, {old name: new Var})``.
-
-    Later axes' bounds may use earlier axes; they are rewritten to the new names.
-    """
-    new_names = fresh_names([ax.name for ax in axes], taken)
-    mapping, out = {}, []
-    for ax, name in zip(axes, new_names):
-        var = Var(name, ax.var.dtype)
-        lo = substitute(ax.lo, mapping) if mapping else ax.lo
-        extent = substitute(ax.extent, mapping) if mapping else ax.extent
-        out.append(IterVar(var, lo, extent, ax.kind))
-        mapping[ax.name] = var
-    return tuple(out), mapping
 
 
 def rename_reduce(e, taken):

@@ -1,12 +1,12 @@
 """Normalising the forward program: every reduction becomes the whole body of a stage.
 
 A float reduction that is not the whole body of its compute is moved into a new compute
-stage ``<name>_r<n>`` indexed by the reduction's free variables (the compute's axes and
+stage ``<name>_red<n>`` indexed by the reduction's free variables (the compute's axes and
 enclosing reduce axes it uses, in that order), and replaced by a read of that stage (one
 stage for structurally equal reductions)::
 
-    S[i] = exp(sum(A[i, k], k)) * 2      becomes     S_r0[i] = sum(A[i, k], k in [0, 8))
-                                                      S[i] = exp(S_r0[i]) * 2
+    S[i] = exp(sum(A[i, k], k)) * 2      becomes     S_red0[i] = sum(A[i, k], k in [0, 8))
+                                                      S[i] = exp(S_red0[i]) * 2
 
 so that the max/min/prod rules read the stage's value ``Y[y]`` instead of recomputing
 the reduction. Stages that only read rebuilt stages are rebuilt to read the new ones;
@@ -23,7 +23,7 @@ other variables; also when one of its free variables has a non-constant range.
 >>> S = tg.compute((2,), lambda i: tg.exp(tg.sum(A[i, k], axis=k)), name="S")
 >>> (S2,), stages = normalize([S])
 >>> print(tg.format(S2).splitlines()[-1])
-S[i] = exp(S_r0[i])
+S[i] = exp(S_red0[i])
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class _Hoister(IdentityMapper):
         return Reduce(e.reducer, source, e.axes, where, init, e.dtype)
 
     def _hoist(self, e, names, ranges):
-        name = f"{self.base_name}_r{next(self.counter)}"
+        name = f"{self.base_name}_red{next(self.counter)}"
         shifts = {v: ranges[v][0] for v in names if ranges[v][0] != 0}
         shape = tuple(ranges[v][1] for v in names)
         if shifts:

@@ -406,7 +406,7 @@ class IterVar(ExprOps, Node):
 
     @property
     def hi(self):
-        return simplify_bound(self.lo + self.extent)
+        return fold_bound(self.lo + self.extent)
 
     def __repr__(self):
         return f"<IterVar {self.var.name} in [{self.lo}, {self.hi})>"
@@ -559,7 +559,7 @@ def read(tensor, indices):
     return Read(tensor, tuple(exprs), tensor.dtype)
 
 
-def simplify_bound(e):
+def fold_bound(e):
     """Fold constant integer arithmetic in a range bound (``0 + 8 -> 8``)."""
     if isinstance(e, Binary) and isinstance(e.a, Const) and isinstance(e.b, Const):
         if e.op == "add":

@@ -309,16 +309,41 @@ class Substitutor(IdentityMapper):
 
 
 def _rename_axes(e, names, taken):
-    taken = set(taken)
-    renames = {}
-    for name in names:
-        renames[name] = fresh_name(name, taken)
-        taken.add(renames[name])
-    inner = Substitutor({old: Var(new) for old, new in renames.items()})
-    axes = tuple(IterVar(Var(renames.get(ax.name, ax.name), ax.var.dtype),
-                         inner(ax.lo), inner(ax.extent), ax.kind) for ax in e.axes)
+    axes, renames = rename_axes(e.axes, taken, only=names)
+    inner = Substitutor(renames)
     return Reduce(e.reducer, inner(e.source), axes,
                   None if e.where is None else inner(e.where), e.init, e.dtype)
+
+
+def rename_axes(axes, taken, *, only=None, kind=None):
+    """Copies of ``axes`` named apart from ``taken`` and from each other.
+
+    Every axis is renamed (to a fresh name: its own when free), or only those named in
+    ``only``; later axes' bounds follow the renaming; ``kind`` replaces the axes' kind.
+    Returns ``(new axes, {old name: new Var})`` for the axes considered.
+
+    >>> from tegrad.ir.expr import Const
+    >>> k = IterVar(Var("k"), Const(0, "int32"), Const(4, "int32"))
+    >>> axes, renames = rename_axes([k], {"k"})
+    >>> axes[0].name, str(renames["k"])
+    ('k_1', 'k_1')
+    """
+    taken = set(taken)
+    renames, out = {}, []
+    for ax in axes:
+        considered = only is None or ax.name in only
+        name = fresh_name(ax.name, taken) if considered else ax.name
+        taken.add(name)
+        lo = substitute(ax.lo, renames) if renames else ax.lo
+        extent = substitute(ax.extent, renames) if renames else ax.extent
+        new_kind = kind or ax.kind
+        if name == ax.name and lo is ax.lo and extent is ax.extent and new_kind == ax.kind:
+            out.append(ax)
+        else:
+            out.append(IterVar(Var(name, ax.var.dtype), lo, extent, new_kind))
+        if considered:
+            renames[ax.name] = out[-1].var
+    return tuple(out), renames
 
 
 def substitute(e, mapping):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from tegrad.ir.expr import TEXT, Binary, Const, IterVar, simplify_bound
+from tegrad.ir.expr import TEXT, Binary, Const, IterVar, fold_bound
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import CombineMapper
 from tegrad.ir.stages import StageMapper
@@ -145,7 +145,7 @@ def axis_end(ax):
     ext = ax.extent
     if type(ext) is Binary and ext.op == "sub" and bool(ext.b == ax.lo):
         return ext.a
-    return simplify_bound(ax.lo + ax.extent)
+    return fold_bound(ax.lo + ax.extent)
 
 
 def format_expr(e):

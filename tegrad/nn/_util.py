@@ -5,8 +5,8 @@ shape: they name the operator, the argument (or tensor) at fault and the problem
 
 >>> pair(3, "conv2d", "stride")
 (3, 3)
->>> normalize_axis(-1, 4, "softmax", "axis")
-3
+>>> where_of([]) is None
+True
 """
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ from tegrad.ir.errors import DTypeError, ShapeError, TegradError
 from tegrad.ir.expr import Const
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.tensor import Tensor
-from tegrad.ops.validation import check_int as _check_int
-from tegrad.ops.validation import is_int
-from tegrad.ops.validation import normalize_axis as _normalize_axis
+from tegrad.ops.validation import check_int, is_integer
 
 
 def check_tensor(x, op, what, ndim=None, float_only=True):
@@ -45,11 +43,6 @@ def check_same_dtype(op, x, other, what):
                          f"{x.name!r} has dtype {x.dtype}; convert one with a cast")
 
 
-def check_int(value, op, what, minimum=None):
-    """``value`` must be an integer (at least ``minimum``); returns it as an int."""
-    return _check_int(value, f"{op}: {what}", minimum)
-
-
 def check_number(value, op, what):
     """``value`` must be a real Python or numpy number; returns it as a float."""
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.number)):
@@ -59,18 +52,13 @@ def check_number(value, op, what):
 
 def pair(value, op, what, minimum=None):
     """An int or a pair of ints as a pair ``(height, width)`` of checked ints."""
-    if is_int(value):
+    if is_integer(value):
         values = (value, value)
     elif isinstance(value, (tuple, list)) and len(value) == 2:
         values = tuple(value)
     else:
         raise TegradError(f"{op}: {what} must be an int or a pair of ints, got {value!r}")
-    return tuple(check_int(v, op, what, minimum) for v in values)
-
-
-def normalize_axis(axis, ndim, op, what="axis"):
-    """``axis`` in ``[-ndim, ndim)`` as a non-negative position."""
-    return _normalize_axis(axis, ndim, f"{op}: {what}")
+    return tuple(check_int(v, f"{op}: {what}", minimum=minimum) for v in values)
 
 
 def const(value, dtype):
@@ -148,6 +136,7 @@ def sliding_window(out, tap, out_size, kernel, stride, dilation, padding, extent
     return index, in_bounds(index, extent, -padding, highest)
 
 
-def conjunction(conds):
-    """``None`` for no conditions (an unmasked reduction), else their logical and."""
+def where_of(conds):
+    """The ``where=`` of a reduction under ``conds``: None (unmasked) for no conditions,
+    else their logical and."""
     return _all(*conds) if conds else None

@@ -16,7 +16,8 @@ from tegrad.ir.reduction import max as _max
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import channel_reader, check_number, check_tensor, normalize_axis
+from tegrad.nn._util import channel_reader, check_number, check_tensor
+from tegrad.ops.validation import normalize_axis
 
 __all__ = ["relu", "leaky_relu", "prelu", "softmax", "log_softmax"]
 
@@ -42,7 +43,7 @@ def prelu(x, alpha, axis=1):
     single slope shared by all channels (shape ``(1,)``, like PyTorch's default PReLU).
     """
     check_tensor(x, "prelu", "x")
-    axis = normalize_axis(axis, x.ndim, "prelu")
+    axis = normalize_axis(axis, x.ndim, "prelu: axis")
     slope = channel_reader(alpha, x.shape[axis], "prelu", "alpha", x)
     return compute(x.shape, lambda *i: if_then_else(x[i] > 0, x[i], x[i] * slope(i[axis])),
                    name="prelu")
@@ -80,7 +81,7 @@ def softmax(x, axis=-1):
     """``softmax(x)[.., j, ..] = exp(x_j - m) / sum_k exp(x_k - m)`` along ``axis``,
     with ``m = max_k x_k`` subtracted for stability."""
     check_tensor(x, "softmax", "x")
-    axis = normalize_axis(axis, x.ndim, "softmax")
+    axis = normalize_axis(axis, x.ndim, "softmax: axis")
     m, s, drop = logsumexp_parts(x, axis, "softmax")
     return compute(x.shape, lambda *i: exp(x[i] - m[drop(i)]) / s[drop(i)], name="softmax")
 
@@ -89,7 +90,7 @@ def log_softmax(x, axis=-1):
     """``log_softmax(x)[.., j, ..] = x_j - m - log(sum_k exp(x_k - m))`` along ``axis``,
     with ``m = max_k x_k`` (the stable log-sum-exp)."""
     check_tensor(x, "log_softmax", "x")
-    axis = normalize_axis(axis, x.ndim, "log_softmax")
+    axis = normalize_axis(axis, x.ndim, "log_softmax: axis")
     m, s, drop = logsumexp_parts(x, axis, "log_softmax")
     return compute(x.shape, lambda *i: x[i] - m[drop(i)] - log(s[drop(i)]),
                    name="log_softmax")

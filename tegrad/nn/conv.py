@@ -17,8 +17,9 @@ from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import (check_int, check_same_dtype, check_tensor, check_window, conjunction,
-                             in_bounds, pair, sliding_output, sliding_window)
+from tegrad.nn._util import (check_same_dtype, check_tensor, check_window, in_bounds, pair,
+                             sliding_output, sliding_window, where_of)
+from tegrad.ops.validation import check_int
 
 __all__ = ["conv2d", "conv2d_transpose"]
 
@@ -45,7 +46,7 @@ def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
     strides = pair(stride, op, "stride", 1)
     pads = pair(padding, op, "padding", 0)
     dilations = pair(dilation, op, "dilation", 1)
-    groups = check_int(groups, op, "groups", 1)
+    groups = check_int(groups, f"{op}: groups", minimum=1)
     n_batch, channels, height, width = x.shape
     out_channels, group_channels, kh, kw = w.shape
     if channels % groups:
@@ -80,7 +81,7 @@ def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
         ix, cx = sliding_window(xx, rx, out_hw[1], kw, strides[1], dilations[1], pads[1],
                                 width)
         return _sum(x[nn, input_channel(ff, rc), iy, ix] * w[ff, rc, ry, rx],
-                    axis=[rc, ry, rx], where=conjunction(cy + cx))
+                    axis=[rc, ry, rx], where=where_of(cy + cx))
 
     return compute((n_batch, out_channels, out_hw[0], out_hw[1]), body, name=op)
 
@@ -141,6 +142,6 @@ def conv2d_transpose(x, w, stride=1, padding=0, output_padding=0, dilation=1):
         iy, cy = source(yy, ry, 0)
         ix, cx = source(xx, rx, 1)
         return _sum(x[nn, rc, iy, ix] * w[rc, ff, ry, rx], axis=[rc, ry, rx],
-                    where=conjunction(cy + cx))
+                    where=where_of(cy + cx))
 
     return compute((n_batch, out_channels, out_hw[0], out_hw[1]), body, name=op)

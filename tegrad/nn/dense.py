@@ -12,7 +12,8 @@ from tegrad.ir.errors import ShapeError
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import channel_reader, check_same_dtype, check_tensor, normalize_axis
+from tegrad.nn._util import channel_reader, check_same_dtype, check_tensor
+from tegrad.ops.validation import normalize_axis
 
 __all__ = ["dense", "bias_add"]
 
@@ -51,6 +52,6 @@ def bias_add(x, b, axis=1):
     (Relay's ``nn.bias_add``); ``b`` has shape ``(C,)`` or ``(1,)`` (broadcast)."""
     op = "bias_add"
     check_tensor(x, op, "x")
-    axis = normalize_axis(axis, x.ndim, op)
+    axis = normalize_axis(axis, x.ndim, f"{op}: axis")
     add = channel_reader(b, x.shape[axis], op, "bias", x)
     return compute(x.shape, lambda *i: x[i] + add(i[axis]), name=op)

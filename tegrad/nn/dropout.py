@@ -11,7 +11,8 @@ from __future__ import annotations
 from tegrad.ir.builders import cast, if_then_else
 from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import check_number, check_same_dtype, check_tensor, const, is_int
+from tegrad.nn._util import check_number, check_same_dtype, check_tensor, const
+from tegrad.ops.validation import is_integer
 
 __all__ = ["dropout"]
 
@@ -75,7 +76,7 @@ def dropout(x, rate=0.5, mask=None, seed=0):
     rate = check_number(rate, op, "rate")
     if not 0.0 <= rate <= 1.0:
         raise TegradError(f"{op}: rate must be in [0, 1], got {rate}")
-    if not is_int(seed):
+    if not is_integer(seed):
         raise TegradError(f"{op}: seed must be an integer, got {seed!r}")
     scale = 0.0 if rate == 1.0 else 1.0 / (1.0 - rate)
     if mask is None:

@@ -14,8 +14,9 @@ from tegrad.ir.reduction import max as _max
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import (channel_reader, check_int, check_number, check_tensor, conjunction,
-                             in_bounds, is_int, normalize_axis, reduce_axes)
+from tegrad.nn._util import (channel_reader, check_number, check_tensor, in_bounds, reduce_axes,
+                             where_of)
+from tegrad.ops.validation import check_int, is_integer, normalize_axis
 
 __all__ = ["batch_norm", "lrn", "l2_normalize"]
 
@@ -71,7 +72,7 @@ def batch_norm(x, gamma, beta, mean=None, var=None, axis=1, epsilon=1e-5, traini
     """
     op = "batch_norm"
     check_tensor(x, op, "x")
-    axis = normalize_axis(axis, x.ndim, op)
+    axis = normalize_axis(axis, x.ndim, f"{op}: axis")
     epsilon = check_number(epsilon, op, "epsilon")
     if epsilon < 0:
         raise TegradError(f"{op}: epsilon must be non-negative, got {epsilon}")
@@ -115,8 +116,8 @@ def lrn(x, size=5, axis=1, alpha=1e-4, beta=0.75, bias=2.0):
     """
     op = "lrn"
     check_tensor(x, op, "x")
-    axis = normalize_axis(axis, x.ndim, op)
-    size = check_int(size, op, "size", 1)
+    axis = normalize_axis(axis, x.ndim, f"{op}: axis")
+    size = check_int(size, f"{op}: size", minimum=1)
     alpha = check_number(alpha, op, "alpha")
     beta = check_number(beta, op, "beta")
     bias = check_number(bias, op, "bias")
@@ -127,7 +128,7 @@ def lrn(x, size=5, axis=1, alpha=1e-4, beta=0.75, bias=2.0):
         j = i[axis] + r - half if half else i[axis] + r
         neighbour = x[i[:axis] + (j,) + i[axis + 1:]]
         conds = in_bounds(j, channels, -half, channels - 1 + size - 1 - half)
-        sq = _sum(neighbour * neighbour, axis=r, where=conjunction(conds))
+        sq = _sum(neighbour * neighbour, axis=r, where=where_of(conds))
         return x[i] / power(sq * (alpha / size) + bias, beta)
 
     return compute(x.shape, body, name=op)
@@ -136,11 +137,11 @@ def lrn(x, size=5, axis=1, alpha=1e-4, beta=0.75, bias=2.0):
 def _axes_list(axis, ndim, op):
     if axis is None:
         return list(range(ndim))
-    items = [axis] if is_int(axis) else axis
+    items = [axis] if is_integer(axis) else axis
     if not isinstance(items, (list, tuple)) or not items:
         raise TegradError(f"{op}: axis must be None, an int or a non-empty list of ints, got "
                           f"{axis!r}")
-    out = [normalize_axis(a, ndim, op) for a in items]
+    out = [normalize_axis(a, ndim, f"{op}: axis") for a in items]
     if len(set(out)) != len(out):
         raise TegradError(f"{op}: axis {axis!r} names a dimension twice")
     return sorted(out)

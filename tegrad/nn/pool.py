@@ -23,8 +23,8 @@ from tegrad.ir.reduction import min as _min
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import (check_tensor, check_window, conjunction, pair, sliding_output,
-                             sliding_window)
+from tegrad.nn._util import (check_tensor, check_window, pair, sliding_output, sliding_window,
+                             where_of)
 
 __all__ = ["max_pool2d", "avg_pool2d", "global_max_pool2d", "global_avg_pool2d"]
 
@@ -103,7 +103,7 @@ def max_pool2d(x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False,
         rx = reduce_axis((0, win.kernel[1]), name="rx")
         iy, cy = win.tap(yy, ry, 0)
         ix, cx = win.tap(xx, rx, 1)
-        return _max(x[nn, cc, iy, ix], axis=[ry, rx], where=conjunction(cy + cx))
+        return _max(x[nn, cc, iy, ix], axis=[ry, rx], where=where_of(cy + cx))
 
     return compute(x.shape[:2] + tuple(win.out), body, name=op)
 
@@ -138,7 +138,7 @@ def avg_pool2d(x, kernel, stride=None, padding=0, dilation=1, ceil_mode=False,
         rx = reduce_axis((0, win.kernel[1]), name="rx")
         iy, cy = win.tap(yy, ry, 0)
         ix, cx = win.tap(xx, rx, 1)
-        total = _sum(x[nn, cc, iy, ix], axis=[ry, rx], where=conjunction(cy + cx))
+        total = _sum(x[nn, cc, iy, ix], axis=[ry, rx], where=where_of(cy + cx))
         return total / divisor(yy, xx)
 
     return compute(x.shape[:2] + tuple(win.out), body, name=op)

@@ -26,8 +26,8 @@ from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import (check_int, check_same_dtype, check_tensor, conjunction, const,
-                             in_bounds, pair)
+from tegrad.nn._util import check_same_dtype, check_tensor, const, in_bounds, pair, where_of
+from tegrad.ops.validation import check_int
 
 __all__ = ["conv2d_winograd_weight_transform", "conv2d_winograd_without_weight_transform"]
 
@@ -88,7 +88,7 @@ def _const_matrix(rows, dtype, name):
 
 
 def _check_tile(op, tile, kernel):
-    tile = check_int(tile, op, "tile_size", 1)
+    tile = check_int(tile, f"{op}: tile_size", minimum=1)
     if tile + kernel - 2 > len(_POINTS):
         raise TegradError(f"{op}: tile_size {tile} with a {kernel}x{kernel} kernel needs "
                           f"{tile + kernel - 2} interpolation points; at most "
@@ -148,7 +148,7 @@ def conv2d_winograd_without_weight_transform(x, u, stride=1, padding=0, tile_siz
     pads = pair(padding, op, "padding", 0)
     n_batch, channels, height, width = x.shape
     alpha, alpha2, out_c, in_c = u.shape
-    tile = check_int(tile_size, op, "tile_size", 1)
+    tile = check_int(tile_size, f"{op}: tile_size", minimum=1)
     kernel = alpha - tile + 1
     if alpha != alpha2 or kernel < 1:
         raise ShapeError(f"{op}: transformed weight {u.name!r} of shape {u.shape} does not "
@@ -179,7 +179,7 @@ def conv2d_winograd_without_weight_transform(x, u, stride=1, padding=0, tile_siz
         iy, cy = tile_read(ty, ra, 0)
         ix, cx = tile_read(tx, rb, 1)
         return _sum(bt[eps, ra] * x[nn, cc, iy, ix] * bt[nu, rb], axis=[ra, rb],
-                    where=conjunction(cy + cx))
+                    where=where_of(cy + cx))
 
     v = compute((alpha, alpha, n_batch, channels, tiles[0], tiles[1]), input_transform,
                 name="winograd_input")

@@ -20,8 +20,8 @@ import numpy as np
 from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.expr import Var  # noqa: F401  (used by the doctests)
 from tegrad.ir.tensor import Tensor
-from tegrad.ops.validation import check_int, is_int, is_number  # noqa: F401  (shared checks)
-from tegrad.ops.validation import normalize_axis as _normalize_axis
+from tegrad.ops.validation import check_int, is_integer, is_number  # noqa: F401  (shared checks)
+from tegrad.ops.validation import normalize_axis
 
 
 def operator(fn):
@@ -54,7 +54,7 @@ def check_tensor(x, what="x"):
 
 def int_list(values, what):
     """An int or a sequence of ints as a list of ints."""
-    if is_int(values):
+    if is_integer(values):
         return [int(values)]
     if not isinstance(values, (tuple, list)):
         raise TegradError(f"{what} must be an integer or a sequence of integers, got "
@@ -72,22 +72,22 @@ def check_shape(shape, what="shape", allow_infer=False):
     return tuple(dims)
 
 
-def normalize_axis(axis, x, extra=0, what="axis"):
-    """``axis`` of tensor ``x`` as a non-negative position.
+def tensor_axis(axis, x, *, extra=0, what="axis"):
+    """``axis`` of tensor ``x`` as a non-negative position (the message names ``x``).
 
     The valid range is ``[-ndim - extra, ndim + extra)``; ``extra=1`` is for operators
     that insert a new axis (``expand_dims``, ``one_hot``).
     """
-    return _normalize_axis(axis, x.ndim + extra, what,
-                           f"tensor {x.name!r} of shape {x.shape}")
+    return normalize_axis(axis, x.ndim + extra, what,
+                          owner=f"tensor {x.name!r} of shape {x.shape}")
 
 
 def normalize_axes(axis, x, what="axis"):
     """``None`` (every axis), an int or a sequence of ints as a sorted tuple of positions."""
     if axis is None:
         return tuple(range(x.ndim))
-    each = what if is_int(axis) else f"{what} entry"
-    axes = [normalize_axis(a, x, what=each) for a in int_list(axis, what)]
+    each = what if is_integer(axis) else f"{what} entry"
+    axes = [tensor_axis(a, x, what=each) for a in int_list(axis, what)]
     if len(set(axes)) != len(axes):
         raise ShapeError(f"{what} {axis!r} names an axis of tensor {x.name!r} twice")
     return tuple(sorted(axes))

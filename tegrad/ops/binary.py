@@ -20,7 +20,7 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, TegradError
 from tegrad.ir.expr import Expr, binary, compare, select
 from tegrad.ir.tensor import Tensor
-from tegrad.ops._common import is_int, operator
+from tegrad.ops._common import is_integer, operator
 from tegrad.ops.broadcast import broadcast_compute
 
 __all__ = ["add", "subtract", "multiply", "divide", "floor_divide", "mod", "power",
@@ -60,7 +60,7 @@ def _integers_only(lhs, rhs):
             raise DTypeError(f"shifts need integer tensors, but tensor {name!r} has dtype "
                              f"{dtype}")
     for value in (lhs, rhs):
-        if not isinstance(value, Tensor) and not is_int(value):
+        if not isinstance(value, Tensor) and not is_integer(value):
             raise DTypeError(f"shifts need integer operands, got {value!r}")
 
 

@@ -12,7 +12,7 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, TegradError
 from tegrad.ir.expr import Const, binary, select
 from tegrad.ir.tensor import compute
-from tegrad.ops._common import (check_int, check_tensor, is_number, normalize_axis, numel,
+from tegrad.ops._common import (check_int, check_tensor, is_number, tensor_axis, numel,
                                 operator, unravel)
 
 __all__ = ["take", "one_hot"]
@@ -57,7 +57,7 @@ def take(x, indices, axis=None, mode="clip"):
         extent = numel(x.shape)
         lead, tail = (), ()
     else:
-        axis = normalize_axis(axis, x)
+        axis = tensor_axis(axis, x)
         extent = x.shape[axis]
         lead, tail = x.shape[:axis], x.shape[axis + 1:]
     shape = lead + indices.shape + tail
@@ -83,7 +83,7 @@ def one_hot(indices, depth, axis=-1, on_value=1.0, off_value=0.0, dtype="float32
     """
     _check_indices(indices)
     depth = check_int(depth, "depth", minimum=1)
-    axis = normalize_axis(axis, indices, extra=1)
+    axis = tensor_axis(axis, indices, extra=1)
     dtype = _dt.canonical_dtype(dtype)
     values = []
     for what, v in (("on_value", on_value), ("off_value", off_value)):

@@ -19,7 +19,7 @@ from tegrad.ir.builders import stop_gradient
 from tegrad.ir.expr import Const, cast as _cast_expr, compare
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.tensor import compute
-from tegrad.ops._common import check_keepdims, check_tensor, is_int, normalize_axes, numel, operator, ravel
+from tegrad.ops._common import check_keepdims, check_tensor, is_integer, normalize_axes, numel, operator, ravel
 
 __all__ = ["sum", "max", "min", "prod", "mean", "variance", "argmax", "argmin"]
 
@@ -155,7 +155,7 @@ def _arg_extremum(x, axis, keepdims, name, reducer):
     """Two stages: the extremum ``m``, then the first flat or axis index where x == m."""
     check_tensor(x)
     keepdims = check_keepdims(keepdims)
-    if axis is not None and not is_int(axis):
+    if axis is not None and not is_integer(axis):
         raise TegradError(f"axis must be None or an integer, got {axis!r}")
     axes = normalize_axes(axis, x)
     if _dt.is_bool(x.dtype):

@@ -17,7 +17,7 @@ from tegrad.ir.errors import DTypeError, ShapeError, TegradError
 from tegrad.ir.expr import select
 from tegrad.ir.tensor import Tensor, compute
 from tegrad.ops._common import (check_int, check_shape, check_tensor, normalize_axes,
-                                normalize_axis, numel, operator, ravel, unravel)
+                                tensor_axis, numel, operator, ravel, unravel)
 
 __all__ = ["reshape", "reshape_like", "transpose", "squeeze", "expand_dims", "flatten",
            "concatenate"]
@@ -114,7 +114,7 @@ def transpose(x, axes=None):
     else:
         if not isinstance(axes, (tuple, list)):
             raise TegradError(f"axes must be a sequence of integers, got {axes!r}")
-        perm = tuple(normalize_axis(a, x, what="axes entry") for a in axes)
+        perm = tuple(tensor_axis(a, x, what="axes entry") for a in axes)
         if sorted(perm) != list(range(x.ndim)):
             raise ShapeError(f"axes {tuple(axes)} is not a permutation of the {x.ndim} "
                              f"dimension(s) of tensor {x.name!r} of shape {x.shape}")
@@ -158,7 +158,7 @@ def expand_dims(x, axis, num=1):
     after the last dimension (Relay's convention). ``num=0`` gives a copy.
     """
     check_tensor(x)
-    axis = normalize_axis(axis, x, extra=1)
+    axis = tensor_axis(axis, x, extra=1)
     num = check_int(num, "num", minimum=0)
     shape = x.shape[:axis] + (1,) * num + x.shape[axis:]
     return reshaped(x, shape, "expand_dims")
@@ -195,7 +195,7 @@ def concatenate(tensors, axis=0):
     first = tensors[0]
     if first.ndim == 0:
         raise ShapeError(f"tensor {first.name!r} is a scalar; scalars cannot be concatenated")
-    axis = normalize_axis(axis, first)
+    axis = tensor_axis(axis, first)
     for t in tensors[1:]:
         if t.dtype != first.dtype:
             raise DTypeError(f"tensor {t.name!r} has dtype {t.dtype} but tensor "

@@ -14,8 +14,8 @@ from tegrad.ir import builders as api
 from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.expr import Const, select
 from tegrad.ir.tensor import Tensor, compute
-from tegrad.ops._common import (check_int, check_tensor, int_list, is_int, is_number,
-                                normalize_axes, normalize_axis, operator)
+from tegrad.ops._common import (check_int, check_tensor, int_list, is_integer, is_number,
+                                normalize_axes, tensor_axis, operator)
 
 __all__ = ["strided_slice", "slice_like", "split", "pad"]
 
@@ -40,7 +40,7 @@ def sliced(x, begins, strides, shape, name):
 def _entries(values, what, ndim, allow_none):
     if values is None:
         return [None] * ndim
-    if is_int(values):
+    if is_integer(values):
         values = [values]
     if not isinstance(values, (tuple, list)):
         raise TegradError(f"{what} must be a sequence of integers, got {values!r}")
@@ -120,9 +120,9 @@ def split(x, indices_or_sections, axis=0):
     ``(0, extent)``.
     """
     check_tensor(x)
-    axis = normalize_axis(axis, x)
+    axis = tensor_axis(axis, x)
     extent = x.shape[axis]
-    if is_int(indices_or_sections):
+    if is_integer(indices_or_sections):
         n = check_int(indices_or_sections, "indices_or_sections", minimum=1)
         if extent % n:
             raise ShapeError(f"dimension {axis} of tensor {x.name!r} of shape {x.shape} "
@@ -145,10 +145,10 @@ def split(x, indices_or_sections, axis=0):
 
 def _pad_pairs(pad_width, ndim):
     """numpy's forms: n, (before, after), ((before, after),) or one pair per axis."""
-    if is_int(pad_width):
+    if is_integer(pad_width):
         pairs = [(pad_width, pad_width)] * ndim
     elif (isinstance(pad_width, (tuple, list)) and len(pad_width) == 2
-          and all(is_int(v) for v in pad_width)):
+          and all(is_integer(v) for v in pad_width)):
         pairs = [tuple(pad_width)] * ndim
     elif isinstance(pad_width, (tuple, list)) and all(
             isinstance(p, (tuple, list)) and len(p) == 2 for p in pad_width):

@@ -14,7 +14,7 @@ import numpy as np
 from tegrad.ir.errors import ShapeError, TegradError
 
 
-def is_int(value):
+def is_integer(value):
     """True for a Python or numpy integer that is not a bool."""
     return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
 
@@ -24,9 +24,9 @@ def is_number(value):
     return isinstance(value, (numbers.Real, np.number, np.bool_))
 
 
-def check_int(value, what, minimum=None):
+def check_int(value, what, *, minimum=None):
     """``value`` must be an integer (at least ``minimum``); returns it as an int."""
-    if not is_int(value):
+    if not is_integer(value):
         raise TegradError(f"{what} must be an integer, got {value!r}")
     value = int(value)
     if minimum is not None and value < minimum:
@@ -35,12 +35,12 @@ def check_int(value, what, minimum=None):
     return value
 
 
-def normalize_axis(axis, ndim, what="axis", owner=None):
+def normalize_axis(axis, ndim, what="axis", *, owner=None):
     """``axis`` in ``[-ndim, ndim)`` as a non-negative position.
 
     ``owner`` describes the tensor in the message (default: its number of dimensions).
     """
-    if not is_int(axis):
+    if not is_integer(axis):
         raise TegradError(f"{what} must be an integer, got {axis!r}")
     if not -ndim <= axis < ndim:
         owner = owner or f"a tensor of {ndim} dimension(s)"

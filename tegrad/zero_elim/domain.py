@@ -13,7 +13,7 @@ move outside the sum, and those implied by the parameters' own ranges are droppe
 >>> y0, y1 = tg.reduce_axis((0, 3), name="y0"), tg.reduce_axis((0, 4), name="y1")
 >>> a, b = Var("a"), Var("b")
 >>> g = tg.sum(H[y0, y1] * tg.if_then_else(tg.all(y0 == b, y1 == a), 1.0, 0.0), axis=[y0, y1])
->>> outer, term = simplify_term(expand(g)[0], {"a": (0, 4), "b": (0, 3)})
+>>> outer, term = solve_term_domain(expand(g)[0], {"a": (0, 4), "b": (0, 3)})
 >>> outer, str(term)
 ((), 'H[b, a]')
 """
@@ -49,8 +49,9 @@ def _affine_bounds(ax):
     return lo, lo + extent
 
 
-def simplify_term(term, params):
-    """Simplify ``term`` whose free variables range over ``params`` (name -> (lo, hi)).
+def solve_term_domain(term, params):
+    """``term`` over the solver's simplified summation domain; its free variables range
+    over ``params`` (name -> (lo, hi)).
 
     Returns ``(outer_conditions, term)`` where the outer conditions involve only the
     parameters, or None when the term's domain is empty (the term is zero).

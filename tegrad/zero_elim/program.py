@@ -18,7 +18,7 @@ from tegrad.zero_elim.inline import inline_elementwise
 from tegrad.zero_elim.stage import optimize_stage
 
 
-def eliminate_zeros(tensors, keep=()):
+def eliminate_zeros(tensors, *, keep=()):
     """The tensors with every stage they depend on zero-eliminated, except ``keep``.
 
     ``keep`` is typically the forward program, whose stages the gradient reads as they

@@ -23,7 +23,7 @@ from tegrad.ir.stages import StageMapper
 from tegrad.ir.tensor import ScatterTarget, compute_stage, scatter_stage
 from tegrad.analysis.affine import conjunction, to_affine, to_constraint
 from tegrad.analysis.kronecker import equality_sides
-from tegrad.zero_elim.domain import parameter_ranges, simplify_term
+from tegrad.zero_elim.domain import parameter_ranges, solve_term_domain
 from tegrad.zero_elim.hoist import hoist_invariant_reductions
 from tegrad.analysis.indices import normalize_indices
 from tegrad.zero_elim.terms import Term, expand, merge_terms
@@ -60,7 +60,7 @@ def _optimize_compute(t):
         if must:
             scatters.append((term, pinned))
             continue
-        simplified = simplify_term(term, params)
+        simplified = solve_term_domain(term, params)
         if simplified is not None:
             gathers.append((simplified, term, pinned))
     gathers = _scatter_cheaper_groups(t, gathers, scatters)

@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.expr import (Binary, Cast, Const, IterVar, Neg, Not, Reduce, Select, Var,
-                            structural_equal)
-from tegrad.ir.mapper import all_var_names, free_var_names, fresh_name, substitute
+from tegrad.ir.expr import Binary, Cast, Const, Neg, Not, Reduce, Select, structural_equal
+from tegrad.ir.mapper import all_var_names, free_var_names, rename_axes, substitute
 from tegrad.ir.reduction import sum as sum_reducer
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
 from tegrad.analysis.kronecker import kronecker_pairs
@@ -66,21 +65,6 @@ def _zero(dtype):
 class _Expander:
     def __init__(self, taken):
         self.taken = set(taken)
-
-    def fresh_axes(self, axes, avoid):
-        """Rename the axes whose names are in ``avoid``, to names used nowhere else."""
-        renames, new_axes = {}, []
-        for ax in axes:
-            name = ax.name
-            if name in avoid:
-                name = fresh_name(ax.name, self.taken | avoid)
-                renames[ax.name] = Var(name, ax.var.dtype)
-            self.taken.add(name)
-            lo = substitute(ax.lo, renames) if renames else ax.lo
-            extent = substitute(ax.extent, renames) if renames else ax.extent
-            new_axes.append(ax if name == ax.name and lo is ax.lo and extent is ax.extent
-                            else IterVar(Var(name, ax.var.dtype), lo, extent, "reduce"))
-        return tuple(new_axes), renames
 
     def __call__(self, e):
         t = type(e)
@@ -140,7 +124,8 @@ class _Expander:
         """Rename the term's axes that clash with ``avoid`` (free names of a factor)."""
         if not r.axes or not ({ax.name for ax in r.axes} & avoid):
             return r
-        axes, renames = self.fresh_axes(r.axes, avoid)
+        axes, renames = rename_axes(r.axes, self.taken | avoid, only=avoid)
+        self.taken |= {ax.name for ax in axes}
         return Term(axes, tuple(substitute(c, renames) for c in r.conds),
                     substitute(r.value, renames))
 

@@ -26,8 +26,8 @@ def test_equal_reductions_share_one_stage():
     k = tg.reduce_axis((0, 4), name="k")
     y = tg.compute((3,), lambda i: tg.sum(A[i, k], axis=k) * tg.sum(A[i, k], axis=k), name="y")
     (y2,), _ = normalize([y])
-    assert _lines(y2)[1:] == ["y_r0[i] = sum(A[i, k], k in [0, 4))",
-                              "y[i] = y_r0[i] * y_r0[i]"]
+    assert _lines(y2)[1:] == ["y_red0[i] = sum(A[i, k], k in [0, 4))",
+                              "y[i] = y_red0[i] * y_red0[i]"]
     assert check_grad(y, [A], head="random", rng=0) < 1e-6
 
 
@@ -38,8 +38,8 @@ def test_shifted_reduce_ranges_index_the_stage_from_zero():
     y = tg.compute((2,), lambda i: tg.sum(
         tg.exp(tg.max(A[n, m] * tg.cast(i + 1, F64), axis=m)), axis=n), name="y")
     (y2,), _ = normalize([y])
-    assert _lines(y2)[1:] == ["y_r0[i, n] = max(A[n + 1, m] * float64(i + 1), m in [1, 4))",
-                              "y[i] = sum(exp(y_r0[i, n - 1]), n in [1, 3))"]
+    assert _lines(y2)[1:] == ["y_red0[i, n] = max(A[n + 1, m] * float64(i + 1), m in [1, 4))",
+                              "y[i] = sum(exp(y_red0[i, n - 1]), n in [1, 3))"]
     assert check_grad(y, [A], head="random", rng=0) < 1e-6
 
 
@@ -50,7 +50,7 @@ def test_reduction_in_init_is_hoisted():
     y = tg.compute((3,), lambda i: tg.max(A[i, k], axis=k,
                                           init=tg.sum(A[i, k] * c[i], axis=k) * 0.2), name="y")
     (y2,), _ = normalize([y])
-    assert _lines(y2)[-1] == "y[i] = max(A[i, k], k in [0, 4), init y_r0[i] * 0.2)"
+    assert _lines(y2)[-1] == "y[i] = max(A[i, k], k in [0, 4), init y_red0[i] * 0.2)"
     assert check_grad(y, [A, c], head="random", rng=0) < 1e-6
 
 
@@ -61,7 +61,7 @@ def test_consumers_of_rebuilt_stages_are_rebuilt_and_adjoints_keyed_by_originals
     y = tg.compute((3,), lambda i: s[i] * 2.0, name="y")
     (y2,), mapping = normalize([y])
     assert y2 is not y and id(s) in mapping
-    assert [t.name for t in tg.topological_order(y2)] == ["A", "s_r0", "s", "y"]
+    assert [t.name for t in tg.topological_order(y2)] == ["A", "s_red0", "s", "y"]
     res = tg.differentiate(y, [A])
     assert set(res.adjoints) == {A, s, y}
     assert check_grad(y, [A], head="random", rng=0) < 1e-6
