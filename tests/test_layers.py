@@ -7,13 +7,6 @@ itself. Every import statement counts, at module level or inside a function: an 
 moved into a function to dodge a cycle is still a cycle.
 """
 import ast
-import pathlib
-
-import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-#: folders at the top of the repository and the import names they install as
-TOP_LEVEL = {"tegrad": "tegrad", "solver": "tegrad.solver", "codegen": "tegrad.codegen"}
 
 #: module-name prefixes, lowest layer first; a module belongs to the longest prefix
 LAYERS = [
@@ -32,20 +25,6 @@ LAYERS = [
 ]
 
 
-def module_files():
-    out = {}
-    for folder, name in TOP_LEVEL.items():
-        for path in (ROOT / folder).rglob("*.py"):
-            rel = path.relative_to(ROOT / folder).with_suffix("").parts
-            if rel[-1] == "__init__":
-                rel = rel[:-1]
-            out[".".join((name,) + rel)] = path
-    return out
-
-
-MODULES = module_files()
-
-
 def layer_of(module):
     best, level = -1, None
     for k, prefixes in enumerate(LAYERS):
@@ -55,14 +34,14 @@ def layer_of(module):
     return level
 
 
-def _package_of(module):
-    is_package = MODULES[module].name == "__init__.py"
+def _package_of(module, files):
+    is_package = files[module].name == "__init__.py"
     return module if is_package else module.rpartition(".")[0]
 
 
-def imports_of(module):
+def imports_of(module, files):
     """``[(imported module, line)]`` of every tegrad import statement in ``module``."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = ast.parse(files[module].read_text())
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -70,31 +49,32 @@ def imports_of(module):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                pkg = _package_of(module)
+                pkg = _package_of(module, files)
                 for _ in range(node.level - 1):
                     pkg = pkg.rpartition(".")[0]
                 base = f"{pkg}.{base}" if base else pkg
             for a in node.names:
                 sub = f"{base}.{a.name}"
-                out.append((sub if sub in MODULES else base, node.lineno))
+                out.append((sub if sub in files else base, node.lineno))
     return [(m, line) for m, line in out if m == "tegrad" or m.startswith("tegrad.")]
 
 
-def test_every_module_has_a_layer():
-    assert all(layer_of(m) is not None for m in MODULES)
+def test_every_module_has_a_layer(tegrad_module_files):
+    assert all(layer_of(m) is not None for m in tegrad_module_files)
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
-def test_imports_go_down(module):
-    own = layer_of(module)
-    upward = [f"line {line}: {target}" for target, line in imports_of(module)
-              if target in MODULES and layer_of(target) > own]
-    assert not upward, f"{module} imports from a higher layer: {upward}"
+def test_imports_go_down(tegrad_module, tegrad_module_files):
+    own = layer_of(tegrad_module)
+    upward = [f"line {line}: {target}"
+              for target, line in imports_of(tegrad_module, tegrad_module_files)
+              if target in tegrad_module_files and layer_of(target) > own]
+    assert not upward, f"{tegrad_module} imports from a higher layer: {upward}"
 
 
-def test_imports_have_no_cycle():
-    graph = {m: sorted({t for t, _ in imports_of(m) if t in MODULES and t != m})
-             for m in MODULES}
+def test_imports_have_no_cycle(tegrad_module_files):
+    files = tegrad_module_files
+    graph = {m: sorted({t for t, _ in imports_of(m, files) if t in files and t != m})
+             for m in files}
     state, cycle = {}, []
 
     def visit(m, path):

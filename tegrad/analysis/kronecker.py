@@ -10,7 +10,7 @@ silently slow: :func:`kronecker` builds it, :func:`kronecker_pairs` recognises i
 >>> from tegrad.ir.expr import Var
 >>> k = kronecker([Var("i"), Var("j")], [Var("a"), Var("b")], "float64")
 >>> str(k)
-'i == a && j == b ? 1.0 : 0.0'
+'(i == a && j == b) ? 1.0 : 0.0'
 >>> [(str(i), str(x)) for i, x in kronecker_pairs(k)]
 [('i', 'a'), ('j', 'b')]
 """

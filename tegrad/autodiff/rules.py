@@ -31,6 +31,7 @@ from __future__ import annotations
 from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Select,
                             Var, call)
+from tegrad.ir.mapper import NodeMemo
 from tegrad.autodiff.intrinsic_rules import DERIVATIVES
 from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
                                      sub, sum_all)
@@ -49,7 +50,7 @@ class ForwardDiff:
         self.seed = seed
         self.answers = answers or {}
         self.reserved = frozenset(reserved)
-        self._memo = {}
+        self._memo = NodeMemo()
 
     def answer(self, e):
         """The value of ``e``: its replacement in ``answers``, or ``e`` itself."""
@@ -57,9 +58,9 @@ class ForwardDiff:
 
     def tangent(self, e):
         """The tangent of ``e`` (an expression or ZERO)."""
-        hit = self._memo.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
+        hit = self._memo.get(e)
+        if hit is not None:
+            return hit
         if not differentiable(e.dtype):
             t = ZERO
         else:
@@ -69,7 +70,7 @@ class ForwardDiff:
                 raise DifferentiationError(
                     f"no derivative rule for the node {e} ({type(e).__name__})") from None
             t = rule(self, e)
-        self._memo[id(e)] = (e, t)
+        self._memo[e] = t
         return t
 
 

@@ -14,6 +14,33 @@ from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Ne
                             Reduce, Select, Var, as_expr)
 
 
+class NodeMemo:
+    """Results keyed by node identity.
+
+    Each entry holds its node, so the node's ``id`` cannot be reused by another object
+    while the memo lives (structural equality would be too slow and too loose here).
+
+    >>> from tegrad.ir.expr import Var
+    >>> memo, i = NodeMemo(), Var("i")
+    >>> memo[i] = "seen"
+    >>> memo.get(i), memo.get(Var("i"))
+    ('seen', None)
+    """
+
+    __slots__ = ("_table",)
+
+    def __init__(self):
+        self._table = {}
+
+    def get(self, node, default=None):
+        """The result stored for ``node`` (the very object), else ``default``."""
+        hit = self._table.get(id(node))
+        return hit[1] if hit is not None and hit[0] is node else default
+
+    def __setitem__(self, node, result):
+        self._table[id(node)] = (node, result)
+
+
 class Dispatcher:
     """Dispatch on a class through ``_method_names``, a table ``{class: method name}``.
 

@@ -24,7 +24,7 @@ from tegrad.ir.errors import FeedError, OutOfBoundsError, TegradError
 from tegrad.ir.expr import Const, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
-from tegrad.ir.mapper import Mapper, children
+from tegrad.ir.mapper import Mapper, NodeMemo, children
 from tegrad.ir.stages import StageMapper
 from tegrad.ir.tensor import Tensor
 
@@ -55,7 +55,7 @@ class _Scope:
     __slots__ = ("env", "ndim", "mask", "memo")
 
     def __init__(self, env, ndim, mask):
-        self.env, self.ndim, self.mask, self.memo = env, ndim, mask, {}
+        self.env, self.ndim, self.mask, self.memo = env, ndim, mask, NodeMemo()
 
     def with_mask(self, mask):
         return _Scope(self.env, self.ndim, mask)
@@ -66,15 +66,14 @@ class _StageEvaluator(Mapper):
         self.values = values
 
     def __call__(self, e, scope):
-        key = id(e)
-        hit = scope.memo.get(key)
-        if hit is not None and hit[0] is e:
-            return hit[1]
+        hit = scope.memo.get(e)
+        if hit is not None:
+            return hit
         out = self.method_for(type(e), e)(e, scope)
         out = np.asarray(out)
         if out.ndim != scope.ndim:
             out = out.reshape((1,) * (scope.ndim - out.ndim) + out.shape)
-        scope.memo[key] = (e, out)
+        scope.memo[e] = out
         return out
 
     def map_const(self, e, scope):

@@ -1,6 +1,4 @@
-"""The operator library as a whole: __all__, docstrings, doctests, stage names."""
-import doctest
-import importlib
+"""The operator library as a whole: __all__, docstrings, stage names."""
 import inspect
 
 import pytest
@@ -15,11 +13,6 @@ reshape_like transpose squeeze expand_dims concatenate split flatten broadcast_t
 broadcast_to_like collapse_sum_like collapse_sum_to slice_like strided_slice layout_transform pad
 take one_hot sum max min mean prod variance argmax argmin matmul floor_divide""".split()
 
-MODULES = ["tegrad.ops", "tegrad.ops._common", "tegrad.ops.binary", "tegrad.ops.broadcast",
-           "tegrad.ops.elementwise", "tegrad.ops.indexing", "tegrad.ops.layout",
-           "tegrad.ops.linalg", "tegrad.ops.reduce", "tegrad.ops.shape", "tegrad.ops.slicing"]
-
-
 def test_all_lists_every_operator_once():
     assert sorted(ops.__all__) == sorted(EXPECTED)
     assert len(set(ops.__all__)) == len(ops.__all__)
@@ -30,12 +23,6 @@ def test_every_operator_is_documented_and_named(name):
     fn = getattr(ops, name)
     assert callable(fn) and fn.__name__ == name
     assert fn.__doc__ and len(fn.__doc__.strip()) > 20
-
-
-@pytest.mark.parametrize("name", MODULES)
-def test_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0
 
 
 def test_fixed_keyword_names():
