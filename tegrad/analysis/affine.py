@@ -17,7 +17,7 @@ from tegrad.solver.affine import FloorDiv, Mod
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Not, Var
-from tegrad.ir.mapper import CombineMapper
+from tegrad.analysis.integer_forms import IntegerForm
 
 INDEX_DTYPE = _dt.INDEX_DTYPE
 
@@ -27,44 +27,29 @@ def to_affine(e):
     return _AffineForm()(e)
 
 
-def _not_affine(self, e, *children):
-    return None
+class _AffineForm(IntegerForm):
+    """The affine form of each integer node (None: not quasi-affine)."""
 
+    def const(self, value):
+        return solver.Affine.const(value)
 
-class _AffineForm(CombineMapper):
-    """The affine form of each integer node, from those of its children (None: not one)."""
+    def var(self, name):
+        return solver.Affine.var(name)
 
-    def map_const(self, e):
-        return solver.Affine.const(e.value) if _dt.is_int(e.dtype) else None
+    def neg(self, a):
+        return -a
 
-    def map_var(self, e):
-        return solver.Affine.var(e.name) if _dt.is_int(e.dtype) else None
+    def divide(self, op, a, c):
+        return a // c if op == "floordiv" else a % c
 
-    def map_neg(self, e, a):
-        return None if a is None or not _dt.is_int(e.dtype) else -a
-
-    def map_cast(self, e, a):
-        return a if _dt.is_int(e.dtype) and _dt.is_int(e.a.dtype) else None
-
-    def map_binary(self, e, a, b):
-        if a is None or not _dt.is_int(e.dtype):
-            return None
-        if e.op in ("floordiv", "floormod"):
-            if type(e.b) is not Const or e.b.value <= 0:
-                return None
-            return a // e.b.value if e.op == "floordiv" else a % e.b.value
-        if b is None:
-            return None
-        if e.op == "add":
+    def binary(self, op, a, b):
+        if op == "add":
             return a + b
-        if e.op == "sub":
+        if op == "sub":
             return a - b
-        if e.op == "mul" and (a.is_constant or b.is_constant):
+        if op == "mul" and (a.is_constant or b.is_constant):
             return a * b
         return None
-
-    map_compare = map_and = map_or = map_not = map_select = map_call = map_read = \
-        map_reduce = _not_affine
 
 
 def from_affine(aff, dtype=INDEX_DTYPE):

@@ -10,18 +10,13 @@ read, a division by a variable).
 """
 from __future__ import annotations
 
-from tegrad.ir import dtypes as _dt
-from tegrad.ir.expr import Binary, Const
-from tegrad.ir.mapper import CombineMapper
+from tegrad.ir.expr import Binary
+from tegrad.analysis.integer_forms import IntegerForm
 
 
 def value_range(e, ranges):
     """Inclusive ``(lo, hi)`` of integer expression ``e`` over ``ranges``, or None."""
     return _Range(ranges)(e)
-
-
-def _unbounded(self, e, *children):
-    return None
 
 
 def _extremes(op):
@@ -41,41 +36,31 @@ _BINARY_RANGE = {
 }
 
 
-class _Range(CombineMapper):
-    """The range of each integer node, from those of its children (None: unknown)."""
+class _Range(IntegerForm):
+    """The range of each integer node (None: unknown)."""
 
     def __init__(self, ranges):
         self.ranges = ranges
 
-    def map_const(self, e):
-        return (e.value, e.value) if _dt.is_int(e.dtype) else None
+    def const(self, value):
+        return value, value
 
-    def map_var(self, e):
-        return self.ranges.get(e.name) if _dt.is_int(e.dtype) else None
+    def var(self, name):
+        return self.ranges.get(name)
 
-    def map_neg(self, e, a):
-        return None if a is None or not _dt.is_int(e.dtype) else (-a[1], -a[0])
+    def neg(self, a):
+        return -a[1], -a[0]
 
-    def map_cast(self, e, a):
-        return a if _dt.is_int(e.dtype) and _dt.is_int(e.a.dtype) else None
+    def divide(self, op, a, c):
+        if op == "floordiv":
+            return a[0] // c, a[1] // c
+        if a[0] // c == a[1] // c:
+            return a[0] % c, a[1] % c
+        return 0, c - 1
 
-    def map_binary(self, e, a, b):
-        if a is None or not _dt.is_int(e.dtype):
-            return None
-        if e.op in ("floordiv", "floormod"):
-            if type(e.b) is not Const or e.b.value <= 0:
-                return None
-            c = e.b.value
-            if e.op == "floordiv":
-                return a[0] // c, a[1] // c
-            if a[0] // c == a[1] // c:
-                return a[0] % c, a[1] % c
-            return 0, c - 1
-        rule = _BINARY_RANGE.get(e.op)
-        return None if b is None or rule is None else rule(a, b)
-
-    map_compare = map_and = map_or = map_not = map_select = map_call = map_read = \
-        map_reduce = _unbounded
+    def binary(self, op, a, b):
+        rule = _BINARY_RANGE.get(op)
+        return None if rule is None else rule(a, b)
 
 
 def axis_range(ax, ranges):
