@@ -245,35 +245,32 @@ def free_var_names(e):
     >>> sorted(free_var_names(Var("i") * 2 + Var("j")))
     ['i', 'j']
     """
-    out = set()
-    _free(e, frozenset(), out, {})
+    out, seen = set(), set()
+    stack = [(e, frozenset())]
+    while stack:
+        node, bound = stack.pop()
+        key = (id(node), bound)
+        if key in seen:
+            continue
+        seen.add(key)
+        t = type(node)
+        if t is Var:
+            if node.name not in bound:
+                out.add(node.name)
+        elif t is Reduce:
+            # each axis's bounds see the axes before it; source and where see all of them
+            inner = bound
+            for ax in node.axes:
+                stack += [(ax.lo, inner), (ax.extent, inner)]
+                inner = inner | {ax.name}
+            stack.append((node.source, inner))
+            if node.where is not None:
+                stack.append((node.where, inner))
+            if node.init is not None:
+                stack.append((node.init, bound))
+        else:
+            stack.extend((c, bound) for c in children(node))
     return out
-
-
-def _free(e, bound, out, memo):
-    key = (id(e), bound)
-    if key in memo:
-        return
-    memo[key] = True
-    t = type(e)
-    if t is Var:
-        if e.name not in bound:
-            out.add(e.name)
-        return
-    if t is Reduce:
-        inner = bound
-        for ax in e.axes:
-            _free(ax.lo, inner, out, memo)
-            _free(ax.extent, inner, out, memo)
-            inner = inner | {ax.name}
-        _free(e.source, inner, out, memo)
-        if e.where is not None:
-            _free(e.where, inner, out, memo)
-        if e.init is not None:
-            _free(e.init, bound, out, memo)
-        return
-    for c in children(e):
-        _free(c, bound, out, memo)
 
 
 def reduce_axis_names(e):

@@ -68,3 +68,17 @@ def test_a_combine_mapper_counts_operations(deep):
 
     _, a, _ = deep
     assert Count()(a) == 2 * DEPTH
+
+
+def test_a_deep_stage_is_built_and_costed(deep):
+    x, _, _ = deep
+
+    def body(i):
+        e = x[i]
+        for _ in range(DEPTH):
+            e = e * 1.0001 + 0.5
+        return e
+
+    y = tg.compute((2,), body, name="y")
+    assert tg.cost(y).flops == 2 * 2 * DEPTH
+    assert tg.format(y).count("1.0001") == DEPTH
