@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.expr import Binary, Cast, Const, Neg, Not, Reduce, Select, structural_equal
-from tegrad.ir.mapper import all_var_names, free_var_names, rename_axes, substitute
+from tegrad.ir.mapper import Mapper, all_var_names, free_var_names, rename_axes, substitute
 from tegrad.ir.reduction import sum as sum_reducer
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
 from tegrad.analysis.kronecker import kronecker_pairs
@@ -62,37 +62,56 @@ def _zero(dtype):
     return Const(0, dtype)
 
 
-class _Expander:
+class _Expander(Mapper):
     def __init__(self, taken):
         self.taken = set(taken)
 
     def __call__(self, e):
-        t = type(e)
         if not _dt.is_float(e.dtype):
             return [Term((), (), e)]
-        if t is Const:
-            return [] if e.value == 0 else [Term((), (), e)]
-        if t is Binary and e.op in ("add", "sub"):
-            left, right = self(e.a), self(e.b)
-            if e.op == "sub":
-                right = [Term(r.axes, r.conds, _neg(r.value)) for r in right]
-            return left + right
-        if t is Neg:
-            return [Term(r.axes, r.conds, _neg(r.value)) for r in self(e.a)]
-        if t is Binary and e.op == "mul":
-            left, right = self(e.a), self(e.b)
-            if len(left) * len(right) > MAX_PRODUCT_TERMS:
-                return [Term((), (), e)]
-            return [self.product(a, b) for a in left for b in right]
-        if t is Binary and e.op == "div":
-            return [self.scale(r, e.b, "div") for r in self(e.a)]
-        if t is Select:
-            return self.select(e)
-        if t is Cast and _dt.is_float(e.a.dtype):
-            return [Term(r.axes, r.conds, Cast(r.value, e.dtype)) for r in self(e.a)]
-        if t is Reduce and e.reducer is sum_reducer:
-            return self.reduce(e)
+        return Mapper.__call__(self, e)
+
+    def map_const(self, e):
+        return [] if e.value == 0 else [Term((), (), e)]
+
+    def map_binary(self, e):
+        rule = _BINARY_EXPANSIONS.get(e.op)
+        return [Term((), (), e)] if rule is None else rule(self, e)
+
+    def add(self, e):
+        left, right = self(e.a), self(e.b)
+        if e.op == "sub":
+            right = [Term(r.axes, r.conds, _neg(r.value)) for r in right]
+        return left + right
+
+    def mul(self, e):
+        left, right = self(e.a), self(e.b)
+        if len(left) * len(right) > MAX_PRODUCT_TERMS:
+            return [Term((), (), e)]
+        return [self.product(a, b) for a in left for b in right]
+
+    def div(self, e):
+        return [self.scale(r, e.b, "div") for r in self(e.a)]
+
+    def map_neg(self, e):
+        return [Term(r.axes, r.conds, _neg(r.value)) for r in self(e.a)]
+
+    def map_cast(self, e):
+        if not _dt.is_float(e.a.dtype):
+            return [Term((), (), e)]
+        return [Term(r.axes, r.conds, Cast(r.value, e.dtype)) for r in self(e.a)]
+
+    def map_reduce(self, e):
+        return self.reduce(e) if e.reducer is sum_reducer else [Term((), (), e)]
+
+    def map_select(self, e):
+        return self.select(e)
+
+    def whole(self, e):
+        """A node that expansion does not look into: one term."""
         return [Term((), (), e)]
+
+    map_var = map_compare = map_and = map_or = map_not = map_call = map_read = whole
 
     def select(self, e):
         pairs = kronecker_pairs(e)
@@ -137,6 +156,11 @@ class _Expander:
     def scale(self, r, factor, op):
         r = self.rename_term(r, free_var_names(factor))
         return Term(r.axes, r.conds, Binary(op, r.value, factor, r.value.dtype))
+
+
+#: how a float binary node expands (other ops stay one term)
+_BINARY_EXPANSIONS = {"add": _Expander.add, "sub": _Expander.add, "mul": _Expander.mul,
+                      "div": _Expander.div}
 
 
 def _term_names(t):
