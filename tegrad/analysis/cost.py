@@ -37,6 +37,10 @@ from tegrad.ir.stages import StageMapper, is_placeholder
 from tegrad.analysis.affine import conjuncts, to_affine, to_constraint
 
 
+class CountError(TegradError):
+    """A stage's points cannot be counted exactly (a loop bound that is not affine)."""
+
+
 @dataclass(frozen=True)
 class Cost:
     """Exact work counts; see the module docstring."""
@@ -146,7 +150,7 @@ def _bound_parts(e, same, ax, stage):
         if shift is not None:
             parts = _bound_parts(e.a, same, ax, stage)
             return [(k, a + shift if e.op == "add" else a - shift) for k, a in parts]
-    raise TegradError(f"cost of {stage!r}: the bound {e} of the axis {ax.name!r} is not "
+    raise CountError(f"cost of {stage!r}: the bound {e} of the axis {ax.name!r} is not "
                       f"affine, so its points cannot be counted")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from tegrad.ir.expr import Binary, Const, IterVar, Select, Var, structural_equal
 from tegrad.ir.mapper import free_var_names, substitute
-from tegrad.analysis.cost import stage_cost
+from tegrad.analysis.cost import CountError, stage_cost
 from tegrad.analysis.simplify import simplify
 from tegrad.ir.stages import StageMapper
 from tegrad.ir.tensor import ScatterTarget, compute_stage, scatter_stage
@@ -191,10 +191,18 @@ def _scatter_cheaper_groups(t, gathers, scatters):
         gather = _stage_of(t, _gather_body([gathers[k][0] for k in indices], t.dtype))
         scatter = _scatter_stage(t.op.name, t, t.op.axes, [(term, p) for _, term, p in group],
                                  None)
-        if stage_cost(scatter).iterations < stage_cost(gather).iterations:
+        if _fewer_iterations(scatter, gather):
             scatters.extend((term, p) for _, term, p in group)
             moved.update(indices)
     return [g[0] for k, g in enumerate(gathers) if k not in moved]
+
+
+def _fewer_iterations(a, b):
+    """``a`` iterates fewer points than ``b`` (False when either cannot be counted)."""
+    try:
+        return stage_cost(a).iterations < stage_cost(b).iterations
+    except CountError:
+        return False
 
 
 def _stage_of(t, body):

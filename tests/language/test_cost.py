@@ -79,3 +79,6 @@ def test_a_bound_that_is_not_affine_is_named():
     y = tg.compute((4,), body, name="y")
     with pytest.raises(tg.TegradError, match="'y'.*'r'"):
         tg.cost(y)
+    # zero elimination does not need the count of such a stage
+    (dx,) = tg.differentiate(y, [x])
+    assert np.allclose(tg.evaluate(dx, {x: np.ones(4)}), [5.0, 3.0, 3.0, 3.0])
