@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from tegrad import solver
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import Binary, Call, Neg, Reduce, Select
+from tegrad.ir.expr import Binary
 from tegrad.ir.graph import as_tensor_list, topological_order
-from tegrad.ir.mapper import children
+from tegrad.ir.mapper import Mapper, children
 from tegrad.ir.printer import axis_end
 from tegrad.ir.stages import StageMapper, is_placeholder
 from tegrad.analysis.affine import conjuncts, to_affine, to_constraint
@@ -64,6 +64,30 @@ def affine_conditions(cond):
     return tuple(con for con in map(to_constraint, conjuncts(cond)) if con is not None)
 
 
+class _LocalWork(Mapper):
+    """Per node: ``(float operations there, [(child, conditions it adds)])``, or None for a
+    reduction (its work is counted over its own domain)."""
+
+    def _operation(self, e):
+        return (1 if _dt.is_float(e.dtype) else 0), [(c, ()) for c in children(e)]
+
+    def _free(self, e):
+        return 0, [(c, ()) for c in children(e)]
+
+    map_binary = map_neg = map_call = _operation
+    map_const = map_var = map_compare = map_and = map_or = map_not = map_cast = map_read = _free
+
+    def map_select(self, e):
+        return 0, [(e.cond, ()), (e.true_value, affine_conditions(e.cond)),
+                   (e.false_value, ())]
+
+    def map_reduce(self, e):
+        return None
+
+
+_LOCAL_WORK = _LocalWork()
+
+
 def local_flops(e):
     """Float operations of ``e`` outside its reductions, and the reductions reached.
 
@@ -74,19 +98,13 @@ def local_flops(e):
     stack = [(e, ())]
     while stack:
         node, guard = stack.pop()
-        t = type(node)
-        if t is Reduce:
+        work = _LOCAL_WORK(node)
+        if work is None:
             reductions.append((node, guard))
             continue
-        if _dt.is_float(node.dtype) and t in (Binary, Neg, Call):
-            count += 1
-        if t is Select:
-            stack.append((node.cond, guard))
-            stack.append((node.true_value, guard + affine_conditions(node.cond)))
-            stack.append((node.false_value, guard))
-            continue
-        for c in children(node):
-            stack.append((c, guard))
+        flops, below = work
+        count += flops
+        stack.extend((c, guard + extra) for c, extra in reversed(below))
     return count, reductions
 
 
