@@ -19,7 +19,7 @@ import operator
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.expr import (And, Binary, Cast, Compare, Const, Neg, Not, Or, Reduce, Select,
                             structural_equal)
-from tegrad.ir.mapper import IdentityMapper, NodeMemo
+from tegrad.ir.mapper import IdentityMapper
 
 
 def _is_const(e, value=None):
@@ -309,20 +309,12 @@ def _rewritten(e):
 class Simplifier(IdentityMapper):
     """Bottom-up application of ``REWRITE_RULES`` until no rule applies at a node."""
 
-    def __init__(self):
-        self.memo = NodeMemo()
-
-    def __call__(self, e, *args):
-        hit = self.memo.get(e)
-        if hit is not None:
-            return hit
-        out = super().__call__(e)
+    def finish(self, e, out):
         for _ in range(64):
             new = _rewritten(out)
             if new is None:
                 break
-            out = new if new is out else super().__call__(new)
-        self.memo[e] = out
+            out = new if new is out else self(new)
         return out
 
 

@@ -81,58 +81,92 @@ class Mapper(Dispatcher):
         return self.method_for(type(expr), expr)(expr, *args)
 
 
+def rebuild(e, kids):
+    """``e`` with its children (in :func:`children` order) replaced by ``kids``; ``e``
+    itself when every child is the same object."""
+    if all(k is c for k, c in zip(kids, children(e))):
+        return e
+    t = type(e)
+    if t is Binary:
+        return Binary(e.op, kids[0], kids[1], e.dtype)
+    if t is Compare:
+        return Compare(e.op, kids[0], kids[1])
+    if t is Reduce:
+        axes = tuple(ax if (lo is ax.lo and extent is ax.extent) else
+                     IterVar(ax.var, lo, extent, ax.kind)
+                     for ax, lo, extent in zip(e.axes, kids[1::2], kids[2::2]))
+        rest = list(kids[1 + 2 * len(e.axes):])
+        where = None if e.where is None else rest.pop(0)
+        init = None if e.init is None else rest.pop(0)
+        return Reduce(e.reducer, kids[0], axes, where, init, e.dtype)
+    return _REBUILD[t](e, kids)
+
+
+_REBUILD = {
+    Neg: lambda e, k: Neg(k[0], e.dtype), Not: lambda e, k: Not(k[0]),
+    Cast: lambda e, k: Cast(k[0], e.dtype), And: lambda e, k: And(k[0], k[1]),
+    Or: lambda e, k: Or(k[0], k[1]), Select: lambda e, k: Select(k[0], k[1], k[2], e.dtype),
+    Call: lambda e, k: Call(e.name, tuple(k), e.dtype),
+    Read: lambda e, k: Read(e.tensor, tuple(k), e.dtype),
+}
+
+
 class IdentityMapper(Mapper):
-    """Rebuilds an expression bottom-up; returns the same node where nothing changed."""
+    """Rebuilds an expression bottom-up; returns the same node where nothing changed.
+
+    Called without extra arguments it runs on an explicit stack: the node kinds a
+    subclass leaves to this class are rebuilt from their children's results without
+    recursion, and :meth:`finish` sees every node's result. A subclass's own
+    ``map_<kind>`` (and every call with extra arguments, which carry a context) recurses
+    through ``self(child)`` as it chooses.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = getattr(cls, "map_itervar") is not IdentityMapper.map_itervar
+        cls._rebuilt_here = frozenset(
+            kind for kind, name in cls._method_names.items()
+            if getattr(cls, name) is getattr(IdentityMapper, name)
+            and not (own and kind is Reduce))
+
+    def finish(self, e, out):
+        """The result for ``e``, given ``out`` (its rebuilt or mapped node)."""
+        return out
+
+    def __call__(self, e, *args):
+        if args:
+            return Mapper.__call__(self, e, *args)
+        here = self._rebuilt_here
+        results, keep = {}, []
+        stack = [(e, False)]
+        while stack:
+            node, expanded = stack.pop()
+            key = id(node)
+            if key in results:
+                continue
+            if type(node) not in here:
+                results[key] = self.finish(node, self.method_for(type(node), node)(node))
+                keep.append(node)
+                continue
+            kids = children(node)
+            if not expanded:
+                stack.append((node, True))
+                stack.extend((c, False) for c in reversed(kids) if id(c) not in results)
+                continue
+            results[key] = self.finish(node, rebuild(node, [results[id(c)] for c in kids]))
+            keep.append(node)
+        return results[id(e)]
 
     def map_const(self, e, *args):
         return e
 
-    def map_var(self, e, *args):
-        return e
+    map_var = map_const
 
     def map_binary(self, e, *args):
-        a, b = self(e.a, *args), self(e.b, *args)
-        return e if (a is e.a and b is e.b) else Binary(e.op, a, b, e.dtype)
+        return rebuild(e, [self(c, *args) for c in children(e)])
 
-    def map_neg(self, e, *args):
-        a = self(e.a, *args)
-        return e if a is e.a else Neg(a, e.dtype)
-
-    def map_compare(self, e, *args):
-        a, b = self(e.a, *args), self(e.b, *args)
-        return e if (a is e.a and b is e.b) else Compare(e.op, a, b)
-
-    def map_and(self, e, *args):
-        a, b = self(e.a, *args), self(e.b, *args)
-        return e if (a is e.a and b is e.b) else And(a, b)
-
-    def map_or(self, e, *args):
-        a, b = self(e.a, *args), self(e.b, *args)
-        return e if (a is e.a and b is e.b) else Or(a, b)
-
-    def map_not(self, e, *args):
-        a = self(e.a, *args)
-        return e if a is e.a else Not(a)
-
-    def map_select(self, e, *args):
-        c, t, f = self(e.cond, *args), self(e.true_value, *args), self(e.false_value, *args)
-        if c is e.cond and t is e.true_value and f is e.false_value:
-            return e
-        return Select(c, t, f, e.dtype)
-
-    def map_cast(self, e, *args):
-        a = self(e.a, *args)
-        return e if a is e.a else Cast(a, e.dtype)
-
-    def map_call(self, e, *args):
-        new = tuple(self(a, *args) for a in e.args)
-        return e if all(x is y for x, y in zip(new, e.args)) else Call(e.name, new, e.dtype)
-
-    def map_read(self, e, *args):
-        new = tuple(self(i, *args) for i in e.indices)
-        if all(x is y for x, y in zip(new, e.indices)):
-            return e
-        return Read(e.tensor, new, e.dtype)
+    map_neg = map_compare = map_and = map_or = map_not = map_select = map_cast = \
+        map_call = map_read = map_binary
 
     def map_itervar(self, iv, *args):
         lo, extent = self(iv.lo, *args), self(iv.extent, *args)
@@ -147,6 +181,9 @@ class IdentityMapper(Mapper):
                 and all(x is y for x, y in zip(axes, e.axes))):
             return e
         return Reduce(e.reducer, source, axes, where, init, e.dtype)
+
+
+IdentityMapper._rebuilt_here = frozenset(IdentityMapper._method_names)
 
 
 class ChildrenMapper(Mapper):

@@ -82,3 +82,20 @@ def test_a_deep_stage_is_built_and_costed(deep):
     y = tg.compute((2,), body, name="y")
     assert tg.cost(y).flops == 2 * 2 * DEPTH
     assert tg.format(y).count("1.0001") == DEPTH
+
+
+def test_identity_mappers_substitution_and_simplification(deep):
+    from tegrad.analysis.simplify import simplify
+    from tegrad.ir.expr import Var
+    from tegrad.ir.mapper import IdentityMapper, substitute
+
+    x, a, _ = deep
+    assert IdentityMapper()(a) is a
+    assert simplify(a) is a
+    i = Var("i")
+    e = x[i]
+    for _ in range(DEPTH):
+        e = e * 1.0 + 0.0
+    assert str(simplify(e)) == "x[i]"
+    moved = substitute(a * x[i], {"i": Var("j")})
+    assert str(moved).endswith("x[j]")
