@@ -81,6 +81,38 @@ class Mapper(Dispatcher):
         return self.method_for(type(expr), expr)(expr, *args)
 
 
+def bottom_up(root, children_of, combine, whole=None):
+    """``combine(node, [results of its children])`` for ``root``, children first, on an
+    explicit stack (no recursion). A node for which ``whole(node)`` holds is combined with
+    no child results, its children unvisited; a node shared within ``root`` is combined
+    once.
+
+    >>> from tegrad.ir.expr import Var
+    >>> bottom_up(Var("i") * 2 + 1, children, lambda node, kids: 1 + sum(kids))
+    5
+    """
+    results = {}
+    keep = []  # nodes stay alive while their ids key ``results``
+    stack = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        key = id(node)
+        if key in results:
+            continue
+        if whole is not None and whole(node):
+            results[key] = combine(node, [])
+            keep.append(node)
+            continue
+        kids = children_of(node)
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((c, False) for c in reversed(kids) if id(c) not in results)
+            continue
+        results[key] = combine(node, [results[id(c)] for c in kids])
+        keep.append(node)
+    return results[id(root)]
+
+
 def rebuild(e, kids):
     """``e`` with its children (in :func:`children` order) replaced by ``kids``; ``e``
     itself when every child is the same object."""
@@ -137,25 +169,12 @@ class IdentityMapper(Mapper):
         if args:
             return Mapper.__call__(self, e, *args)
         here = self._rebuilt_here
-        results, keep = {}, []
-        stack = [(e, False)]
-        while stack:
-            node, expanded = stack.pop()
-            key = id(node)
-            if key in results:
-                continue
-            if type(node) not in here:
-                results[key] = self.finish(node, self.method_for(type(node), node)(node))
-                keep.append(node)
-                continue
-            kids = children(node)
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in reversed(kids) if id(c) not in results)
-                continue
-            results[key] = self.finish(node, rebuild(node, [results[id(c)] for c in kids]))
-            keep.append(node)
-        return results[id(e)]
+
+        def combine(node, kids):
+            if type(node) in here:
+                return self.finish(node, rebuild(node, kids))
+            return self.finish(node, self.method_for(type(node), node)(node))
+        return bottom_up(e, children, combine, whole=lambda node: type(node) not in here)
 
     def map_const(self, e, *args):
         return e
@@ -243,23 +262,8 @@ class CombineMapper(Mapper):
     children_of = _CHILDREN
 
     def __call__(self, e):
-        results = {}
-        keep = []  # nodes stay alive while their ids key ``results``
-        stack = [(e, False)]
-        while stack:
-            node, expanded = stack.pop()
-            key = id(node)
-            if key in results:
-                continue
-            kids = self.children_of(node)
-            if not expanded:
-                stack.append((node, True))
-                stack.extend((c, False) for c in reversed(kids) if id(c) not in results)
-                continue
-            method = self.method_for(type(node), node)
-            results[key] = method(node, *[results[id(c)] for c in kids])
-            keep.append(node)
-        return results[id(e)]
+        return bottom_up(e, self.children_of,
+                         lambda node, kids: self.method_for(type(node), node)(node, *kids))
 
 
 def walk(e):
