@@ -158,7 +158,7 @@ class IdentityMapper(Mapper):
         own = getattr(cls, "map_itervar") is not IdentityMapper.map_itervar
         cls._rebuilt_here = frozenset(
             kind for kind, name in cls._method_names.items()
-            if getattr(cls, name) is getattr(IdentityMapper, name)
+            if getattr(cls, name, None) is getattr(IdentityMapper, name, False)
             and not (own and kind is Reduce))
 
     def finish(self, e, out):

@@ -82,8 +82,15 @@ def test_a_subclass_adds_a_node_kind():
         def map_twice(self, e, a):
             return 1 + a
 
+    class Doubled(IdentityMapper):
+        _method_names = {Twice: "map_twice"}
+
+        def map_twice(self, e):
+            return ex.Binary("add", self(e.a), self(e.a), e.dtype)
+
     i = ex.Var("i")
     assert Depth()(Twice(i + 1, "int32")) == 2
+    assert str(Doubled()(Twice(i, "int32") * 3)) == "(i + i) * 3"
     assert Depth._method_names[ex.Var] == "map_var" and Twice not in Mapper._method_names
     with pytest.raises(TypeError, match="IdentityMapper"):
         IdentityMapper()(Twice(i, "int32"))
