@@ -1,6 +1,6 @@
 """Compile-time and cost of zero elimination, operator by operator, and on a small CNN.
 
-For every entry of the operator-gradient table (tests/autodiff/test_operator_gradients.py)
+For every entry of the operator-gradient table (``OPERATOR_CASES`` in tests/conftest.py)
 it reports the time to differentiate and zero-eliminate (best of 3), the time spent in
 the solver, and the iterations of the forward pass, of the naive gradient and of the
 optimised one. Then it times the same on a 6-layer CNN at a realistic size.
@@ -21,8 +21,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _operator_table():
-    path = ROOT / "tests" / "autodiff" / "test_operator_gradients.py"
-    spec = importlib.util.spec_from_file_location("operator_gradients", path)
+    path = ROOT / "tests" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("operator_cases", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -65,9 +65,9 @@ def operators():
     print(f"{'operator':42s} {'diff+ZE s':>9s} {'solver ms/call':>14s} {'forward':>8s} "
           f"{'naive':>9s} {'optimised':>9s} {'opt/fwd':>7s}")
     worst = 0.0
-    for name in sorted(table.OPS):
+    for name in sorted(table.OPERATOR_CASES):
         case = table.Case(zlib.crc32(name.encode()))
-        out = table._first(table.OPS[name](case))
+        out = table.first_output(table.OPERATOR_CASES[name](case))
         seconds, res = _best_of(3, lambda: tg.differentiate(out, case.inputs))
         with _SolverClock() as clock:
             tg.differentiate(out, case.inputs)
