@@ -169,7 +169,7 @@ def _bound_parts(e, same, ax, stage):
             parts = _bound_parts(e.a, same, ax, stage)
             return [(k, a + shift if e.op == "add" else a - shift) for k, a in parts]
     raise CountError(f"cost of {stage!r}: the bound {e} of the axis {ax.name!r} is not "
-                      f"affine, so its points cannot be counted")
+                     f"affine, so its points cannot be counted")
 
 
 def _reduction_work(e, space, stage):
