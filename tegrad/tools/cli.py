@@ -23,7 +23,8 @@ def _demo_arguments(p):
     p.add_argument("--hidden", type=int, help="hidden units (mlp) or channels of the second "
                    "convolution (cnn); default: "
                    + ", ".join(f"{m} {d['hidden']}" for m, d in DEFAULTS.items()))
-    p.add_argument("--lr", type=float, help="learning rate; default: "
+    p.add_argument("--lr", type=float, help="initial learning rate (it decays to 0 along "
+                   "a half cosine); default: "
                    + ", ".join(f"{m} {d['lr']}" for m, d in DEFAULTS.items()))
     p.add_argument("--batch", type=int, help="batch size (the last partial batch of an "
                    "epoch is dropped); default: "

@@ -14,6 +14,7 @@ epoch) and evaluation pads its last batch.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -166,7 +167,8 @@ class History:
 
 
 def train(model, data, compiled, *, epochs, lr, momentum=0.9, seed=0, progress=False):
-    """SGD with momentum (``v = momentum * v - lr * g; w += v``) for ``epochs`` epochs.
+    """SGD with momentum (``v = momentum * v - rate * g; w += v``) for ``epochs`` epochs,
+    the rate decaying from ``lr`` to 0 along a half cosine over the whole run.
 
     ``progress`` shows a tqdm bar per epoch with the running loss and accuracy.
     """
@@ -187,9 +189,10 @@ def train(model, data, compiled, *, epochs, lr, momentum=0.9, seed=0, progress=F
             labels = data.y_train[idx]
             loss, logits, *grads = compiled.step(data.x_train[idx], labels,
                                                  *(weights[k] for k in names))
+            rate = lr * 0.5 * (1.0 + math.cos(math.pi * (epoch * steps + s) / (epochs * steps)))
             for k, g in zip(names, grads):
                 velocity[k] *= momentum
-                velocity[k] -= lr * g
+                velocity[k] -= rate * g
                 weights[k] += velocity[k]
             total_loss += float(loss)
             correct += int((logits.argmax(axis=1) == labels).sum())
@@ -217,8 +220,8 @@ def _progress(total, description):
 
 #: defaults per model that meet the demo's bars (see ``python -m tegrad demo --help``)
 DEFAULTS = {
-    "mlp": {"epochs": 10, "hidden": 128, "lr": 0.05, "batch": 32},
-    "cnn": {"epochs": 12, "hidden": 16, "lr": 0.05, "batch": 32},
+    "mlp": {"epochs": 8, "hidden": 128, "lr": 0.1, "batch": 32},
+    "cnn": {"epochs": 12, "hidden": 16, "lr": 0.1, "batch": 32},
 }
 
 
@@ -235,7 +238,7 @@ def run(*, model="mlp", epochs=None, hidden=None, lr=None, batch=None, seed=0, t
     net = MODELS[model](settings["hidden"])
     out(f"tegrad demo: {net.describe} on scikit-learn's digits ({len(data.y_train)} "
         f"training, {len(data.y_test)} test images), batch {settings['batch']}, "
-        f"lr {settings['lr']}, momentum 0.9, {settings['epochs']} epochs")
+        f"lr {settings['lr']} (cosine decay), momentum 0.9, {settings['epochs']} epochs")
     compiled = compile_model(net, settings["batch"], threads=threads)
     out(f"backend: {compiled.backend}; compiled the training step and the evaluation "
         f"in {compiled.seconds:.2f} s")

@@ -14,7 +14,7 @@ def test_split_is_fixed_and_scaled():
     assert a.x_train.min() == 0.0 and a.x_train.max() == 1.0
 
 
-def test_cnn_step_matches_the_evaluator_and_trains():
+def test_cnn_step_matches_the_evaluator_and_descends():
     model = demo.cnn(hidden=4)
     compiled = demo.compile_model(model, 16)
     weights = demo.init_weights(model, seed=1)
@@ -27,8 +27,11 @@ def test_cnn_step_matches_the_evaluator_and_trains():
     feed = {images: x, labels: y, **{model.weights[k]: v for k, v in weights.items()}}
     np.testing.assert_allclose(loss, tg.evaluate(ref_loss, feed), rtol=1e-5)
     assert [g.shape for g in grads] == [t.shape for t in model.weights.values()]
-    history = demo.train(model, data, compiled, epochs=1, lr=0.05)
-    assert history.test_accuracy[0] > 0.5  # chance is 0.1
+    for _ in range(10):  # gradient descent on this batch lowers its loss
+        for k, g in zip(weights, grads):
+            weights[k] -= 0.3 * g
+        new_loss, _, *grads = compiled.step(x, y, *weights.values())
+    assert new_loss < 0.9 * loss
 
 
 def test_prediction_pads_the_last_batch():
