@@ -36,13 +36,16 @@ def _demo_arguments(p):
 
 
 def _demo(args):
-    from tegrad.tools.demo import run
+    from tegrad.tools.demo import DemoError, run
     for name in ("epochs", "hidden", "batch"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise _UsageError(f"--{name} must be at least 1, got {value}")
-    run(model=args.model, epochs=args.epochs, hidden=args.hidden, lr=args.lr,
-        batch=args.batch, seed=args.seed, threads=args.threads, save=args.save)
+    try:
+        run(model=args.model, epochs=args.epochs, hidden=args.hidden, lr=args.lr,
+            batch=args.batch, seed=args.seed, threads=args.threads, save=args.save)
+    except DemoError as err:
+        raise _UsageError(str(err)) from None
 
 
 def _explain_arguments(p):

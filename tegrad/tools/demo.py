@@ -29,6 +29,10 @@ PIXELS = 64
 EVAL_BATCH = 120
 
 
+class DemoError(ValueError):
+    """Settings the demo cannot train with."""
+
+
 @dataclasses.dataclass
 class Digits:
     """The digits as float32 pixels in [0, 1] (rows of 64) and int32 labels."""
@@ -235,6 +239,9 @@ def run(*, model="mlp", epochs=None, hidden=None, lr=None, batch=None, seed=0, t
             settings[key] = value
     wall = time.perf_counter()
     data = load_digits_split()
+    if settings["batch"] > len(data.y_train):
+        raise DemoError(f"batch {settings['batch']} is larger than the "
+                        f"{len(data.y_train)} training images")
     net = MODELS[model](settings["hidden"])
     out(f"tegrad demo: {net.describe} on scikit-learn's digits ({len(data.y_train)} "
         f"training, {len(data.y_test)} test images), batch {settings['batch']}, "
@@ -250,6 +257,7 @@ def run(*, model="mlp", epochs=None, hidden=None, lr=None, batch=None, seed=0, t
     out(f"time per epoch: {np.mean(history.epoch_seconds):.2f} s; compile time: "
         f"{compiled.seconds:.2f} s; wall time: {time.perf_counter() - wall:.1f} s")
     if save is not None:
+        save = str(save) if str(save).endswith(".npz") else f"{save}.npz"  # as np.savez names it
         np.savez(save, **history.weights)
         out(f"saved the weights ({', '.join(history.weights)}) to {save}")
     return history

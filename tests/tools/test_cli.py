@@ -78,3 +78,9 @@ def test_console_script_points_at_the_cli():
     cfg.read(ROOT / "setup.cfg")
     scripts = cfg["options.entry_points"]["console_scripts"].split("\n")
     assert "tegrad = tegrad.tools.cli:main" in [s.strip() for s in scripts]
+
+
+def test_demo_rejects_settings_it_cannot_train_with():
+    assert "larger than the 1438 training images" in _one_line_error(
+        _run("demo", "--batch", "5000"))
+    assert "--epochs must be at least 1" in _one_line_error(_run("demo", "--epochs", "0"))
