@@ -1,0 +1,446 @@
+"""A register-blocked (BLIS-style) matrix-multiply micro-kernel and its macro-loops, in
+LLVM IR through llvmlite, for float32 and float64.
+
+The kernel computes, for every batch ``p``, row ``i`` and column ``j``,
+
+    C[p, i, j] = sum(A[p, i, k] * B[p, k, j] for k in range(K))
+
+(overwriting ``C``), with arbitrary element strides for every axis of ``A`` and ``B``
+and a stride-1 column axis of ``C``. The emitted code:
+
+- keeps an ``MR x NR`` block of ``C`` in ``MR * NR / VL`` vector accumulators along the
+  columns (``VL`` lanes: 16 float32 or 8 float64 with AVX-512, 8 or 4 with AVX2), each
+  step of the reduction broadcasting one element of ``A`` per row and loading ``NR / VL``
+  vectors of ``B``: one fused multiply-add per accumulator;
+- runs the reduction innermost, in cache blocks of ``KC`` (``C`` is loaded and updated
+  after the first block), columns in blocks of ``NC``;
+- packs each ``KC x NC`` panel of ``B`` into an aligned buffer of its own, strip by strip
+  (``NR`` contiguous columns, zero-padded past ``N``), so the micro-kernel's loads are
+  contiguous whatever ``B``'s strides are;
+- handles edges: the last row block (``M % MR`` rows) by a micro-kernel made for that many
+  rows, the last column strip by masked loads and stores of ``C``, any ``K`` (even 1) by
+  the run-time trip count of the reduction loop.
+
+Entry point ``NAME(A, B, C, i32 n_threads) -> i32`` (0 on success, 1 when the packing
+buffer could not be allocated). Its tasks are ``(batch, MR-row block)`` pairs, handed to
+the thread pool (:mod:`.threadpool`): each thread runs a contiguous range of them with
+its own packing buffer. Every ``C`` element is written by exactly one task, and the sum
+over ``k`` runs in increasing ``k`` whatever the thread count, so results are
+bit-identical for every ``n_threads``.
+
+>>> import numpy as np
+>>> spec = GemmSpec.dense("float64", 3, 5, 4)
+>>> f = compile_gemm(spec)
+>>> a, b = np.arange(12.).reshape(3, 4), np.arange(20.).reshape(4, 5)
+>>> bool(np.array_equal(f(a, b), a @ b))
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+import numpy as np
+
+from tegrad.ir.errors import ShapeError, TegradError
+
+from tegrad.codegen.kernels import jit, threadpool
+from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, counted_loop, declare, i32,
+                                           i64, smin, vector_suffix)
+
+_ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
+_ITEMSIZE = {"float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """A batched matrix product ``C[p, i, j] = sum_k A[p, i, k] * B[p, k, j]``.
+
+    Extents ``batch, m, n, k``; element strides ``a_strides = (p, i, k)``,
+    ``b_strides = (p, k, j)``, ``c_strides = (p, i, j)`` with ``c_strides[2] == 1``.
+    """
+
+    dtype: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    a_strides: tuple
+    b_strides: tuple
+    c_strides: tuple
+
+    def __post_init__(self):
+        if self.dtype not in _ELEMENT:
+            raise TegradError(f"gemm: dtype {self.dtype!r} is not float32 or float64")
+        if min(self.batch, self.m, self.n, self.k) < 1:
+            raise ShapeError(f"gemm: extents must be positive, got batch={self.batch} "
+                             f"m={self.m} n={self.n} k={self.k}")
+        if self.c_strides[2] != 1:
+            raise ShapeError("gemm: the output's column axis must have stride 1")
+
+    @classmethod
+    def dense(cls, dtype, m, n, k, batch=1):
+        """C-contiguous ``A (batch, m, k)``, ``B (batch, k, n)``, ``C (batch, m, n)``.
+
+        >>> GemmSpec.dense("float32", 2, 3, 4).b_strides
+        (12, 3, 1)
+        """
+        return cls(dtype, batch, m, n, k, (m * k, k, 1), (k * n, n, 1), (m * n, n, 1))
+
+    @property
+    def flops(self):
+        return 2 * self.batch * self.m * self.n * self.k
+
+    def extent(self, strides, axes):
+        """Elements spanned by an operand (the buffer size it needs)."""
+        return 1 + sum((d - 1) * s for d, s in zip(axes, strides))
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """Register and cache blocks: ``mr x nr`` outputs in registers (``nr`` a multiple of
+    ``vl``), reduction blocks of ``kc``, column blocks of ``nc`` (a multiple of ``nr``)."""
+
+    vl: int
+    mr: int
+    nr: int
+    kc: int
+    nc: int
+
+
+def default_blocking(dtype, *, vector_bits=None, packed_bytes=256 * 1024):
+    """Blocks for the host: 2 vectors of columns, as many rows as registers allow.
+
+    >>> default_blocking("float32", vector_bits=512)
+    Blocking(vl=16, mr=8, nr=32, kc=256, nc=256)
+    """
+    bits = vector_bits or jit.vector_bits()
+    vl = bits // (8 * _ITEMSIZE[dtype])
+    # 32 vector registers with AVX-512, 16 otherwise: accumulators + 2 B vectors + 1 broadcast
+    mr = {512: 8, 256: 6}.get(bits, 4)
+    nr = 2 * vl
+    kc = 256
+    nc = max(nr, packed_bytes // (kc * _ITEMSIZE[dtype]) // nr * nr)
+    return Blocking(vl, mr, nr, kc, nc)
+
+
+class _GemmEmitter:
+    def __init__(self, module, spec, blocking, name):
+        self.module, self.spec, self.blk, self.name = module, spec, blocking, name
+        self.elt = _ELEMENT[spec.dtype]
+        self.esize = _ITEMSIZE[spec.dtype]
+        self.vty = ir.VectorType(self.elt, blocking.vl)
+        self.eptr = self.elt.as_pointer()
+        suffix = vector_suffix(self.vty)
+        self.fma = declare(module, f"llvm.fma.{suffix}",
+                           ir.FunctionType(self.vty, [self.vty] * 3))
+        mask_ty = ir.VectorType(I1, blocking.vl)
+        self.mask_ty = mask_ty
+        self.masked_load = declare(module, f"llvm.masked.load.{suffix}.p0", ir.FunctionType(
+            self.vty, [self.vty.as_pointer(), I32, mask_ty, self.vty]))
+        self.masked_store = declare(module, f"llvm.masked.store.{suffix}.p0", ir.FunctionType(
+            ir.VoidType(), [self.vty, self.vty.as_pointer(), I32, mask_ty]))
+        self.malloc = declare(module, "malloc", ir.FunctionType(VOIDPTR, [I64]))
+        self.free = declare(module, "free", ir.FunctionType(ir.VoidType(), [VOIDPTR]))
+
+    def const(self, v):
+        return ir.Constant(self.elt, v)
+
+    # -- the micro-kernel -------------------------------------------------------------
+
+    def emit_micro(self, mr):
+        """``micro(a, bp, c, kc, accumulate, n_valid)``: ``C[r, :n_valid] (+)= sum_k
+        a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr``."""
+        blk, spec = self.blk, self.spec
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64])
+        fn = ir.Function(self.module, fnty, name=f"{self.name}.micro{mr}")
+        fn.linkage = "internal"
+        for arg in fn.args[:3]:
+            arg.add_attribute("noalias")
+        a, bp, c, kc, accumulate, n_valid = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        nv = blk.nr // blk.vl
+        sam, sak = spec.a_strides[1], spec.a_strides[2]
+        scm = spec.c_strides[1]
+        zero = ir.Constant(self.vty, [0.0] * blk.vl)
+        pre = b.block
+        head = fn.append_basic_block("k.head")
+        body = fn.append_basic_block("k.body")
+        done = fn.append_basic_block("k.done")
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(I64, name="k")
+        k.add_incoming(i64(0), pre)
+        acc = [[b.phi(self.vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr)]
+        for row in acc:
+            for phi in row:
+                phi.add_incoming(zero, pre)
+        b.cbranch(b.icmp_signed("<", k, kc), body, done)
+        b.position_at_end(body)
+        brow = b.gep(bp, [b.mul(k, i64(blk.nr))], inbounds=True)
+        bvec = [b.load(b.bitcast(b.gep(brow, [i64(v * blk.vl)], inbounds=True),
+                                 self.vty.as_pointer()), align=self.vty_align)
+                for v in range(nv)]
+        acol = b.gep(a, [b.mul(k, i64(sak))], inbounds=True)
+        new = []
+        for r in range(mr):
+            x = b.load(b.gep(acol, [i64(r * sam)], inbounds=True), align=self.esize)
+            xs = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, i32(0))
+            xs = b.shuffle_vector(xs, ir.Constant(self.vty, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
+            new.append([b.call(self.fma, [xs, bvec[v], acc[r][v]]) for v in range(nv)])
+        for r in range(mr):
+            for v in range(nv):
+                acc[r][v].add_incoming(new[r][v], body)
+        k.add_incoming(b.add(k, i64(1)), body)
+        b.branch(head)
+
+        b.position_at_end(done)
+        full = fn.append_basic_block("store.full")
+        partial = fn.append_basic_block("store.partial")
+        out = fn.append_basic_block("out")
+        b.cbranch(b.icmp_signed("==", n_valid, i64(blk.nr)), full, partial)
+        for block, masked in ((full, False), (partial, True)):
+            b.position_at_end(block)
+            self._store_block(b, acc, c, scm, accumulate, n_valid, masked)
+            b.branch(out)
+        b.position_at_end(out)
+        b.ret_void()
+        return fn
+
+    @property
+    def vty_align(self):
+        return min(64, self.blk.vl * self.esize)
+
+    def _store_block(self, b, acc, c, scm, accumulate, n_valid, masked):
+        """``C (+)= acc``: plain unaligned vector accesses, or masked to ``n_valid`` lanes."""
+        blk = self.blk
+        lanes = ir.Constant(ir.VectorType(I64, blk.vl), list(range(blk.vl)))
+        for r, row in enumerate(acc):
+            crow = b.gep(c, [i64(r * scm)], inbounds=True)
+            for v, value in enumerate(row):
+                ptr = b.bitcast(b.gep(crow, [i64(v * blk.vl)], inbounds=True),
+                                self.vty.as_pointer())
+                if masked:
+                    left = b.sub(n_valid, i64(v * blk.vl))
+                    splat = b.insert_element(ir.Constant(ir.VectorType(I64, blk.vl), ir.Undefined),
+                                             left, i32(0))
+                    splat = b.shuffle_vector(splat, ir.Constant(ir.VectorType(I64, blk.vl),
+                                                                ir.Undefined),
+                                             ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
+                    mask = b.icmp_signed("<", lanes, splat)
+                    zero = ir.Constant(self.vty, [0.0] * blk.vl)
+                    old = b.call(self.masked_load, [ptr, i32(self.esize), mask, zero])
+                    value = b.select(accumulate, b.fadd(old, value), value)
+                    b.call(self.masked_store, [value, ptr, i32(self.esize), mask])
+                else:
+                    old = b.load(ptr, align=self.esize)
+                    value = b.select(accumulate, b.fadd(old, value), value)
+                    b.store(value, ptr, align=self.esize)
+
+    # -- packing ----------------------------------------------------------------------
+
+    def emit_pack(self):
+        """``pack(bsrc, bp, kc, nc)``: strips of NR columns, ``bp[(s*kc + k)*NR + jj] =
+        B[k, s*NR + jj]``, zero past ``nc`` columns."""
+        blk, spec = self.blk, self.spec
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64])
+        fn = ir.Function(self.module, fnty, name=f"{self.name}.pack")
+        fn.linkage = "internal"
+        src, dst, kc, nc = fn.args
+        src.add_attribute("noalias")
+        dst.add_attribute("noalias")
+        sbk, sbn = spec.b_strides[1], spec.b_strides[2]
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
+        with counted_loop(b, i64(0), strips, name="s") as s:
+            cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
+            strip_src = b.gep(src, [b.mul(s, i64(blk.nr * sbn))], inbounds=True)
+            strip_dst = b.gep(dst, [b.mul(b.mul(s, kc), i64(blk.nr))], inbounds=True)
+            full = fn.append_basic_block("full")
+            partial = fn.append_basic_block("partial")
+            joined = fn.append_basic_block("joined")
+            b.cbranch(b.icmp_signed("==", cols, i64(blk.nr)), full, partial)
+            for block, guarded in ((full, False), (partial, True)):
+                b.position_at_end(block)
+                with counted_loop(b, i64(0), kc, name="k") as k:
+                    row_src = b.gep(strip_src, [b.mul(k, i64(sbk))], inbounds=True)
+                    row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
+                    for jj in range(blk.nr):
+                        target = b.gep(row_dst, [i64(jj)], inbounds=True)
+                        if not guarded:
+                            b.store(b.load(b.gep(row_src, [i64(jj * sbn)], inbounds=True),
+                                           align=self.esize), target)
+                            continue
+                        load = fn.append_basic_block("load")
+                        zero = fn.append_basic_block("zero")
+                        nxt = fn.append_basic_block("next")
+                        b.cbranch(b.icmp_signed("<", i64(jj), cols), load, zero)
+                        b.position_at_end(load)
+                        b.store(b.load(b.gep(row_src, [i64(jj * sbn)], inbounds=True),
+                                       align=self.esize), target)
+                        b.branch(nxt)
+                        b.position_at_end(zero)
+                        b.store(self.const(0.0), target)
+                        b.branch(nxt)
+                        b.position_at_end(nxt)
+                b.branch(joined)
+            b.position_at_end(joined)
+        b.ret_void()
+        return fn
+
+    # -- macro-loops and the entry point ----------------------------------------------
+
+    def ctx_type(self):
+        return ir.LiteralStructType([self.eptr, self.eptr, self.eptr, I32])
+
+    def emit_tasks(self, micro_full, micro_tail, pack):
+        """``tasks(ctx, begin, end)``: the task range of one thread (tasks are
+        ``batch * row_blocks``, task ``t`` = batch ``t // row_blocks``, rows from
+        ``(t % row_blocks) * MR``)."""
+        blk, spec = self.blk, self.spec
+        fn = ir.Function(self.module, threadpool.TASK_FN_TYPE, name=f"{self.name}.tasks")
+        fn.linkage = "internal"
+        raw_ctx, t_begin, t_end = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx = b.bitcast(raw_ctx, self.ctx_type().as_pointer())
+        field = lambda i: b.gep(ctx, [i32(0), i32(i)], inbounds=True)
+        a_base, b_base, c_base = (b.load(field(i)) for i in range(3))
+        # An aligned packing buffer of this thread's own.
+        panel = blk.kc * blk.nc * self.esize
+        raw = b.call(self.malloc, [i64(panel + 64)])
+        failed = fn.append_basic_block("alloc.failed")
+        ok = fn.append_basic_block("alloc.ok")
+        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(raw, I64), i64(0)), failed, ok)
+        b.position_at_end(failed)
+        b.atomic_rmw("or", field(3), i32(1), "monotonic")
+        b.ret_void()
+        b.position_at_end(ok)
+        addr = b.ptrtoint(raw, I64)
+        aligned = b.and_(b.add(addr, i64(63)), i64(~63))
+        bp = b.inttoptr(aligned, self.eptr)
+
+        row_blocks = -(-spec.m // blk.mr)
+        first_batch = b.sdiv(t_begin, i64(row_blocks))
+        last_batch = b.sdiv(b.sub(t_end, i64(1)), i64(row_blocks))
+        with counted_loop(b, first_batch, b.add(last_batch, i64(1)), name="p") as p:
+            block0 = b.mul(p, i64(row_blocks))
+            lo = b.sub(b.select(b.icmp_signed(">", t_begin, block0), t_begin, block0), block0)
+            hi = b.sub(smin(b, t_end, b.add(block0, i64(row_blocks))), block0)
+            a_p = b.gep(a_base, [b.mul(p, i64(spec.a_strides[0]))], inbounds=True)
+            b_p = b.gep(b_base, [b.mul(p, i64(spec.b_strides[0]))], inbounds=True)
+            c_p = b.gep(c_base, [b.mul(p, i64(spec.c_strides[0]))], inbounds=True)
+            with counted_loop(b, i64(0), i64(spec.k), blk.kc, name="k0") as k0:
+                kc = smin(b, i64(blk.kc), b.sub(i64(spec.k), k0))
+                accumulate = b.icmp_signed(">", k0, i64(0))
+                with counted_loop(b, i64(0), i64(spec.n), blk.nc, name="n0") as n0:
+                    nc = smin(b, i64(blk.nc), b.sub(i64(spec.n), n0))
+                    src = b.gep(b_p, [b.add(b.mul(k0, i64(spec.b_strides[1])),
+                                            b.mul(n0, i64(spec.b_strides[2])))], inbounds=True)
+                    b.call(pack, [src, bp, kc, nc])
+                    with counted_loop(b, lo, hi, name="rb") as rb:
+                        m0 = b.mul(rb, i64(blk.mr))
+                        a_blk = b.gep(a_p, [b.add(b.mul(m0, i64(spec.a_strides[1])),
+                                                  b.mul(k0, i64(spec.a_strides[2])))],
+                                      inbounds=True)
+                        c_row = b.gep(c_p, [b.add(b.mul(m0, i64(spec.c_strides[1])), n0)],
+                                      inbounds=True)
+                        strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
+                        with counted_loop(b, i64(0), strips, name="s") as s:
+                            j0 = b.mul(s, i64(blk.nr))
+                            args = [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
+                                    b.gep(c_row, [j0], inbounds=True), kc, accumulate,
+                                    smin(b, i64(blk.nr), b.sub(nc, j0))]
+                            if micro_tail is None:
+                                b.call(micro_full, args)
+                            else:
+                                is_full = b.icmp_signed("<=", b.add(m0, i64(blk.mr)),
+                                                        i64(spec.m))
+                                with b.if_else(is_full) as (then, otherwise):
+                                    with then:
+                                        b.call(micro_full, args)
+                                    with otherwise:
+                                        b.call(micro_tail, args)
+        b.call(self.free, [raw])
+        b.ret_void()
+        return fn, spec.batch * row_blocks
+
+    def emit_entry(self, tasks, n_tasks):
+        fnty = ir.FunctionType(I32, [self.eptr, self.eptr, self.eptr, I32])
+        fn = ir.Function(self.module, fnty, name=self.name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx = b.alloca(self.ctx_type())
+        for i, arg in enumerate(fn.args[:3]):
+            b.store(arg, b.gep(ctx, [i32(0), i32(i)], inbounds=True))
+        status = b.gep(ctx, [i32(0), i32(3)], inbounds=True)
+        b.store(i32(0), status)
+        parallel_for = threadpool.declare_parallel_for(self.module)
+        b.call(parallel_for, [tasks, b.bitcast(ctx, VOIDPTR), i64(n_tasks), fn.args[3]])
+        b.ret(b.load_atomic(status, "monotonic", 4))
+        return fn
+
+
+def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None):
+    """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` into ``module``.
+
+    The thread pool is declared, not defined: call :func:`threadpool.emit_thread_pool`
+    on the module for an exported library; the JIT links the process's pool.
+    """
+    blk = blocking or default_blocking(spec.dtype)
+    if blk.nr % blk.vl or blk.nc % blk.nr:
+        raise TegradError(f"gemm: blocking {blk} needs nr a multiple of vl and nc of nr")
+    em = _GemmEmitter(module, spec, blk, name)
+    full = em.emit_micro(blk.mr)
+    tail = em.emit_micro(spec.m % blk.mr) if spec.m % blk.mr else None
+    tasks, n_tasks = em.emit_tasks(full, tail, em.emit_pack())
+    return em.emit_entry(tasks, n_tasks)
+
+
+class CompiledGemm:
+    """A JIT-compiled :class:`GemmSpec` callable on numpy arrays: ``f(a, b, out=None,
+    threads=1)`` with ``a`` and ``b`` of the spec's (batch-less when batch is 1) shapes,
+    C-contiguous (other layouts are the spec's strides: use :attr:`address` directly)."""
+
+    def __init__(self, spec, blocking=None):
+        threadpool.parallel_for_address()  # the pool must be registered before linking
+        module = ir.Module(name="tegrad_gemm")
+        emit_gemm(module, spec, name="tegrad_gemm", blocking=blocking)
+        self.spec = spec
+        self.engine = jit.compile_module(module)
+        self.address = self.engine.get_function_address("tegrad_gemm")
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                    ctypes.c_void_p, ctypes.c_int32)(self.address)
+        dtype = np.dtype(spec.dtype)
+        self._sizes = tuple(spec.extent(s, d) * dtype.itemsize for s, d in (
+            (spec.a_strides, (spec.batch, spec.m, spec.k)),
+            (spec.b_strides, (spec.batch, spec.k, spec.n)),
+            (spec.c_strides, (spec.batch, spec.m, spec.n))))
+
+    def call_raw(self, a, b, c, threads=1):
+        """Run on arrays laid out with the spec's strides from their first element."""
+        dtype = np.dtype(self.spec.dtype)
+        for what, arr, size in zip("ABC", (a, b, c), self._sizes):
+            if arr.dtype != dtype or not arr.flags.c_contiguous or arr.nbytes < size:
+                raise ShapeError(f"gemm: {what} must be a C-contiguous {dtype} array of at "
+                                 f"least {size} bytes")
+        if not c.flags.writeable:
+            raise ShapeError("gemm: C is not writeable")
+        status = self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, int(threads))
+        if status:
+            raise MemoryError("gemm: the packing buffer could not be allocated")
+        return c
+
+    def __call__(self, a, b, out=None, threads=1):
+        spec = self.spec
+        lead = () if spec.batch == 1 and a.ndim == 2 else (spec.batch,)
+        if out is None:
+            out = np.empty(lead + (spec.m, spec.n), spec.dtype)
+        return self.call_raw(np.ascontiguousarray(a), np.ascontiguousarray(b), out, threads)
+
+
+@functools.lru_cache(maxsize=256)
+def compile_gemm(spec, blocking=None):
+    """The JIT-compiled kernel of ``spec`` (cached per spec and blocking)."""
+    return CompiledGemm(spec, blocking)
