@@ -12,11 +12,14 @@ and returns when every range is done. The caller runs range 0 itself; ``T <= 1``
 
 Workers are created with ``pthread_create`` on first use (as many as a call needs, up to
 ``MAX_THREADS - 1``) and live until the process exits. Each worker owns a word, 64 bytes
-from its neighbours': 0 idle, 1 work to do, 2 asleep. An idle worker spins on its word
-(with the CPU's pause hint) for ``SPIN_ITERATIONS`` checks, then marks it asleep and waits
-in ``futex`` through ``syscall``; the caller sets the word to 1 and wakes the worker only
-if it was asleep. The caller waits for the count of pending workers the same way. So a
-fork-join between busy threads costs no system call.
+from its neighbours': idle, work offered, asleep or running. An idle worker spins on its
+word (with the CPU's pause hint) for ``SPIN_ITERATIONS`` checks, then marks it asleep and
+waits in ``futex`` through ``syscall``; the caller offers a range by setting the word and
+wakes the worker only if it was asleep. A worker claims an offered range (offered ->
+running) before running it; after its own range the caller takes back and runs every
+range still unclaimed, so a worker the OS has not scheduled delays nothing. The caller
+waits for the count of pending ranges by spinning, then in ``futex``. So a fork-join
+between busy threads costs no system call.
 
 One fork-join at a time: concurrent callers are serialised by a futex mutex (not
 corrupted). ``fn`` must not call ``tegrad_parallel_for`` itself (it would wait on the
@@ -56,6 +59,8 @@ CALLER_SPIN_ITERATIONS = 1 << 16
 
 _FUTEX_WAIT_PRIVATE = 128
 _FUTEX_WAKE_PRIVATE = 129
+#: the states of a worker's word
+_IDLE, _WORK, _ASLEEP, _RUNNING = 0, 1, 2, 3
 #: i32 words per worker slot: 64 bytes, so two workers' words share no cache line
 _SLOT_WORDS = 16
 
@@ -225,38 +230,58 @@ class _Emitter:
         ctx = self.load(b, self.task_ctx, "monotonic")
         b.call(fn, [ctx, begin, end])
 
-    def emit_worker(self):
-        fn = ir.Function(self.module, ir.FunctionType(VOIDPTR, [VOIDPTR]), name="tegrad_pool_worker")
-        fn.linkage = "internal"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        worker = b.trunc(b.ptrtoint(fn.args[0], I64), I32)
-        word = self.slot(b, worker)
-        idle = fn.append_basic_block("idle")
-        b.branch(idle)
-        b.position_at_end(idle)
-        is_work = lambda bb, v: bb.icmp_unsigned("==", v, ir.Constant(I32, 1))
-        run, timeout = self.spin_until(b, fn, word, is_work, SPIN_ITERATIONS)
-        # Going to sleep: 0 -> 2, unless work arrived meanwhile.
-        b.position_at_end(timeout)
-        pair = b.cmpxchg(word, ir.Constant(I32, 0), ir.Constant(I32, 2), "seq_cst", "seq_cst")
-        sleep = fn.append_basic_block("sleep")
-        b.cbranch(b.extract_value(pair, 1), sleep, run)
-        b.position_at_end(sleep)
-        self.futex(b, word, _FUTEX_WAIT_PRIVATE, 2)
-        b.cbranch(is_work(b, self.load(b, word)), run, sleep)
-        # Run this worker's range, then report.
-        b.position_at_end(run)
-        self.run_range(b, b.zext(worker, I64))
-        self.store(b, ir.Constant(I32, 0), word)
+    def finish_range(self, b, fn):
+        """Report one range done: the last one wakes a sleeping caller."""
         pending = self.word(b, self.pending)
         old = b.atomic_rmw("sub", pending, ir.Constant(I32, 1), "seq_cst")
         last = b.icmp_unsigned("==", old, ir.Constant(I32, 1))
         asleep = b.icmp_unsigned("!=", self.load(b, self.word(b, self.caller_asleep), "seq_cst"),
                                  ir.Constant(I32, 0))
         wake = fn.append_basic_block("wake_caller")
-        b.cbranch(b.and_(last, asleep), wake, idle)
+        done = fn.append_basic_block("reported")
+        b.cbranch(b.and_(last, asleep), wake, done)
         b.position_at_end(wake)
         self.futex(b, pending, _FUTEX_WAKE_PRIVATE, 1)
+        b.branch(done)
+        b.position_at_end(done)
+
+    def emit_worker(self):
+        fn = ir.Function(self.module, ir.FunctionType(VOIDPTR, [VOIDPTR]), name="tegrad_pool_worker")
+        fn.linkage = "internal"
+        c32 = lambda v: ir.Constant(I32, v)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        worker = b.trunc(b.ptrtoint(fn.args[0], I64), I32)
+        word = self.slot(b, worker)
+        idle = fn.append_basic_block("idle")
+        b.branch(idle)
+        b.position_at_end(idle)
+        is_work = lambda bb, v: bb.icmp_unsigned("==", v, c32(_WORK))
+        offered, timeout = self.spin_until(b, fn, word, is_work, SPIN_ITERATIONS)
+        claim = fn.append_basic_block("claim")
+        b.position_at_end(offered)
+        b.branch(claim)
+        # Going to sleep: idle -> asleep, unless work arrived meanwhile.
+        b.position_at_end(timeout)
+        pair = b.cmpxchg(word, c32(_IDLE), c32(_ASLEEP), "seq_cst", "seq_cst")
+        sleep = fn.append_basic_block("sleep")
+        b.cbranch(b.extract_value(pair, 1), sleep, claim)
+        b.position_at_end(sleep)
+        self.futex(b, word, _FUTEX_WAIT_PRIVATE, _ASLEEP)
+        state = self.load(b, word)
+        still = fn.append_basic_block("sleep.check")
+        b.cbranch(is_work(b, state), claim, still)
+        b.position_at_end(still)
+        # Idle again: the caller offered this range and ran it itself.
+        b.cbranch(b.icmp_unsigned("==", state, c32(_IDLE)), idle, sleep)
+        # Claim the offered range (the caller may have taken it back: then idle).
+        b.position_at_end(claim)
+        pair = b.cmpxchg(word, c32(_WORK), c32(_RUNNING), "acq_rel", "acquire")
+        run = fn.append_basic_block("run")
+        b.cbranch(b.extract_value(pair, 1), run, idle)
+        b.position_at_end(run)
+        self.run_range(b, b.zext(worker, I64))
+        self.store(b, c32(_IDLE), word)
+        self.finish_range(b, fn)
         b.branch(idle)
         return fn
 
@@ -330,8 +355,8 @@ class _Emitter:
         w = b.phi(I32)
         w.add_incoming(c32(1), entry)
         word = self.slot(b, w)
-        old = b.atomic_rmw("xchg", word, c32(1), "seq_cst")
-        b.cbranch(b.icmp_unsigned("==", old, c32(2)), wake, next_)
+        old = b.atomic_rmw("xchg", word, c32(_WORK), "seq_cst")
+        b.cbranch(b.icmp_unsigned("==", old, c32(_ASLEEP)), wake, next_)
         b.position_at_end(wake)
         self.futex(b, word, _FUTEX_WAKE_PRIVATE, 1)
         b.branch(next_)
@@ -342,6 +367,27 @@ class _Emitter:
 
         b.position_at_end(own)
         b.call(task_fn, [ctx, c64(0), b.sdiv(n_tasks, t)])
+        # Run the ranges no worker has claimed yet (a descheduled worker delays nothing).
+        entry = b.block
+        steal = fn.append_basic_block("steal")
+        stolen = fn.append_basic_block("steal.run")
+        steal_next = fn.append_basic_block("steal.next")
+        wait_all = fn.append_basic_block("join")
+        b.branch(steal)
+        b.position_at_end(steal)
+        w = b.phi(I32)
+        w.add_incoming(c32(1), entry)
+        pair = b.cmpxchg(self.slot(b, w), c32(_WORK), c32(_IDLE), "acq_rel", "monotonic")
+        b.cbranch(b.extract_value(pair, 1), stolen, steal_next)
+        b.position_at_end(stolen)
+        self.run_range(b, b.sext(w, I64))
+        self.finish_range(b, fn)
+        b.branch(steal_next)
+        b.position_at_end(steal_next)
+        w_next = b.add(w, c32(1))
+        w.add_incoming(w_next, steal_next)
+        b.cbranch(b.icmp_signed("<", b.sext(w_next, I64), t), steal, wait_all)
+        b.position_at_end(wait_all)
         # Wait for the workers: spin, then sleep on the pending count.
         is_zero = lambda bb, v: bb.icmp_unsigned("==", v, c32(0))
         joined, timeout = self.spin_until(b, fn, pending, is_zero, CALLER_SPIN_ITERATIONS)
