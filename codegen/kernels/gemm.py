@@ -157,6 +157,8 @@ class _GemmEmitter:
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64])
         fn = ir.Function(self.module, fnty, name=f"{self.name}.micro{mr}")
         fn.linkage = "internal"
+        # One call per KC-long reduction costs nothing; inlined copies cost compile time.
+        fn.attributes.add("noinline")
         for arg in fn.args[:3]:
             arg.add_attribute("noalias")
         a, bp, c, kc, accumulate, n_valid = fn.args
@@ -249,6 +251,7 @@ class _GemmEmitter:
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64])
         fn = ir.Function(self.module, fnty, name=f"{self.name}.pack")
         fn.linkage = "internal"
+        fn.attributes.add("noinline")
         src, dst, kc, nc = fn.args
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
@@ -270,22 +273,14 @@ class _GemmEmitter:
                     row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
                     for jj in range(blk.nr):
                         target = b.gep(row_dst, [i64(jj)], inbounds=True)
-                        if not guarded:
-                            b.store(b.load(b.gep(row_src, [i64(jj * sbn)], inbounds=True),
-                                           align=self.esize), target)
-                            continue
-                        load = fn.append_basic_block("load")
-                        zero = fn.append_basic_block("zero")
-                        nxt = fn.append_basic_block("next")
-                        b.cbranch(b.icmp_signed("<", i64(jj), cols), load, zero)
-                        b.position_at_end(load)
-                        b.store(b.load(b.gep(row_src, [i64(jj * sbn)], inbounds=True),
-                                       align=self.esize), target)
-                        b.branch(nxt)
-                        b.position_at_end(zero)
-                        b.store(self.const(0.0), target)
-                        b.branch(nxt)
-                        b.position_at_end(nxt)
+                        # Past the last column: read the last one (in bounds), store 0.
+                        col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
+                        value = b.load(b.gep(row_src, [b.mul(col, i64(sbn))], inbounds=True),
+                                       align=self.esize)
+                        if guarded:
+                            value = b.select(b.icmp_signed("<", i64(jj), cols), value,
+                                             self.const(0.0))
+                        b.store(value, target)
                 b.branch(joined)
             b.position_at_end(joined)
         b.ret_void()

@@ -1,0 +1,122 @@
+"""The register-blocked gemm kernel against numpy: random shapes (edges that do not
+divide the blocks, K = 1, M or N = 1), both float dtypes, strided and broadcast
+operands, several thread counts, bit-identical results for every thread count."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tegrad.codegen.kernels import jit
+from tegrad.codegen.kernels.gemm import Blocking, GemmSpec, compile_gemm, default_blocking, emit_gemm
+from tegrad.ir.errors import ShapeError, TegradError
+
+EPS = {"float32": np.finfo(np.float32).eps, "float64": np.finfo(np.float64).eps}
+
+
+def check_close(c, a, b, k):
+    """``c`` equals ``a @ b`` up to the rounding a sum of ``k`` products may carry."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = np.matmul(a64, b64)
+    bound = 4 * (k + 2) * EPS[str(c.dtype)] * np.matmul(np.abs(a64), np.abs(b64)) + 1e-300
+    assert np.all(np.abs(c - ref) <= bound), np.max(np.abs(c - ref) / bound)
+
+
+def small_blocking(dtype):
+    """Tiny cache blocks, so small shapes cross many reduction and column blocks."""
+    host = default_blocking(dtype)
+    return Blocking(host.vl, host.mr, host.nr, kc=3, nc=2 * host.nr)
+
+
+SETTINGS = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(dtype=st.sampled_from(["float32", "float64"]),
+       m=st.integers(1, 40), n=st.integers(1, 70), k=st.integers(1, 300),
+       batch=st.integers(1, 3), small=st.booleans(), threads=st.sampled_from([1, 2, 3]),
+       seed=st.integers(0, 2**16))
+def test_random_shapes_match_numpy(dtype, m, n, k, batch, small, threads, seed):
+    spec = GemmSpec.dense(dtype, m, n, k, batch=batch)
+    f = compile_gemm(spec, small_blocking(dtype) if small else None)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((batch, m, k)).astype(dtype)
+    b = rng.standard_normal((batch, k, n)).astype(dtype)
+    c = np.full((batch, m, n), np.nan, dtype)
+    f.call_raw(a, b, c, threads)
+    check_close(c, a, b, k)
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (1, 37, 5), (29, 1, 4), (6, 16, 1),
+                                     (7, 17, 257), (12, 48, 256), (64, 64, 64)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_edge_shapes(dtype, m, n, k):
+    f = compile_gemm(GemmSpec.dense(dtype, m, n, k))
+    rng = np.random.default_rng(m * n * k)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    check_close(f(a, b), a, b, k)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_transposed_and_broadcast_operands(dtype):
+    # C[p, i, j] = sum_k A[k, i] * Bt[j, k]: A read k-major and shared by every batch.
+    batch, m, n, k = 3, 13, 21, 19
+    spec = GemmSpec(dtype, batch, m, n, k, a_strides=(0, 1, m), b_strides=(n * k, 1, k),
+                    c_strides=(m * n, n, 1))
+    f = compile_gemm(spec)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((k, m)).astype(dtype)
+    bt = rng.standard_normal((batch, n, k)).astype(dtype)
+    c = np.empty((batch, m, n), dtype)
+    f.call_raw(a, bt, c, threads=2)
+    check_close(c, np.broadcast_to(a.T, (batch, m, k)), bt.transpose(0, 2, 1), k)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_thread_counts_give_identical_bits(dtype):
+    m, n, k = 53, 45, 300
+    f = compile_gemm(GemmSpec.dense(dtype, m, n, k))
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    first = f(a, b, threads=1)
+    for threads in (1, 2, 3, 8):
+        assert np.array_equal(f(a, b, threads=threads), first)
+
+
+def test_nan_and_inf_propagate():
+    f = compile_gemm(GemmSpec.dense("float64", 5, 9, 4))
+    a = np.ones((5, 4))
+    b = np.ones((4, 9))
+    a[1, 2], b[3, 4] = np.nan, np.inf
+    c = f(a, b)
+    ref = a @ b
+    assert np.array_equal(np.isnan(c), np.isnan(ref)) and np.array_equal(c[~np.isnan(c)],
+                                                                         ref[~np.isnan(ref)])
+
+
+def test_arguments_are_checked():
+    f = compile_gemm(GemmSpec.dense("float32", 4, 5, 6))
+    a, b = np.ones((4, 6), np.float32), np.ones((6, 5), np.float32)
+    with pytest.raises(ShapeError, match="B must be"):
+        f.call_raw(a, b[:3], np.empty((4, 5), np.float32))
+    with pytest.raises(ShapeError, match="A must be"):
+        f.call_raw(a.astype(np.float64), b, np.empty((4, 5), np.float32))
+    with pytest.raises(ShapeError, match="stride 1"):
+        GemmSpec("float32", 1, 2, 2, 2, (4, 2, 1), (4, 2, 1), (4, 1, 2))
+    with pytest.raises(TegradError, match="float32 or float64"):
+        GemmSpec.dense("int32", 2, 2, 2)
+
+
+def test_blocking_follows_the_vector_width():
+    assert default_blocking("float32", vector_bits=512) == Blocking(16, 8, 32, 256, 256)
+    assert default_blocking("float64", vector_bits=512).vl == 8
+    assert default_blocking("float32", vector_bits=256).vl == 8
+    assert default_blocking("float64", vector_bits=256).nr == 8
+    import llvmlite.ir as ir
+    m = ir.Module()
+    emit_gemm(m, GemmSpec.dense("float32", 8, 32, 4), blocking=default_blocking(
+        "float32", vector_bits=512))
+    assert "llvm.fma.v16f32" in str(m)
+    assert jit.vector_bits() in (128, 256, 512)
