@@ -8,7 +8,7 @@ constants and intrinsic declarations.
 >>> with counted_loop(b, i64(0), f.args[0]) as i:
 ...     pass
 >>> _ = b.ret_void()
->>> "phi i64" in str(m)
+>>> "phi  i64" in str(m)
 True
 """
 from __future__ import annotations
