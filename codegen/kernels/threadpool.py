@@ -22,8 +22,9 @@ waits for the count of pending ranges by spinning, then in ``futex``. So a fork-
 between busy threads costs no system call.
 
 One fork-join at a time: concurrent callers are serialised by a futex mutex (not
-corrupted). ``fn`` must not call ``tegrad_parallel_for`` itself (it would wait on the
-mutex its own caller holds).
+corrupted). A call from inside a range (``fn`` calling ``tegrad_parallel_for``, on the
+caller's thread or a worker's) runs its tasks inline on that thread instead of waiting
+for the mutex its own fork-join holds.
 
 ``emit_thread_pool(module)`` defines the pool in any ``llvmlite.ir.Module`` (an exported
 library then contains it); ``declare_parallel_for(module)`` only declares it, and a module
@@ -129,6 +130,9 @@ class _Emitter:
         self.pending = g("tegrad_pool_pending", ir.ArrayType(I32, _SLOT_WORDS))
         self.caller_asleep = g("tegrad_pool_caller_asleep", ir.ArrayType(I32, _SLOT_WORDS))
         self.n_workers = g("tegrad_pool_n_workers", I32)
+        self.owner = g("tegrad_pool_owner", I64)
+        self.tids = g("tegrad_pool_worker_ids", ir.ArrayType(I64, MAX_THREADS))
+        self.pthread_self = _declare(module, "pthread_self", ir.FunctionType(I64, []))
         self.task_fn = g("tegrad_pool_fn", TASK_FN_TYPE.as_pointer())
         self.task_ctx = g("tegrad_pool_ctx", VOIDPTR)
         self.n_tasks = g("tegrad_pool_n_tasks", I64)
@@ -190,14 +194,35 @@ class _Emitter:
 
     # -- the mutex (three states: 0 free, 1 held, 2 held with waiters) ------------------
 
-    def emit_lock(self, b, fn):
+    def emit_lock(self, b, fn, me, nested):
+        """Take the mutex; branch to ``nested`` instead when the calling thread ``me`` is
+        inside a fork-join already (it holds the mutex, or it is a worker: a worker runs
+        code only inside a range), where waiting would never end."""
         word = self.word(b, self.mutex)
         pair = b.cmpxchg(word, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire", "monotonic")
         got = b.extract_value(pair, 1)
+        check = fn.append_basic_block("lock.check")
         contended = fn.append_basic_block("lock.contended")
         wait = fn.append_basic_block("lock.wait")
         done = fn.append_basic_block("lock.done")
-        b.cbranch(got, done, contended)
+        b.cbranch(got, done, check)
+        b.position_at_end(check)
+        owner = self.load(b, self.owner, "monotonic")
+        scan_entry = b.block
+        scan = fn.append_basic_block("lock.scan")
+        scan_next = fn.append_basic_block("lock.scan.next")
+        b.cbranch(b.icmp_unsigned("==", owner, me), nested, scan)
+        b.position_at_end(scan)
+        w = b.phi(I32)
+        w.add_incoming(ir.Constant(I32, 1), scan_entry)
+        n_workers = self.load(b, self.n_workers, "monotonic")
+        in_range = b.icmp_signed("<=", w, n_workers)
+        tid = self.load(b, self.word(b, self.tids, w), "monotonic")
+        b.cbranch(b.and_(in_range, b.icmp_unsigned("==", tid, me)), nested, scan_next)
+        b.position_at_end(scan_next)
+        w_next = b.add(w, ir.Constant(I32, 1))
+        w.add_incoming(w_next, scan_next)
+        b.cbranch(b.icmp_signed("<", w, n_workers), scan, contended)
         b.position_at_end(contended)
         old = b.atomic_rmw("xchg", word, ir.Constant(I32, 2), "acquire")
         b.cbranch(b.icmp_unsigned("==", old, ir.Constant(I32, 0)), done, wait)
@@ -206,9 +231,11 @@ class _Emitter:
         old = b.atomic_rmw("xchg", word, ir.Constant(I32, 2), "acquire")
         b.cbranch(b.icmp_unsigned("==", old, ir.Constant(I32, 0)), done, wait)
         b.position_at_end(done)
+        self.store(b, me, self.owner, "monotonic")
 
     def emit_unlock(self, b, fn):
         word = self.word(b, self.mutex)
+        self.store(b, ir.Constant(I64, 0), self.owner, "monotonic")
         old = b.atomic_rmw("xchg", word, ir.Constant(I32, 0), "release")
         wake = fn.append_basic_block("unlock.wake")
         done = fn.append_basic_block("unlock.done")
@@ -291,6 +318,7 @@ class _Emitter:
         fn = declare_parallel_for(self.module)
         task_fn, ctx, n_tasks, n_threads = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        tid = b.alloca(I64)
         c32 = lambda v: ir.Constant(I32, v)
         c64 = lambda v: ir.Constant(I64, v)
         smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
@@ -304,7 +332,7 @@ class _Emitter:
         b.ret_void()
 
         b.position_at_end(pooled)
-        self.emit_lock(b, fn)
+        self.emit_lock(b, fn, b.call(self.pthread_self, []), inline)
         # Create the missing workers (a failed pthread_create leaves fewer threads).
         wanted = b.trunc(b.sub(t, c64(1)), I32)
         create_check = fn.append_basic_block("create.check")
@@ -312,10 +340,9 @@ class _Emitter:
         created = fn.append_basic_block("created")
         b.branch(create_check)
         b.position_at_end(create_check)
-        have = b.load(self.n_workers)
+        have = self.load(b, self.n_workers, "monotonic")
         b.cbranch(b.icmp_signed("<", have, wanted), create, created)
         b.position_at_end(create)
-        tid = b.alloca(I64)
         index = b.add(have, c32(1))
         arg = b.inttoptr(b.zext(index, I64), VOIDPTR)
         rc = b.call(self.pthread_create, [tid, ir.Constant(VOIDPTR, None), worker_fn, arg])
@@ -323,11 +350,12 @@ class _Emitter:
         b.cbranch(b.icmp_signed("==", rc, c32(0)), ok, created)
         b.position_at_end(ok)
         b.call(self.pthread_detach, [b.load(tid)])
-        b.store(index, self.n_workers)
+        self.store(b, b.load(tid), self.word(b, self.tids, index), "monotonic")
+        self.store(b, index, self.n_workers, "monotonic")
         b.branch(create_check)
 
         b.position_at_end(created)
-        workers = b.sext(b.load(self.n_workers), I64)
+        workers = b.sext(self.load(b, self.n_workers, "monotonic"), I64)
         t = smin(t, b.add(workers, c64(1)))
         alone = fn.append_basic_block("alone")
         fork = fn.append_basic_block("fork")

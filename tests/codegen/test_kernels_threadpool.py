@@ -55,7 +55,20 @@ def _task_module():
         b.store(b.load(acc), b.gep(dst, [t]))
     b.ret_void()
 
-    for name, task in (("run_scale", scale), ("run_sum", chunk_sum)):
+    # nested: each outer task runs a fork-join of ``count`` over 100 elements
+    count = ir.Function(m, threadpool.TASK_FN_TYPE, name="count")
+    b = ir.IRBuilder(count.append_basic_block())
+    _, _, visits, _ = fields(b, count.args[0])
+    with counted_loop(b, count.args[1], count.args[2]) as i:
+        b.atomic_rmw("add", b.gep(visits, [i]), i64(1), "monotonic")
+    b.ret_void()
+    nested = ir.Function(m, threadpool.TASK_FN_TYPE, name="nested")
+    b = ir.IRBuilder(nested.append_basic_block())
+    with counted_loop(b, nested.args[1], nested.args[2], name="t"):
+        b.call(pf, [count, nested.args[0], i64(100), ir.Constant(threadpool.I32, 2)])
+    b.ret_void()
+
+    for name, task in (("run_scale", scale), ("run_sum", chunk_sum), ("run_nested", nested)):
         fn = ir.Function(m, ir.FunctionType(ir.VoidType(), [threadpool.VOIDPTR, I64,
                                                            threadpool.I32]), name=name)
         b = ir.IRBuilder(fn.append_basic_block())
@@ -75,7 +88,8 @@ def tasks():
     threadpool.parallel_for_address()
     engine = jit.compile_module(_task_module())
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32)
-    out = {name: run(engine.get_function_address(name)) for name in ("run_scale", "run_sum")}
+    out = {name: run(engine.get_function_address(name))
+           for name in ("run_scale", "run_sum", "run_nested")}
     out["repeat"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32,
                                      ctypes.c_int64)(engine.get_function_address("repeat"))
     out["scale_address"] = engine.get_function_address("scale")
@@ -139,6 +153,19 @@ def test_many_fork_joins_in_a_row(tasks):
     np.testing.assert_array_equal(buf.visits, 20000)
     tasks["repeat"](buf.ctx, 37, 3, 2000)
     np.testing.assert_array_equal(buf.visits, 22000)
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_nested_fork_joins_run_inline(tasks, n_threads):
+    # A range that forks again (on the caller's thread or a worker's) must not wait for
+    # the mutex its own fork-join holds.
+    buf = Buffers(100)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (tasks["run_nested"](buf.ctx, 6, n_threads),
+                                              done.set()), daemon=True)
+    worker.start()
+    assert done.wait(timeout=60), "a nested fork-join hung"
+    np.testing.assert_array_equal(buf.visits, 6)
 
 
 def test_python_entry_point(tasks):
