@@ -580,6 +580,60 @@ def gemm_rows(repeats, threads):
     return rows, compile_s
 
 
+def fork_join_rows(reps=2000, runs=40):
+    """Per fork-join time of the native pool from JIT code (the best of ``runs`` runs of
+    ``reps`` fork-joins in a row): fork-joins of two
+    tasks, each ``work`` dependent floating-point steps (so a worker's share takes
+    measurable time), 1 thread against 2. The overhead of a fork-join is the 2-thread
+    time minus half the 1-thread time."""
+    import ctypes
+    import llvmlite.ir as ir
+    from tegrad.codegen.kernels import jit, threadpool
+    from tegrad.codegen.kernels.irutil import I32, I64, counted_loop, i64
+    threadpool.parallel_for_address()
+    m = ir.Module(name="fork_join_bench")
+    f64 = ir.DoubleType()
+    task = ir.Function(m, threadpool.TASK_FN_TYPE, name="busy")
+    b = ir.IRBuilder(task.append_basic_block())
+    ctx = b.bitcast(task.args[0], I64.as_pointer())
+    work = b.load(ctx)
+    out = b.bitcast(b.gep(ctx, [i64(1)]), f64.as_pointer())
+    with counted_loop(b, task.args[1], task.args[2], name="t") as t:
+        acc = b.alloca(f64)
+        # the start value comes from memory, so the chain cannot be folded
+        b.store(b.load(b.gep(out, [t])), acc)
+        with counted_loop(b, i64(0), work):
+            b.store(b.fadd(b.fmul(b.load(acc), ir.Constant(f64, 0.999999)),
+                           ir.Constant(f64, 1e-6)), acc)
+        b.store(b.load(acc), b.gep(out, [t]))
+    b.ret_void()
+    run = ir.Function(m, ir.FunctionType(ir.VoidType(), [threadpool.VOIDPTR, I32, I64]),
+                      name="repeat")
+    b = ir.IRBuilder(run.append_basic_block())
+    with counted_loop(b, i64(0), run.args[2]):
+        b.call(threadpool.declare_parallel_for(m), [task, run.args[0], i64(2), run.args[1]])
+    b.ret_void()
+    engine = jit.compile_module(m)
+    repeat = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64)(
+        engine.get_function_address("repeat"))
+    rows = []
+    for work in (0, 500, 2000):
+        buf = np.full(3, 0.5)
+        buf.view(np.int64)[0] = work
+        per = {}
+        for threads in (1, 2):
+            best = None
+            for _ in range(runs):
+                start = time.perf_counter()
+                repeat(buf.ctypes.data, threads, reps)
+                elapsed = (time.perf_counter() - start) / reps
+                best = elapsed if best is None else min(best, elapsed)
+            per[threads] = best
+        rows.append((work, f"{per[1] * 1e6:.3f}", f"{per[2] * 1e6:.3f}",
+                     f"{(per[2] - per[1] / 2) * 1e6:.3f}"))
+    return rows
+
+
 def _table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -593,6 +647,11 @@ def main(args):
     rows, compile_s = gemm_rows(args.repeats, args.threads)
     print(f"## gemm kernel, dense 512^3 float32 forward (compile {compile_s:.2f} s)\n")
     print(_table(["", "ms (median / min)", "GFLOP/s (median)", "time / PyTorch"], rows))
+    print("\n## native thread pool: one fork-join of two tasks from JIT code (best of 40 "
+          "runs of 2000)\n")
+    print(_table(["steps per task", "1 thread us", "2 threads us",
+                  "fork-join overhead us (2-thread time - half the 1-thread time)"],
+                 fork_join_rows()))
     cases = all_cases()
     if args.cases:
         wanted = [s.strip() for s in args.cases.split(",") if s.strip()]
