@@ -120,3 +120,28 @@ def test_blocking_follows_the_vector_width():
         "float32", vector_bits=512))
     assert "llvm.fma.v16f32" in str(m)
     assert jit.vector_bits() in (128, 256, 512)
+
+
+def test_a_module_with_its_own_pool_runs_and_exports():
+    # What an exported library holds: the kernel and a pool of its own, no Python.
+    import ctypes
+
+    import llvmlite.binding as llvm
+    import llvmlite.ir as ir
+
+    from tegrad.codegen.kernels import threadpool
+    m = ir.Module(name="exported")
+    spec = GemmSpec.dense("float64", 37, 29, 41)
+    emit_gemm(m, spec, name="mm")
+    threadpool.emit_thread_pool(m)
+    engine = jit.compile_module(m)
+    f = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_int32)(engine.get_function_address("mm"))
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((37, 41)), rng.standard_normal((41, 29))
+    c = np.empty((37, 29))
+    for threads in (1, 2, 3):
+        assert f(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads) == 0
+        check_close(c, a, b, 41)
+    obj = jit.host_target_machine().emit_object(llvm.parse_assembly(str(m)))
+    assert b"tegrad_parallel_for" in obj and b"pthread_create" in obj
