@@ -93,9 +93,22 @@ class GemmSpec:
     def flops(self):
         return 2 * self.batch * self.m * self.n * self.k
 
-    def extent(self, strides, axes):
-        """Elements spanned by an operand (the buffer size it needs)."""
-        return 1 + sum((d - 1) * s for d, s in zip(axes, strides))
+    @staticmethod
+    def span(strides, extents):
+        """``(lowest, highest)`` element offsets an operand with these strides reaches.
+
+        >>> GemmSpec.span((0, -3, 1), (1, 4, 3))
+        (-9, 2)
+        """
+        lo = sum(min(0, (d - 1) * s) for d, s in zip(extents, strides))
+        hi = sum(max(0, (d - 1) * s) for d, s in zip(extents, strides))
+        return lo, hi
+
+    def spans(self):
+        """The :meth:`span` of A, B and C."""
+        return (self.span(self.a_strides, (self.batch, self.m, self.k)),
+                self.span(self.b_strides, (self.batch, self.k, self.n)),
+                self.span(self.c_strides, (self.batch, self.m, self.n)))
 
 
 @dataclass(frozen=True)
@@ -407,19 +420,18 @@ class CompiledGemm:
         self.address = self.engine.get_function_address("tegrad_gemm")
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_int32)(self.address)
-        dtype = np.dtype(spec.dtype)
-        self._sizes = tuple(spec.extent(s, d) * dtype.itemsize for s, d in (
-            (spec.a_strides, (spec.batch, spec.m, spec.k)),
-            (spec.b_strides, (spec.batch, spec.k, spec.n)),
-            (spec.c_strides, (spec.batch, spec.m, spec.n))))
+        self._spans = spec.spans()
 
     def call_raw(self, a, b, c, threads=1):
         """Run on arrays laid out with the spec's strides from their first element."""
         dtype = np.dtype(self.spec.dtype)
-        for what, arr, size in zip("ABC", (a, b, c), self._sizes):
-            if arr.dtype != dtype or not arr.flags.c_contiguous or arr.nbytes < size:
+        for what, arr, (lo, hi) in zip("ABC", (a, b, c), self._spans):
+            if lo < 0:
+                raise ShapeError(f"gemm: {what} has negative strides; call the kernel at "
+                                 f":attr:`address` with a base pointer inside the array")
+            if arr.dtype != dtype or not arr.flags.c_contiguous or arr.size <= hi:
                 raise ShapeError(f"gemm: {what} must be a C-contiguous {dtype} array of at "
-                                 f"least {size} bytes")
+                                 f"least {hi + 1} elements")
         if not c.flags.writeable:
             raise ShapeError("gemm: C is not writeable")
         status = self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, int(threads))

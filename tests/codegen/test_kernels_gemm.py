@@ -145,3 +145,19 @@ def test_a_module_with_its_own_pool_runs_and_exports():
         check_close(c, a, b, 41)
     obj = jit.host_target_machine().emit_object(llvm.parse_assembly(str(m)))
     assert b"tegrad_parallel_for" in obj and b"pthread_create" in obj
+
+
+def test_negative_strides_need_a_base_pointer():
+    # C[i, j] = sum_k A[m-1-i, k] B[k, j]: fine through the address with a base pointer,
+    # refused by call_raw (which passes each array's first element)
+    import ctypes
+    m, n, k = 5, 9, 3
+    spec = GemmSpec("float32", 1, m, n, k, (0, -k, 1), (0, n, 1), (0, n, 1))
+    f = compile_gemm(spec)
+    a = np.arange(m * k, dtype=np.float32).reshape(m, k)
+    b = np.ones((k, n), np.float32)
+    with pytest.raises(ShapeError, match="negative strides"):
+        f.call_raw(a, b, np.empty((m, n), np.float32))
+    c = np.empty((m, n), np.float32)
+    assert f._fn(a.ctypes.data + (m - 1) * k * 4, b.ctypes.data, c.ctypes.data, 2) == 0
+    check_close(c, a[::-1], b, k)
