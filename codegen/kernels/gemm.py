@@ -422,6 +422,12 @@ class CompiledGemm:
                                     ctypes.c_void_p, ctypes.c_int32)(self.address)
         self._spans = spec.spans()
 
+    def call_pointers(self, a, b, c, threads=1):
+        """Run on raw addresses (ints), unchecked: each must be the element the spec's
+        strides start from, with every element they reach inside its buffer. Returns
+        the kernel's status (0, or 1 when its packing buffer could not be allocated)."""
+        return self._fn(a, b, c, int(threads))
+
     def call_raw(self, a, b, c, threads=1):
         """Run on arrays laid out with the spec's strides from their first element."""
         dtype = np.dtype(self.spec.dtype)
@@ -434,7 +440,7 @@ class CompiledGemm:
                                  f"least {hi + 1} elements")
         if not c.flags.writeable:
             raise ShapeError("gemm: C is not writeable")
-        status = self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, int(threads))
+        status = self.call_pointers(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads)
         if status:
             raise MemoryError("gemm: the packing buffer could not be allocated")
         return c

@@ -20,7 +20,7 @@ def run_plan(plan, feed, threads=1):
     rhs = np.ascontiguousarray(feed[plan.rhs], spec.dtype)
     out = np.full(spec.batch * spec.m * spec.n, np.nan, spec.dtype)
     size = lhs.itemsize
-    status = f._fn(lhs.ctypes.data + plan.lhs_offset * size,
+    status = f.call_pointers(lhs.ctypes.data + plan.lhs_offset * size,
                    rhs.ctypes.data + plan.rhs_offset * size, out.ctypes.data, threads)
     assert status == 0
     return out

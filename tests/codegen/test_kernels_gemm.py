@@ -159,5 +159,5 @@ def test_negative_strides_need_a_base_pointer():
     with pytest.raises(ShapeError, match="negative strides"):
         f.call_raw(a, b, np.empty((m, n), np.float32))
     c = np.empty((m, n), np.float32)
-    assert f._fn(a.ctypes.data + (m - 1) * k * 4, b.ctypes.data, c.ctypes.data, 2) == 0
+    assert f.call_pointers(a.ctypes.data + (m - 1) * k * 4, b.ctypes.data, c.ctypes.data, 2) == 0
     check_close(c, a[::-1], b, k)
