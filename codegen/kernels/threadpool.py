@@ -19,7 +19,8 @@ wakes the worker only if it was asleep. A worker claims an offered range (offere
 running) before running it; after its own range the caller takes back and runs every
 range still unclaimed, so a worker the OS has not scheduled delays nothing. The caller
 waits for the count of pending ranges by spinning, then in ``futex``. So a fork-join
-between busy threads costs no system call.
+between busy threads costs no system call, and the child of a ``fork()``, which has the
+pool's state but not its threads, still completes its fork-joins.
 
 One fork-join at a time: concurrent callers are serialised by a futex mutex (not
 corrupted). A call from inside a range (``fn`` calling ``tegrad_parallel_for``, on the

@@ -236,6 +236,31 @@ def test_no_deadlock_with_sleeping_workers_in_a_fresh_process():
     assert out.stdout.strip() == "done"
 
 
+def test_a_forked_child_completes_fork_joins_without_workers():
+    # The child of fork() has the pool's state but none of its threads: the caller runs
+    # every range no worker claims, so its fork-joins still complete.
+    code = textwrap.dedent("""
+        import ctypes, os, warnings
+        import numpy as np
+        import llvmlite.ir as ir
+        from tegrad.codegen.kernels.gemm import GemmSpec, compile_gemm
+        f = compile_gemm(GemmSpec.dense("float64", 40, 30, 20))
+        a, b = np.random.rand(40, 20), np.random.rand(20, 30)
+        assert np.allclose(f(a, b, threads=2), a @ b)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+        if pid == 0:
+            ok = all(np.allclose(f(a, b, threads=t), a @ b) for t in (2, 3, 2))
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "child 0"
+
+
 def test_futex_numbers_follow_the_target():
     assert threadpool.futex_syscall_number("x86_64-unknown-linux-gnu") == 202
     assert threadpool.futex_syscall_number("aarch64-unknown-linux-gnu") == 98
