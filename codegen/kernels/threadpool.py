@@ -49,6 +49,7 @@ import llvmlite.ir as ir
 from tegrad.ir.errors import TegradError
 
 from tegrad.codegen.kernels import jit
+from tegrad.codegen.kernels.irutil import I32, I64, VOIDPTR, declare as _declare
 
 #: the name of the pool's entry point in every module
 PARALLEL_FOR = "tegrad_parallel_for"
@@ -69,8 +70,6 @@ _SLOT_WORDS = 16
 #: Linux ``SYS_futex`` by target architecture (the first component of the triple)
 FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98}
 
-I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-VOIDPTR = I8.as_pointer()
 TASK_FN_TYPE = ir.FunctionType(ir.VoidType(), [VOIDPTR, I64, I64])
 PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [TASK_FN_TYPE.as_pointer(), VOIDPTR, I64, I32])
 
@@ -94,15 +93,7 @@ def futex_syscall_number(triple):
 
 def declare_parallel_for(module):
     """The pool's entry point in ``module``: its definition or a declaration of it."""
-    existing = module.globals.get(PARALLEL_FOR)
-    if existing is not None:
-        return existing
-    return ir.Function(module, PARALLEL_FOR_TYPE, name=PARALLEL_FOR)
-
-
-def _declare(module, name, fnty):
-    existing = module.globals.get(name)
-    return existing if existing is not None else ir.Function(module, fnty, name=name)
+    return _declare(module, PARALLEL_FOR, PARALLEL_FOR_TYPE)
 
 
 def _global(module, name, typ):

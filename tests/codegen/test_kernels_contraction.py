@@ -1,5 +1,4 @@
 """Contraction detection from access patterns, and its gemm plan run against tg.evaluate."""
-import ctypes
 
 import numpy as np
 import pytest
