@@ -399,8 +399,13 @@ def take_case(forward_only):
         out = x[idx]
         if not grad:
             return [out]
+        g = np.ones_like(out)
+        # sum the gradient rows of equal indices: sort, then reduce each run
+        order = np.argsort(idx, kind="stable")
+        sorted_idx = idx[order]
+        starts = np.flatnonzero(np.r_[True, sorted_idx[1:] != sorted_idx[:-1]])
         dx = np.zeros_like(x)
-        np.add.at(dx, idx, np.ones_like(out))
+        dx[sorted_idx[starts]] = np.add.reduceat(g[order], starts, axis=0)
         return [out, dx]
 
     suffix = "forward" if forward_only else "forward+gradient"
@@ -476,17 +481,20 @@ def check_agree(name, reference, results, tolerance, what):
                                  f"{err:.3g} (scale {scale:.3g})")
 
 
-def alternate(contenders, repeats):
+def alternate(contenders, repeats, cpu_times=None):
     """``{name: [seconds, ...]}``: one call of each contender per round, ``repeats`` rounds
-    (after one warm-up round)."""
+    (after one warm-up round). ``cpu_times``, a dict, receives the calling thread's CPU
+    seconds per call (what a single-threaded call costs however busy the machine is)."""
     times = {name: [] for name in contenders}
     for round_ in range(repeats + 1):
         for name, fn in contenders.items():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             fn()
-            elapsed = time.perf_counter() - start
+            elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
             if round_:
                 times[name].append(elapsed)
+                if cpu_times is not None:
+                    cpu_times.setdefault(name, []).append(cpu)
     return times
 
 
@@ -566,16 +574,27 @@ def gemm_rows(repeats, threads):
     kernel.call_raw(x, w, out, 1)
     check_agree("gemm kernel", [x @ w.T], [out], 1e-4, "the gemm kernel")
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
-    torch.set_num_threads(threads)
+
+    def torch_linear(n_threads):
+        def run():
+            torch.set_num_threads(n_threads)
+            return torch.nn.functional.linear(xt, wt)
+        return run
+
+    torch_name = f"PyTorch linear ({threads} threads)"
     contenders = {"kernel, 1 thread": lambda: kernel.call_raw(x, w, out, 1),
                   "kernel, 2 threads": lambda: kernel.call_raw(x, w, out, 2),
                   f"numpy x @ w.T ({threads} BLAS threads)": lambda: x @ w.T,
-                  f"PyTorch linear ({threads} threads)":
-                      lambda: torch.nn.functional.linear(xt, wt)}
-    times = alternate(contenders, repeats)
-    torch_med = np.median(times[f"PyTorch linear ({threads} threads)"])
+                  "PyTorch linear (1 thread)": torch_linear(1),
+                  torch_name: torch_linear(threads)}
+    cpu = {}
+    times = alternate(contenders, repeats, cpu)
+    torch.set_num_threads(threads)
+    torch_med = np.median(times[torch_name])
     flops = 2 * m * n * k
-    rows = [(name, _ms(ts), _gflops(flops, ts), f"{np.median(ts) / torch_med:.2f}")
+    single = ("kernel, 1 thread", "PyTorch linear (1 thread)")
+    rows = [(name, _ms(ts), _gflops(flops, ts), f"{np.median(ts) / torch_med:.2f}",
+             f"{flops / min(cpu[name]) / 1e9:.1f}" if name in single else "")
             for name, ts in times.items()]
     return rows, compile_s
 
@@ -646,7 +665,9 @@ def main(args):
           f"median / min ms over {args.repeats} alternated calls\n")
     rows, compile_s = gemm_rows(args.repeats, args.threads)
     print(f"## gemm kernel, dense 512^3 float32 forward (compile {compile_s:.2f} s)\n")
-    print(_table(["", "ms (median / min)", "GFLOP/s (median)", "time / PyTorch"], rows))
+    print(_table(["", "ms (median / min)", "GFLOP/s (median)",
+                  f"time / PyTorch ({args.threads} threads)",
+                  "GFLOP/s per CPU second (best; single-threaded rows)"], rows))
     print("\n## native thread pool: one fork-join of two tasks from JIT code (best of 40 "
           "runs of 2000)\n")
     print(_table(["steps per task", "1 thread us", "2 threads us",

@@ -448,23 +448,23 @@ def emit_thread_pool(module, *, triple=None):
 
 
 _pool_lock = threading.Lock()
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled_pool():
-    with _pool_lock:
-        module = ir.Module(name="tegrad_thread_pool")
-        emit_thread_pool(module)
-        engine = jit.compile_module(module)
-        address = engine.get_function_address(PARALLEL_FOR)
-        llvm.add_symbol(PARALLEL_FOR, address)
-        return address
+_pool_address = []
 
 
 def parallel_for_address():
-    """The address of the process's one pool, compiled on first use and registered so
-    that JIT modules which :func:`declare_parallel_for` call it."""
-    return _compiled_pool()
+    """The address of the process's one pool, compiled on first use (once, whichever
+    threads ask) and registered so that JIT modules which :func:`declare_parallel_for`
+    call it."""
+    if not _pool_address:
+        with _pool_lock:
+            if not _pool_address:
+                module = ir.Module(name="tegrad_thread_pool")
+                emit_thread_pool(module)
+                engine = jit.compile_module(module)
+                address = engine.get_function_address(PARALLEL_FOR)
+                llvm.add_symbol(PARALLEL_FOR, address)
+                _pool_address.append(address)
+    return _pool_address[0]
 
 
 PARALLEL_FOR_CTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,

@@ -266,6 +266,25 @@ def test_a_forked_child_completes_fork_joins_without_workers():
     assert out.stdout.strip() == "child 0"
 
 
+def test_the_pool_is_compiled_once_whichever_threads_ask_first():
+    code = textwrap.dedent("""
+        import threading
+        from tegrad.codegen.kernels import threadpool
+        out = []
+        threads = [threading.Thread(target=lambda: out.append(threadpool.parallel_for_address()))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(len(set(out)), len(out))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "4"]
+
+
 def test_futex_numbers_follow_the_target():
     assert threadpool.futex_syscall_number("x86_64-unknown-linux-gnu") == 202
     assert threadpool.futex_syscall_number("aarch64-unknown-linux-gnu") == 98
