@@ -317,7 +317,9 @@ class _GemmEmitter:
         field = lambda i: b.gep(ctx, [i32(0), i32(i)], inbounds=True)
         a_base, b_base, c_base = (b.load(field(i)) for i in range(3))
         # An aligned packing buffer of this thread's own.
-        panel = blk.kc * blk.nc * self.esize
+        # Sized to the problem: a small product's buffer comes from the heap, not mmap.
+        strips = -(-min(blk.nc, spec.n) // blk.nr)
+        panel = min(blk.kc, spec.k) * strips * blk.nr * self.esize
         raw = b.call(self.malloc, [i64(panel + 64)])
         failed = fn.append_basic_block("alloc.failed")
         ok = fn.append_basic_block("alloc.ok")
