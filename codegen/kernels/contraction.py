@@ -22,8 +22,9 @@ of two reads.
 The reduction's ``where`` condition (conv2d's padding) is kept as :attr:`Contraction.guard`;
 an expression around the reduction that uses only the output's axes (``dense``'s bias)
 is kept as :attr:`Contraction.epilogue`, with the reduced value as the variable
-:data:`ACC`. :func:`gemm_plan` maps a guard-free contraction with mergeable axes onto one
-:class:`gemm.GemmSpec`.
+:data:`ACC`. :func:`gemm_plan` maps a guard-free contraction onto one
+:class:`gemm.GemmSpec` (axes that do not merge into one strided axis become offset
+tables).
 
 >>> import tegrad as tg
 >>> a = tg.placeholder((8, 3), name="a"); b = tg.placeholder((3, 5), name="b")
@@ -263,31 +264,74 @@ def _merge(axes, extents, stride_maps, order_by):
     return extent, [strides.get(axes[-1], 0) for strides in stride_maps]
 
 
+#: the most rows an offset table of a plan may have
+MAX_TABLE_ROWS = 1 << 16
+
+
+def _table(axes, extents, stride_maps, order_by):
+    """Offset rows ``(sum(i_v * s[v]) for s in stride_maps)`` for every index of ``axes``
+    (row-major, axes ordered by ``order_by``'s strides, descending), or None if too many."""
+    axes = sorted(axes, key=lambda v: -abs(order_by.get(v, 0)))
+    rows = [tuple(0 for _ in stride_maps)]
+    for v in axes:
+        if len(rows) * extents[v] > MAX_TABLE_ROWS:
+            return None
+        rows = [tuple(r + i * s.get(v, 0) for r, s in zip(row, stride_maps))
+                for row in rows for i in range(extents[v])]
+    return tuple(rows)
+
+
 def gemm_plan(c):
     """The :class:`GemmPlan` of contraction ``c``, or None when it has a guard, casts, a
-    dtype the micro-kernel lacks, a batch axis as the output's stride-1 axis, or axes of
-    one role that do not merge into one strided axis."""
+    dtype the micro-kernel lacks, or a batch axis as the output's stride-1 axis.
+
+    The output's stride-1 axis is the kernel's column axis ``n`` (the other ``n`` axes
+    join it when their strides merge into one, else they become batch axes); the ``m``
+    axes merge likewise, or the longest is ``m`` and the others are batch axes. Batch
+    and reduction axes that do not merge are given by offset tables.
+    """
     if c.guard is not None or c.a.has_cast or c.b.has_cast:
         return None
     if c.dtype not in ("float32", "float64") or c.a.tensor.dtype != c.dtype \
             or c.b.tensor.dtype != c.dtype:
         return None
     a, b, m_axes, n_axes = c.a, c.b, c.m_axes, c.n_axes
-    innermost = min(c.out_strides, key=c.out_strides.get) if c.out_strides else None
+    out, ext = c.out_strides, c.extents
+    innermost = list(out)[-1] if out else None  # the last axis: stride 1, row-major
     swapped = innermost in m_axes
     if swapped:
         a, b, m_axes, n_axes = b, a, n_axes, m_axes
     elif innermost is not None and innermost not in n_axes:
         return None
-    out = c.out_strides
-    merged = [_merge(c.batch_axes, c.extents, [a.strides, b.strides, out], out),
-              _merge(m_axes, c.extents, [a.strides, out], out),
-              _merge(n_axes, c.extents, [b.strides, out], out),
-              _merge(c.k_axes, c.extents, [a.strides, b.strides], a.strides)]
-    if None in merged:
-        return None
-    (batch, (ap, bp, cp)), (m, (am, cm)), (n, (bn, cn)), (k, (ak, bk)) = merged
+    batch_axes = list(c.batch_axes)
+    n_merged = _merge(n_axes, ext, [b.strides, out], out)
+    if n_merged is None:
+        batch_axes += [v for v in n_axes if v != innermost]
+        n_merged = _merge((innermost,), ext, [b.strides, out], out)
+    m_merged = _merge(m_axes, ext, [a.strides, out], out)
+    if m_merged is None:
+        longest = max(m_axes, key=lambda v: ext[v])
+        batch_axes += [v for v in m_axes if v != longest]
+        m_merged = _merge((longest,), ext, [a.strides, out], out)
+    (n, (bn, cn)), (m, (am, cm)) = n_merged, m_merged
     if n > 1 and cn != 1:
         return None
-    spec = GemmSpec(c.dtype, batch, m, n, k, (ap, am, ak), (bp, bk, bn), (cp, cm, 1))
+    maps = [a.strides, b.strides, out]
+    batch_merged = _merge(batch_axes, ext, maps, out)
+    batch_offsets = None
+    if batch_merged is None:
+        batch_offsets = _table(batch_axes, ext, maps, out)
+        if batch_offsets is None:
+            return None
+        batch_merged = (len(batch_offsets), [0, 0, 0])
+    k_merged = _merge(c.k_axes, ext, [a.strides, b.strides], a.strides)
+    k_offsets = None
+    if k_merged is None:
+        k_offsets = _table(c.k_axes, ext, [a.strides, b.strides], a.strides)
+        if k_offsets is None:
+            return None
+        k_merged = (len(k_offsets), [0, 0])
+    (batch, (ap, bp, cp)), (k, (ak, bk)) = batch_merged, k_merged
+    spec = GemmSpec(c.dtype, batch, m, n, k, (ap, am, ak), (bp, bk, bn), (cp, cm, 1),
+                    k_offsets=k_offsets, batch_offsets=batch_offsets)
     return GemmPlan(spec, a.tensor, b.tensor, a.offset, b.offset, swapped)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from dataclasses import dataclass
+from typing import Optional
 
 import llvmlite.ir as ir
 import numpy as np
@@ -60,6 +61,12 @@ class GemmSpec:
 
     Extents ``batch, m, n, k``; element strides ``a_strides = (p, i, k)``,
     ``b_strides = (p, k, j)``, ``c_strides = (p, i, j)`` with ``c_strides[2] == 1``.
+
+    Axes that are not one strided axis (a reduction over several axes whose strides do
+    not merge, such as a convolution's channels and taps; several batch axes) are given
+    by offset tables instead: ``k_offsets[k] = (a, b)``, the element offsets of reduction
+    index ``k`` in A and B (replacing ``k * a_strides[2]`` and ``k * b_strides[1]``), and
+    ``batch_offsets[p] = (a, b, c)`` (replacing ``p * strides[0]``).
     """
 
     dtype: str
@@ -70,6 +77,8 @@ class GemmSpec:
     a_strides: tuple
     b_strides: tuple
     c_strides: tuple
+    k_offsets: Optional[tuple] = None
+    batch_offsets: Optional[tuple] = None
 
     def __post_init__(self):
         if self.dtype not in _ELEMENT:
@@ -79,6 +88,11 @@ class GemmSpec:
                              f"m={self.m} n={self.n} k={self.k}")
         if self.c_strides[2] != 1:
             raise ShapeError("gemm: the output's column axis must have stride 1")
+        if self.k_offsets is not None and len(self.k_offsets) != self.k:
+            raise ShapeError(f"gemm: {len(self.k_offsets)} reduction offsets for k={self.k}")
+        if self.batch_offsets is not None and len(self.batch_offsets) != self.batch:
+            raise ShapeError(f"gemm: {len(self.batch_offsets)} batch offsets for "
+                             f"batch={self.batch}")
 
     @classmethod
     def dense(cls, dtype, m, n, k, batch=1):
@@ -105,10 +119,27 @@ class GemmSpec:
         return lo, hi
 
     def spans(self):
-        """The :meth:`span` of A, B and C."""
-        return (self.span(self.a_strides, (self.batch, self.m, self.k)),
-                self.span(self.b_strides, (self.batch, self.k, self.n)),
-                self.span(self.c_strides, (self.batch, self.m, self.n)))
+        """``(lowest, highest)`` element offsets of A, B and C (strides and tables)."""
+        def offsets(operand, axis):
+            table = self.batch_offsets if axis == "batch" else self.k_offsets
+            if table is not None:
+                return [row[operand] for row in table]
+            strides = (self.a_strides, self.b_strides, self.c_strides)[operand]
+            extent, stride = {("batch", 0): (self.batch, strides[0]),
+                              ("batch", 1): (self.batch, strides[0]),
+                              ("batch", 2): (self.batch, strides[0]),
+                              ("k", 0): (self.k, strides[2]),
+                              ("k", 1): (self.k, strides[1])}[axis, operand]
+            return [0, (extent - 1) * stride]
+
+        def span(parts):
+            return sum(min(p) for p in parts), sum(max(p) for p in parts)
+
+        a = [offsets(0, "batch"), [0, (self.m - 1) * self.a_strides[1]], offsets(0, "k")]
+        b = [offsets(1, "batch"), offsets(1, "k"), [0, (self.n - 1) * self.b_strides[2]]]
+        c = [offsets(2, "batch"), [0, (self.m - 1) * self.c_strides[1]],
+             [0, self.n - 1]]
+        return span(a), span(b), span(c)
 
 
 @dataclass(frozen=True)
@@ -164,17 +195,19 @@ class _GemmEmitter:
     # -- the micro-kernel -------------------------------------------------------------
 
     def emit_micro(self, mr):
-        """``micro(a, bp, c, kc, accumulate, n_valid)``: ``C[r, :n_valid] (+)= sum_k
-        a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr``."""
+        """``micro(a, bp, c, kc, accumulate, n_valid, koff)``: ``C[r, :n_valid] (+)= sum_k
+        a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr`` (``a[r*sam + koff[k]]``
+        with a reduction offset table)."""
         blk, spec = self.blk, self.spec
-        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64])
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64,
+                                               I64.as_pointer()])
         fn = ir.Function(self.module, fnty, name=f"{self.name}.micro{mr}")
         fn.linkage = "internal"
         # One call per KC-long reduction costs nothing; inlined copies cost compile time.
         fn.attributes.add("noinline")
         for arg in fn.args[:3]:
             arg.add_attribute("noalias")
-        a, bp, c, kc, accumulate, n_valid = fn.args
+        a, bp, c, kc, accumulate, n_valid, koff = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         nv = blk.nr // blk.vl
         sam, sak = spec.a_strides[1], spec.a_strides[2]
@@ -198,7 +231,10 @@ class _GemmEmitter:
         bvec = [b.load(b.bitcast(b.gep(brow, [i64(v * blk.vl)], inbounds=True),
                                  self.vty.as_pointer()), align=self.vty_align)
                 for v in range(nv)]
-        acol = b.gep(a, [b.mul(k, i64(sak))], inbounds=True)
+        if self.spec.k_offsets is None:
+            acol = b.gep(a, [b.mul(k, i64(sak))], inbounds=True)
+        else:
+            acol = b.gep(a, [b.load(b.gep(koff, [k], inbounds=True))], inbounds=True)
         new = []
         for r in range(mr):
             x = b.load(b.gep(acol, [i64(r * sam)], inbounds=True), align=self.esize)
@@ -258,14 +294,15 @@ class _GemmEmitter:
     # -- packing ----------------------------------------------------------------------
 
     def emit_pack(self):
-        """``pack(bsrc, bp, kc, nc)``: strips of NR columns, ``bp[(s*kc + k)*NR + jj] =
-        B[k, s*NR + jj]``, zero past ``nc`` columns."""
+        """``pack(bsrc, bp, kc, nc, koff)``: strips of NR columns, ``bp[(s*kc + k)*NR + jj]
+        = B[k, s*NR + jj]``, zero past ``nc`` columns (row ``k`` at ``koff[k]`` with a
+        reduction offset table)."""
         blk, spec = self.blk, self.spec
-        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64])
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer()])
         fn = ir.Function(self.module, fnty, name=f"{self.name}.pack")
         fn.linkage = "internal"
         fn.attributes.add("noinline")
-        src, dst, kc, nc = fn.args
+        src, dst, kc, nc, koff = fn.args
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
         sbk, sbn = spec.b_strides[1], spec.b_strides[2]
@@ -282,7 +319,11 @@ class _GemmEmitter:
             for block, guarded in ((full, False), (partial, True)):
                 b.position_at_end(block)
                 with counted_loop(b, i64(0), kc, name="k") as k:
-                    row_src = b.gep(strip_src, [b.mul(k, i64(sbk))], inbounds=True)
+                    if spec.k_offsets is None:
+                        k_at = b.mul(k, i64(sbk))
+                    else:
+                        k_at = b.load(b.gep(koff, [k], inbounds=True))
+                    row_src = b.gep(strip_src, [k_at], inbounds=True)
                     row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
                     for jj in range(blk.nr):
                         target = b.gep(row_dst, [i64(jj)], inbounds=True)
@@ -300,6 +341,31 @@ class _GemmEmitter:
         return fn
 
     # -- macro-loops and the entry point ----------------------------------------------
+
+    def table(self, what, rows):
+        """An internal constant ``[n x [w x i64]]`` of offset rows (made once)."""
+        name = f"{self.name}.{what}_offsets"
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        row_ty = ir.ArrayType(I64, len(rows[0]))
+        ty = ir.ArrayType(row_ty, len(rows))
+        g = ir.GlobalVariable(self.module, ty, name=name)
+        g.linkage = "internal"
+        g.global_constant = True
+        g.initializer = ir.Constant(ty, [ir.Constant(row_ty, list(r)) for r in rows])
+        return g
+
+    def k_table(self, b, operand, k0):
+        """A pointer to operand ``operand``'s reduction offsets from ``k0`` (a null
+        pointer without a table)."""
+        spec = self.spec
+        if spec.k_offsets is None:
+            return ir.Constant(I64.as_pointer(), None)
+        column = [row[operand] for row in spec.k_offsets]
+        table = self.table(f"k{operand}", [[v] for v in column])
+        first = b.gep(table, [i32(0), k0, i32(0)], inbounds=True)
+        return first
 
     def ctx_type(self):
         return ir.LiteralStructType([self.eptr, self.eptr, self.eptr, I32])
@@ -333,27 +399,36 @@ class _GemmEmitter:
         bp = b.inttoptr(aligned, self.eptr)
 
         row_blocks = -(-spec.m // blk.mr)
+        # With a reduction table, k0's offset is in the table, not in the base pointers.
+        a_k_stride = spec.a_strides[2] if spec.k_offsets is None else 0
+        b_k_stride = spec.b_strides[1] if spec.k_offsets is None else 0
         first_batch = b.sdiv(t_begin, i64(row_blocks))
         last_batch = b.sdiv(b.sub(t_end, i64(1)), i64(row_blocks))
         with counted_loop(b, first_batch, b.add(last_batch, i64(1)), name="p") as p:
             block0 = b.mul(p, i64(row_blocks))
             lo = b.sub(b.select(b.icmp_signed(">", t_begin, block0), t_begin, block0), block0)
             hi = b.sub(smin(b, t_end, b.add(block0, i64(row_blocks))), block0)
-            a_p = b.gep(a_base, [b.mul(p, i64(spec.a_strides[0]))], inbounds=True)
-            b_p = b.gep(b_base, [b.mul(p, i64(spec.b_strides[0]))], inbounds=True)
-            c_p = b.gep(c_base, [b.mul(p, i64(spec.c_strides[0]))], inbounds=True)
+            if spec.batch_offsets is None:
+                at = [b.mul(p, i64(strides[0]))
+                      for strides in (spec.a_strides, spec.b_strides, spec.c_strides)]
+            else:
+                table = self.table("batch", spec.batch_offsets)
+                at = [b.load(b.gep(table, [i32(0), p, i32(j)], inbounds=True))
+                      for j in range(3)]
+            a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
+                             for base, off in zip((a_base, b_base, c_base), at))
             with counted_loop(b, i64(0), i64(spec.k), blk.kc, name="k0") as k0:
                 kc = smin(b, i64(blk.kc), b.sub(i64(spec.k), k0))
                 accumulate = b.icmp_signed(">", k0, i64(0))
                 with counted_loop(b, i64(0), i64(spec.n), blk.nc, name="n0") as n0:
                     nc = smin(b, i64(blk.nc), b.sub(i64(spec.n), n0))
-                    src = b.gep(b_p, [b.add(b.mul(k0, i64(spec.b_strides[1])),
+                    src = b.gep(b_p, [b.add(b.mul(k0, i64(b_k_stride)),
                                             b.mul(n0, i64(spec.b_strides[2])))], inbounds=True)
-                    b.call(pack, [src, bp, kc, nc])
+                    b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0)])
                     with counted_loop(b, lo, hi, name="rb") as rb:
                         m0 = b.mul(rb, i64(blk.mr))
                         a_blk = b.gep(a_p, [b.add(b.mul(m0, i64(spec.a_strides[1])),
-                                                  b.mul(k0, i64(spec.a_strides[2])))],
+                                                  b.mul(k0, i64(a_k_stride)))],
                                       inbounds=True)
                         c_row = b.gep(c_p, [b.add(b.mul(m0, i64(spec.c_strides[1])), n0)],
                                       inbounds=True)
@@ -362,7 +437,8 @@ class _GemmEmitter:
                             j0 = b.mul(s, i64(blk.nr))
                             args = [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
                                     b.gep(c_row, [j0], inbounds=True), kc, accumulate,
-                                    smin(b, i64(blk.nr), b.sub(nc, j0))]
+                                    smin(b, i64(blk.nr), b.sub(nc, j0)),
+                                    self.k_table(b, 0, k0)]
                             if micro_tail is None:
                                 b.call(micro_full, args)
                             else:

@@ -161,3 +161,22 @@ def test_negative_strides_need_a_base_pointer():
     c = np.empty((m, n), np.float32)
     assert f.call_pointers(a.ctypes.data + (m - 1) * k * 4, b.ctypes.data, c.ctypes.data, 2) == 0
     check_close(c, a[::-1], b, k)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_offset_tables_for_reduction_and_batch(dtype):
+    # C[p, i, j] = sum_k A[i, perm[k]] * B[perm[k], j] + batch p at arbitrary offsets
+    rng = np.random.default_rng(11)
+    batch, m, n, k = 3, 7, 19, 300
+    perm = rng.permutation(k)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((batch, k, n)).astype(dtype)
+    order = [2, 0, 1]
+    spec = GemmSpec(dtype, batch, m, n, k, (0, k, 0), (0, 0, 1), (0, n, 1),
+                    k_offsets=tuple((int(q), int(q) * n) for q in perm),
+                    batch_offsets=tuple((0, p * k * n, q * m * n) for q, p in enumerate(order)))
+    c = np.empty((batch, m, n), dtype)
+    compile_gemm(spec, small_blocking(dtype)).call_raw(a, b, c, threads=2)
+    check_close(c, np.broadcast_to(a, (batch, m, k)), b[order], k)
+    with pytest.raises(ShapeError, match="reduction offsets"):
+        GemmSpec(dtype, 1, 2, 2, 3, (0, 3, 1), (0, 2, 1), (0, 2, 1), k_offsets=((0, 0),))
