@@ -4,8 +4,9 @@ alternately in one process (so a busy machine slows every column alike).
 
     python benchmarks/peers.py [--threads N] [--repeats R] [--cases dense,conv2d]
 
-Prints markdown tables: the gemm kernel (1 and 2 threads, through the native pool) against
-numpy's and PyTorch's matmul; then per case the median and min ms of numpy, PyTorch and
+Prints markdown tables: the gemm kernel planned by contraction detection (1 and 2
+threads, through the native pool) against numpy and PyTorch on dense 512^3 and a 3x3
+conv2d; the native pool's fork-join time; then per case the median and min ms of numpy, PyTorch and
 tegrad (``tegrad.build``, when the package has it), ratios to PyTorch and GFLOP/s; then the
 gradient/forward time ratios. Every case's results are checked to agree across columns
 (float32 tolerance) before it is timed.
@@ -556,47 +557,81 @@ def run_cases(cases, threads, repeats):
     return rows, ratio_rows
 
 
-def gemm_rows(repeats, threads):
-    """The gemm kernel (through contraction detection of ``nn.dense``) against
-    numpy's and PyTorch's matmul on dense 512^3 float32, forward only."""
+def kernel_rows(repeats, threads, program, inputs, numpy_fn, torch_fn, flops):
+    """The gemm kernel planned from ``program``'s access pattern (contraction detection)
+    against numpy and PyTorch at 1 and ``threads`` threads, forward only.
+
+    ``program()`` returns ``(placeholders, output)``; ``inputs`` are arrays in the
+    placeholders' order; ``numpy_fn(*inputs)`` and ``torch_fn(*tensors)`` compute the
+    output. Returns table rows and the kernel's compile time.
+    """
     import torch
     from tegrad.codegen.kernels.contraction import detect_contraction, gemm_plan
     from tegrad.codegen.kernels.gemm import compile_gemm
-    m = n = k = 512
-    x_t, w_t = tg.placeholder((m, k), name="x"), tg.placeholder((n, k), name="w")
-    plan = gemm_plan(detect_contraction(nn.dense(x_t, w_t)))
+    placeholders, output = program()
+    plan = gemm_plan(detect_contraction(output))
     start = time.perf_counter()
     kernel = compile_gemm(plan.spec)
     compile_s = time.perf_counter() - start
-    rng = np.random.default_rng(1)
-    x, w = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((n, k)).astype(F32)
-    out = np.empty((m, n), F32)
-    kernel.call_raw(x, w, out, 1)
-    check_agree("gemm kernel", [x @ w.T], [out], 1e-4, "the gemm kernel")
-    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+    feed = dict(zip(placeholders, inputs))
+    lhs, rhs = feed[plan.lhs], feed[plan.rhs]
+    size = lhs.itemsize
+    out = np.empty(output.shape, F32)
+    addresses = (lhs.ctypes.data + plan.lhs_offset * size,
+                 rhs.ctypes.data + plan.rhs_offset * size, out.ctypes.data)
 
-    def torch_linear(n_threads):
+    def run_kernel(n_threads):
+        return lambda: kernel.call_pointers(*addresses, n_threads)
+
+    run_kernel(1)()
+    check_agree("gemm kernel", [numpy_fn(*inputs)], [out], 1e-4, "the gemm kernel")
+    tensors = [torch.from_numpy(a) for a in inputs]
+
+    def run_torch(n_threads):
         def run():
             torch.set_num_threads(n_threads)
-            return torch.nn.functional.linear(xt, wt)
+            return torch_fn(*tensors)
         return run
 
-    torch_name = f"PyTorch linear ({threads} threads)"
-    contenders = {"kernel, 1 thread": lambda: kernel.call_raw(x, w, out, 1),
-                  "kernel, 2 threads": lambda: kernel.call_raw(x, w, out, 2),
-                  f"numpy x @ w.T ({threads} BLAS threads)": lambda: x @ w.T,
-                  "PyTorch linear (1 thread)": torch_linear(1),
-                  torch_name: torch_linear(threads)}
+    torch_name = f"PyTorch ({threads} threads)"
+    contenders = {"kernel, 1 thread": run_kernel(1), "kernel, 2 threads": run_kernel(2),
+                  f"numpy ({threads} BLAS threads)": lambda: numpy_fn(*inputs),
+                  "PyTorch (1 thread)": run_torch(1), torch_name: run_torch(threads)}
     cpu = {}
     times = alternate(contenders, repeats, cpu)
     torch.set_num_threads(threads)
     torch_med = np.median(times[torch_name])
-    flops = 2 * m * n * k
-    single = ("kernel, 1 thread", "PyTorch linear (1 thread)")
+    single = ("kernel, 1 thread", "PyTorch (1 thread)")
     rows = [(name, _ms(ts), _gflops(flops, ts), f"{np.median(ts) / torch_med:.2f}",
              f"{flops / min(cpu[name]) / 1e9:.1f}" if name in single else "")
             for name, ts in times.items()]
     return rows, compile_s
+
+
+def kernel_benchmarks():
+    """``(title, program, inputs, numpy_fn, torch_fn, flops)`` of the kernel tables."""
+    rng = np.random.default_rng(1)
+
+    def dense():
+        x, w = tg.placeholder((512, 512), name="x"), tg.placeholder((512, 512), name="w")
+        return [x, w], nn.dense(x, w)
+
+    def conv():
+        x = tg.placeholder((8, 32, 34, 34), name="x")
+        w = tg.placeholder((64, 32, 3, 3), name="w")
+        return [x, w], nn.conv2d(x, w)
+
+    return [
+        ("nn.dense 512^3 float32 forward", dense,
+         [rng.standard_normal((512, 512)).astype(F32) for _ in range(2)],
+         lambda x, w: x @ w.T, lambda x, w: _F().linear(x, w), 2 * 512 ** 3),
+        ("nn.conv2d 8x32x34x34 -> 64, 3x3, no padding (the padded 32x32 case on a padded "
+         "input) float32 forward", conv,
+         [rng.standard_normal((8, 32, 34, 34)).astype(F32),
+          rng.standard_normal((64, 32, 3, 3)).astype(F32)],
+         lambda x, w: np_conv2d(x, w), lambda x, w: _F().conv2d(x, w),
+         2 * 8 * 64 * 32 * 32 * 32 * 9),
+    ]
 
 
 def fork_join_rows(reps=2000, runs=40):
@@ -663,11 +698,15 @@ def main(args):
     import torch
     print(f"threads: {args.threads}; torch {torch.__version__}, numpy {np.__version__}; "
           f"median / min ms over {args.repeats} alternated calls\n")
-    rows, compile_s = gemm_rows(args.repeats, args.threads)
-    print(f"## gemm kernel, dense 512^3 float32 forward (compile {compile_s:.2f} s)\n")
-    print(_table(["", "ms (median / min)", "GFLOP/s (median)",
-                  f"time / PyTorch ({args.threads} threads)",
-                  "GFLOP/s per CPU second (best; single-threaded rows)"], rows))
+    for title, program, inputs, numpy_fn, torch_fn, flops in kernel_benchmarks():
+        rows, compile_s = kernel_rows(args.repeats, args.threads, program, inputs, numpy_fn,
+                                      torch_fn, flops)
+        print(f"## gemm kernel from contraction detection: {title} (compile {compile_s:.2f} s)"
+              f"\n")
+        print(_table(["", "ms (median / min)", "GFLOP/s (median)",
+                      f"time / PyTorch ({args.threads} threads)",
+                      "GFLOP/s per CPU second (best; single-threaded rows)"], rows))
+        print()
     print("\n## native thread pool: one fork-join of two tasks from JIT code (best of 40 "
           "runs of 2000)\n")
     print(_table(["steps per task", "1 thread us", "2 threads us",
