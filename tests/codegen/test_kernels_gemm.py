@@ -180,3 +180,18 @@ def test_offset_tables_for_reduction_and_batch(dtype):
     check_close(c, np.broadcast_to(a, (batch, m, k)), b[order], k)
     with pytest.raises(ShapeError, match="reduction offsets"):
         GemmSpec(dtype, 1, 2, 2, 3, (0, 3, 1), (0, 2, 1), (0, 2, 1), k_offsets=((0, 0),))
+
+
+@pytest.mark.parametrize("bits", [128, 256, 512])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_vector_width_blocking_is_correct_here(dtype, bits):
+    # LLVM legalises wider vectors than the host has, so the AVX-512 blocking (8 x 32
+    # float32 block, <16 x float>) is checked on any machine.
+    blk = default_blocking(dtype, vector_bits=bits)
+    m, n, k = 2 * blk.mr + 3, 2 * blk.nr + 5, 37
+    f = compile_gemm(GemmSpec.dense(dtype, m, n, k), blk)
+    rng = np.random.default_rng(bits)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    for threads in (1, 2):
+        check_close(f(a, b, threads=threads), a, b, k)
