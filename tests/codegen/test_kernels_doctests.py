@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-MODULES = ["tegrad.codegen.kernels.jit", "tegrad.codegen.kernels.irutil",
+MODULES = ["tegrad.codegen.kernels", "tegrad.codegen.kernels.jit", "tegrad.codegen.kernels.irutil",
            "tegrad.codegen.kernels.threadpool", "tegrad.codegen.kernels.gemm",
            "tegrad.codegen.kernels.contraction"]
 
