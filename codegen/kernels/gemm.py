@@ -453,7 +453,7 @@ class _GemmEmitter:
         b.ret_void()
         return fn, spec.batch * row_blocks
 
-    def emit_entry(self, tasks, n_tasks):
+    def emit_entry(self, tasks, n_tasks, min_flops_per_thread):
         fnty = ir.FunctionType(I32, [self.eptr, self.eptr, self.eptr, I32])
         fn = ir.Function(self.module, fnty, name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -463,16 +463,29 @@ class _GemmEmitter:
         status = b.gep(ctx, [i32(0), i32(3)], inbounds=True)
         b.store(i32(0), status)
         parallel_for = threadpool.declare_parallel_for(self.module)
-        b.call(parallel_for, [tasks, b.bitcast(ctx, VOIDPTR), i64(n_tasks), fn.args[3]])
+        # Work too small to pay for waking threads runs on fewer of them.
+        useful = max(1, self.spec.flops // max(1, min_flops_per_thread))
+        threads = fn.args[3]
+        if useful < 2 ** 31:
+            threads = smin(b, threads, i32(useful))
+        b.call(parallel_for, [tasks, b.bitcast(ctx, VOIDPTR), i64(n_tasks), threads])
         b.ret(b.load_atomic(status, "monotonic", 4))
         return fn
 
 
-def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None):
+#: the default least work (flops) that pays for one more thread (a fork-join costs
+#: about a microsecond; this much work takes several)
+MIN_FLOPS_PER_THREAD = 1 << 18
+
+
+def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
+              min_flops_per_thread=MIN_FLOPS_PER_THREAD):
     """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` into ``module``.
 
-    The thread pool is declared, not defined: call :func:`threadpool.emit_thread_pool`
-    on the module for an exported library; the JIT links the process's pool.
+    At most ``spec.flops // min_flops_per_thread`` threads (at least 1) run, whatever
+    ``n_threads`` asks. The thread pool is declared, not defined: call
+    :func:`threadpool.emit_thread_pool` on the module for an exported library; the JIT
+    links the process's pool.
     """
     blk = blocking or default_blocking(spec.dtype)
     if blk.nr % blk.vl or blk.nc % blk.nr:
@@ -481,7 +494,7 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None):
     full = em.emit_micro(blk.mr)
     tail = em.emit_micro(spec.m % blk.mr) if spec.m % blk.mr else None
     tasks, n_tasks = em.emit_tasks(full, tail, em.emit_pack())
-    return em.emit_entry(tasks, n_tasks)
+    return em.emit_entry(tasks, n_tasks, min_flops_per_thread)
 
 
 class CompiledGemm:
@@ -489,10 +502,11 @@ class CompiledGemm:
     threads=1)`` with ``a`` and ``b`` of the spec's (batch-less when batch is 1) shapes,
     C-contiguous (other layouts are the spec's strides: use :attr:`address` directly)."""
 
-    def __init__(self, spec, blocking=None):
+    def __init__(self, spec, blocking=None, min_flops_per_thread=MIN_FLOPS_PER_THREAD):
         threadpool.parallel_for_address()  # the pool must be registered before linking
         module = ir.Module(name="tegrad_gemm")
-        emit_gemm(module, spec, name="tegrad_gemm", blocking=blocking)
+        emit_gemm(module, spec, name="tegrad_gemm", blocking=blocking,
+                  min_flops_per_thread=min_flops_per_thread)
         self.spec = spec
         self.engine = jit.compile_module(module)
         self.address = self.engine.get_function_address("tegrad_gemm")
@@ -532,6 +546,6 @@ class CompiledGemm:
 
 
 @functools.lru_cache(maxsize=256)
-def compile_gemm(spec, blocking=None):
-    """The JIT-compiled kernel of ``spec`` (cached per spec and blocking)."""
-    return CompiledGemm(spec, blocking)
+def compile_gemm(spec, blocking=None, *, min_flops_per_thread=MIN_FLOPS_PER_THREAD):
+    """The JIT-compiled kernel of ``spec`` (cached per spec and options)."""
+    return CompiledGemm(spec, blocking, min_flops_per_thread)

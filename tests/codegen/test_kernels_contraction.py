@@ -11,10 +11,15 @@ from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_pl
 from tegrad.codegen.kernels.gemm import compile_gemm
 
 
+def pooled_gemm(spec, blocking=None):
+    """The compiled kernel, threaded however small the product (to test the pool)."""
+    return compile_gemm(spec, blocking, min_flops_per_thread=1)
+
+
 def run_plan(plan, feed, threads=1):
     """The contraction's output computed by the plan's kernel (operands at their offsets)."""
     spec = plan.spec
-    f = compile_gemm(spec)
+    f = pooled_gemm(spec)
     lhs = np.ascontiguousarray(feed[plan.lhs], spec.dtype)
     rhs = np.ascontiguousarray(feed[plan.rhs], spec.dtype)
     out = np.full(spec.batch * spec.m * spec.n, np.nan, spec.dtype)

@@ -7,10 +7,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tegrad.codegen.kernels import jit
-from tegrad.codegen.kernels.gemm import Blocking, GemmSpec, compile_gemm, default_blocking, emit_gemm
+from tegrad.codegen.kernels.gemm import (Blocking, GemmSpec, compile_gemm, default_blocking,
+                                         emit_gemm)
 from tegrad.ir.errors import ShapeError, TegradError
 
 EPS = {"float32": np.finfo(np.float32).eps, "float64": np.finfo(np.float64).eps}
+
+
+def pooled_gemm(spec, blocking=None):
+    """The compiled kernel, threaded however small the product (to test the pool)."""
+    return compile_gemm(spec, blocking, min_flops_per_thread=1)
 
 
 def check_close(c, a, b, k):
@@ -38,7 +44,7 @@ SETTINGS = settings(max_examples=25, deadline=None,
        seed=st.integers(0, 2**16))
 def test_random_shapes_match_numpy(dtype, m, n, k, batch, small, threads, seed):
     spec = GemmSpec.dense(dtype, m, n, k, batch=batch)
-    f = compile_gemm(spec, small_blocking(dtype) if small else None)
+    f = pooled_gemm(spec, small_blocking(dtype) if small else None)
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((batch, m, k)).astype(dtype)
     b = rng.standard_normal((batch, k, n)).astype(dtype)
@@ -51,7 +57,7 @@ def test_random_shapes_match_numpy(dtype, m, n, k, batch, small, threads, seed):
                                      (7, 17, 257), (12, 48, 256), (64, 64, 64)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_edge_shapes(dtype, m, n, k):
-    f = compile_gemm(GemmSpec.dense(dtype, m, n, k))
+    f = pooled_gemm(GemmSpec.dense(dtype, m, n, k))
     rng = np.random.default_rng(m * n * k)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
@@ -64,7 +70,7 @@ def test_transposed_and_broadcast_operands(dtype):
     batch, m, n, k = 3, 13, 21, 19
     spec = GemmSpec(dtype, batch, m, n, k, a_strides=(0, 1, m), b_strides=(n * k, 1, k),
                     c_strides=(m * n, n, 1))
-    f = compile_gemm(spec)
+    f = pooled_gemm(spec)
     rng = np.random.default_rng(7)
     a = rng.standard_normal((k, m)).astype(dtype)
     bt = rng.standard_normal((batch, n, k)).astype(dtype)
@@ -76,7 +82,7 @@ def test_transposed_and_broadcast_operands(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_thread_counts_give_identical_bits(dtype):
     m, n, k = 53, 45, 300
-    f = compile_gemm(GemmSpec.dense(dtype, m, n, k))
+    f = pooled_gemm(GemmSpec.dense(dtype, m, n, k))
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
@@ -86,7 +92,7 @@ def test_thread_counts_give_identical_bits(dtype):
 
 
 def test_nan_and_inf_propagate():
-    f = compile_gemm(GemmSpec.dense("float64", 5, 9, 4))
+    f = pooled_gemm(GemmSpec.dense("float64", 5, 9, 4))
     a = np.ones((5, 4))
     b = np.ones((4, 9))
     a[1, 2], b[3, 4] = np.nan, np.inf
@@ -97,7 +103,7 @@ def test_nan_and_inf_propagate():
 
 
 def test_arguments_are_checked():
-    f = compile_gemm(GemmSpec.dense("float32", 4, 5, 6))
+    f = pooled_gemm(GemmSpec.dense("float32", 4, 5, 6))
     a, b = np.ones((4, 6), np.float32), np.ones((6, 5), np.float32)
     with pytest.raises(ShapeError, match="B must be"):
         f.call_raw(a, b[:3], np.empty((4, 5), np.float32))
@@ -153,7 +159,7 @@ def test_negative_strides_need_a_base_pointer():
     import ctypes
     m, n, k = 5, 9, 3
     spec = GemmSpec("float32", 1, m, n, k, (0, -k, 1), (0, n, 1), (0, n, 1))
-    f = compile_gemm(spec)
+    f = pooled_gemm(spec)
     a = np.arange(m * k, dtype=np.float32).reshape(m, k)
     b = np.ones((k, n), np.float32)
     with pytest.raises(ShapeError, match="negative strides"):
@@ -176,7 +182,7 @@ def test_offset_tables_for_reduction_and_batch(dtype):
                     k_offsets=tuple((int(q), int(q) * n) for q in perm),
                     batch_offsets=tuple((0, p * k * n, q * m * n) for q, p in enumerate(order)))
     c = np.empty((batch, m, n), dtype)
-    compile_gemm(spec, small_blocking(dtype)).call_raw(a, b, c, threads=2)
+    pooled_gemm(spec, small_blocking(dtype)).call_raw(a, b, c, threads=2)
     check_close(c, np.broadcast_to(a, (batch, m, k)), b[order], k)
     with pytest.raises(ShapeError, match="reduction offsets"):
         GemmSpec(dtype, 1, 2, 2, 3, (0, 3, 1), (0, 2, 1), (0, 2, 1), k_offsets=((0, 0),))
@@ -189,7 +195,7 @@ def test_every_vector_width_blocking_is_correct_here(dtype, bits):
     # float32 block, <16 x float>) is checked on any machine.
     blk = default_blocking(dtype, vector_bits=bits)
     m, n, k = 2 * blk.mr + 3, 2 * blk.nr + 5, 37
-    f = compile_gemm(GemmSpec.dense(dtype, m, n, k), blk)
+    f = pooled_gemm(GemmSpec.dense(dtype, m, n, k), blk)
     rng = np.random.default_rng(bits)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)

@@ -249,7 +249,7 @@ def test_a_forked_child_completes_fork_joins_without_workers():
         import numpy as np
         import llvmlite.ir as ir
         from tegrad.codegen.kernels.gemm import GemmSpec, compile_gemm
-        f = compile_gemm(GemmSpec.dense("float64", 40, 30, 20))
+        f = compile_gemm(GemmSpec.dense("float64", 40, 30, 20), min_flops_per_thread=1)
         a, b = np.random.rand(40, 20), np.random.rand(20, 30)
         assert np.allclose(f(a, b, threads=2), a @ b)
         warnings.simplefilter("ignore", DeprecationWarning)
