@@ -39,10 +39,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from tegrad.analysis.affine import to_affine
+from tegrad.analysis.affine import conjuncts, to_affine
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import Binary, Cast, Const, Read, Reduce, Var
+from tegrad.ir.expr import Binary, Cast, Compare, Const, Read, Reduce, Var
 from tegrad.ir.mapper import IdentityMapper, free_var_names, walk
 from tegrad.ir.tensor import ComputeOp
 
@@ -74,6 +74,15 @@ class Operand:
     strides: dict
     offset: int
     dtype: str
+    #: ``((low, high), ...)`` zeros around each dimension: strides and offset are those
+    #: of the zero-padded array (empty: the tensor itself)
+    padding: tuple = ()
+
+    @property
+    def padded_shape(self):
+        if not self.padding:
+            return self.tensor.shape
+        return tuple(d + lo + hi for d, (lo, hi) in zip(self.tensor.shape, self.padding))
 
     @property
     def has_cast(self):
@@ -133,11 +142,22 @@ def detect_contraction(tensor):
     guard = reduce_.where
     if type(guard) is Const and guard.value is True:
         guard = None
-    # Under a guard (conv2d's padding) a read may leave its tensor where the guard fails.
-    operands = [_operand(read, dtype, extents, lows, guarded=guard is not None)
-                for read, dtype in factors]
-    if None in operands:
+    ranges = [_index_ranges(read, extents, lows) for read, _ in factors]
+    if None in ranges:
         return None
+    paddings = [None, None]
+    if guard is not None:
+        found = _guard_padding(guard, [read for read, _ in factors], ranges)
+        if found is not None:
+            which, pads = found
+            paddings[which] = pads
+    operands = []
+    for (read, dtype), rng, pads in zip(factors, ranges, paddings):
+        # Under a guard (conv2d's padding) a read may leave its tensor where it fails.
+        operand = _operand(read, dtype, rng, lows, pads, guarded=guard is not None)
+        if operand is None:
+            return None
+        operands.append(operand)
     a, b = operands
     data = [ax.name for ax in op.axes]
     roles = {"m": [], "n": [], "batch": [], "k": []}
@@ -201,31 +221,93 @@ def _product_factors(source):
     return out
 
 
-def _operand(read, dtype, extents, lows, *, guarded):
-    """The :class:`Operand` of ``read``; None if its indices are not affine, or (unless
-    ``guarded``) not in bounds over the whole domain."""
-    tensor = read.tensor
-    strides, offset = {}, 0
-    for index, size, step in zip(read.indices, tensor.shape, row_major_strides(tensor.shape)):
+def _index_ranges(read, extents, lows):
+    """``[(affine, lowest, highest), ...]`` per index of ``read`` over the domain, or None
+    when an index is not linear in the stage's axes."""
+    out = []
+    for index in read.indices:
         aff = to_affine(index)
-        if aff is None or not aff.is_linear:
-            return None
-        coeffs = aff.as_dict()
-        if not set(coeffs) <= set(extents):
+        if aff is None or not aff.is_linear or not set(aff.as_dict()) <= set(extents):
             return None
         lo = hi = aff.constant
-        for name, coeff in coeffs.items():
+        for name, coeff in aff.as_dict().items():
             first, last = lows[name], lows[name] + extents[name] - 1
             lo += min(coeff * first, coeff * last)
             hi += max(coeff * first, coeff * last)
-            strides[name] = strides.get(name, 0) + coeff * step
-        if (lo < 0 or hi >= size) and not guarded:
+        out.append((aff, lo, hi))
+    return out
+
+
+def _operand(read, dtype, ranges, lows, padding, *, guarded):
+    """The :class:`Operand` of ``read`` (over its zero-padded array when ``padding``);
+    None if an index can leave the (padded) array, unless ``guarded``."""
+    tensor = read.tensor
+    padding = tuple(padding) if padding else ()
+    shape = tuple(d + lo + hi for d, (lo, hi) in zip(tensor.shape, padding)) if padding \
+        else tensor.shape
+    shifts = [lo for lo, _ in padding] if padding else [0] * len(shape)
+    strides, offset = {}, 0
+    for (aff, lo, hi), size, step, shift in zip(ranges, shape, row_major_strides(shape),
+                                                shifts):
+        if (lo + shift < 0 or hi + shift >= size) and not (guarded and not padding):
             return None
-        offset += aff.constant * step
+        for name, coeff in aff.as_dict().items():
+            strides[name] = strides.get(name, 0) + coeff * step
+        offset += (aff.constant + shift) * step
     # The reduction's lower bounds move the origin: element = offset + sum(s * (v - low)).
     offset += sum(s * lows[name] for name, s in strides.items())
     strides = {name: s for name, s in strides.items() if s != 0}
-    return Operand(tensor, strides, offset, dtype)
+    return Operand(tensor, strides, offset, dtype, padding)
+
+
+def _as_nonnegative(c):
+    """The affine ``E`` with ``c`` equivalent to ``E >= 0``, or None."""
+    if type(c) is not Compare:
+        return None
+    a, b = to_affine(c.a), to_affine(c.b)
+    if a is None or b is None:
+        return None
+    return {"ge": lambda: a - b, "gt": lambda: a - b - 1, "le": lambda: b - a,
+            "lt": lambda: b - a - 1}.get(c.op, lambda: None)()
+
+
+def _guard_padding(guard, reads, ranges):
+    """``(operand, ((low, high), ...))`` when ``guard`` says exactly "this operand's read
+    is inside its tensor" (each conjunct ``index >= 0`` or ``index < size`` of one of its
+    dimensions, every dimension that leaves the tensor checked on that side): the
+    guarded sum then equals the unguarded sum over the operand padded with zeros by
+    ``low``/``high`` elements (for a finite other operand: ``0 * inf`` is NaN where the
+    guarded sum skips the term). None otherwise."""
+    checks = set()
+    for c in conjuncts(guard):
+        e = _as_nonnegative(c)
+        if e is None:
+            return None
+        found = None
+        for which, (read, rng) in enumerate(zip(reads, ranges)):
+            for dim, ((aff, _, _), size) in enumerate(zip(rng, read.tensor.shape)):
+                if e == aff:
+                    found = (which, dim, "low")
+                elif e == size - 1 - aff:
+                    found = (which, dim, "high")
+        if found is None:
+            return None
+        checks.add(found)
+    owners = {which for which, _, _ in checks}
+    if len(owners) != 1:
+        return None
+    which = owners.pop()
+    pads = []
+    for dim, ((_, lo, hi), size) in enumerate(zip(ranges[which], reads[which].tensor.shape)):
+        low, high = max(0, -lo), max(0, hi - (size - 1))
+        if (low and (which, dim, "low") not in checks) or \
+                (high and (which, dim, "high") not in checks):
+            return None
+        pads.append((low, high))
+    other = ranges[1 - which]
+    if any(lo < 0 or hi >= size for (_, lo, hi), size in zip(other, reads[1 - which].tensor.shape)):
+        return None
+    return which, tuple(pads)
 
 
 # -- the matrix-product plan ---------------------------------------------------------
@@ -243,6 +325,10 @@ class GemmPlan:
     lhs_offset: int
     rhs_offset: int
     swapped: bool
+    #: zeros around each dimension of ``lhs``/``rhs`` (empty: none): the kernel reads
+    #: a zero-padded copy, at ``lhs_offset``/``rhs_offset`` from its start
+    lhs_padding: tuple = ()
+    rhs_padding: tuple = ()
 
 
 def _merge(axes, extents, stride_maps, order_by):
@@ -290,7 +376,9 @@ def gemm_plan(c):
     axes merge likewise, or the longest is ``m`` and the others are batch axes. Batch
     and reduction axes that do not merge are given by offset tables.
     """
-    if c.guard is not None or c.a.has_cast or c.b.has_cast:
+    if c.guard is not None and not (c.a.padding or c.b.padding):
+        return None
+    if c.a.has_cast or c.b.has_cast:
         return None
     if c.dtype not in ("float32", "float64") or c.a.tensor.dtype != c.dtype \
             or c.b.tensor.dtype != c.dtype:
@@ -334,4 +422,5 @@ def gemm_plan(c):
     (batch, (ap, bp, cp)), (k, (ak, bk)) = batch_merged, k_merged
     spec = GemmSpec(c.dtype, batch, m, n, k, (ap, am, ak), (bp, bk, bn), (cp, cm, 1),
                     k_offsets=k_offsets, batch_offsets=batch_offsets)
-    return GemmPlan(spec, a.tensor, b.tensor, a.offset, b.offset, swapped)
+    return GemmPlan(spec, a.tensor, b.tensor, a.offset, b.offset, swapped, a.padding,
+                    b.padding)

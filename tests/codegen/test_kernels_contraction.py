@@ -20,8 +20,9 @@ def run_plan(plan, feed, threads=1):
     """The contraction's output computed by the plan's kernel (operands at their offsets)."""
     spec = plan.spec
     f = pooled_gemm(spec)
-    lhs = np.ascontiguousarray(feed[plan.lhs], spec.dtype)
-    rhs = np.ascontiguousarray(feed[plan.rhs], spec.dtype)
+    # a padded operand is read from a zero-padded copy
+    lhs = np.ascontiguousarray(np.pad(feed[plan.lhs], plan.lhs_padding or 0), spec.dtype)
+    rhs = np.ascontiguousarray(np.pad(feed[plan.rhs], plan.rhs_padding or 0), spec.dtype)
     out = np.full(spec.batch * spec.m * spec.n, np.nan, spec.dtype)
     size = lhs.itemsize
     status = f.call_pointers(lhs.ctypes.data + plan.lhs_offset * size,
@@ -122,14 +123,34 @@ def test_reduction_with_offset_lower_bound():
     assert c.lows["k"] == 3 and plan.lhs_offset == 3 and plan.rhs_offset == 12
 
 
-def test_conv2d_is_a_guarded_contraction():
-    x, w = tg.placeholder((2, 3, 8, 8), name="x"), tg.placeholder((4, 3, 3, 3), name="w")
-    c = detect_contraction(tg.nn.conv2d(x, w, padding=1, stride=2))
+@pytest.mark.parametrize("stride, dilation, padding", [(1, 1, 1), (2, 1, 1), (1, 2, 1),
+                                                       (2, 1, 2), (1, 2, 3)])
+def test_padded_conv2d_reads_a_zero_padded_input(stride, dilation, padding):
+    x, w = tg.placeholder((2, 3, 8, 9), name="x"), tg.placeholder((4, 3, 3, 3), name="w")
+    t = tg.nn.conv2d(x, w, padding=padding, stride=stride, dilation=dilation)
+    c = detect_contraction(t)
     assert c is not None and c.guard is not None
     assert set(c.m_axes) == {"nn", "yy", "xx"} and c.n_axes == ("ff",)
     assert set(c.k_axes) == {"rc", "ry", "rx"}
-    assert c.a.strides["yy"] == 16 and c.a.strides["xx"] == 2
-    assert gemm_plan(c) is None  # the padding guard needs a padded input first
+    assert c.a.padding[:2] == ((0, 0), (0, 0)) and c.a.padding[2][0] == padding
+    assert c.a.strides["xx"] == stride and c.a.strides["yy"] == stride * c.a.padded_shape[3]
+    c, plan = check_plan(t, feeds(x, w, seed=stride), 1e-4)
+    assert plan.rhs is x and plan.rhs_padding == c.a.padding and not plan.lhs_padding
+
+
+def test_guards_other_than_bounds_checks_are_kept_and_refused():
+    a, b = tg.placeholder((6, 6), name="a"), tg.placeholder((6, 5), name="b")
+    k = tg.reduce_axis((0, 6), name="k")
+    # a triangular product: the guard is no bounds check
+    t = tg.compute((6, 5), lambda i, j: tg.sum(a[i, k] * b[k, j], axis=k, where=k <= i))
+    c = detect_contraction(t)
+    assert c is not None and c.guard is not None and not c.a.padding and not c.b.padding
+    assert gemm_plan(c) is None
+    # a bounds check of one side only, while the read leaves the tensor on the other
+    k2 = tg.reduce_axis((0, 7), name="k2")
+    t2 = tg.compute((6, 5), lambda i, j: tg.sum(a[i, k2 - 1] * b[k2 - 1, j], axis=k2,
+                                                where=k2 - 1 >= 0))
+    assert detect_contraction(t2) is None or gemm_plan(detect_contraction(t2)) is None
 
 
 @pytest.mark.parametrize("stride, dilation, groups", [(1, 1, 1), (2, 1, 1), (1, 2, 1),
