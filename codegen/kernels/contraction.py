@@ -19,7 +19,9 @@ non-affine or data-dependent indices, reads that can leave their tensor (unless 
 reduction has a ``where`` guard), non-constant reduction bounds, anything but a product
 of two reads.
 
-The reduction's ``where`` condition (conv2d's padding) is kept as :attr:`Contraction.guard`;
+The reduction's ``where`` condition is kept as :attr:`Contraction.guard`; when it only
+says that one operand's read is inside its tensor (conv2d's padding), that operand is
+described over its zero-padded array (:attr:`Operand.padding`), which the plan reads;
 an expression around the reduction that uses only the output's axes (``dense``'s bias)
 is kept as :attr:`Contraction.epilogue`, with the reduced value as the variable
 :data:`ACC`. :func:`gemm_plan` maps a guard-free contraction onto one
