@@ -1,0 +1,30 @@
+"""Performance building blocks the LLVM backend calls, each emitted into any
+``llvmlite.ir.Module`` and tested on its own:
+
+- :mod:`.threadpool`: a persistent native thread pool (``tegrad_parallel_for``) for the
+  fork-join of parallel loops; :func:`.threadpool.emit_thread_pool` defines it in a module
+  (exported libraries), :func:`.threadpool.declare_parallel_for` declares it (JIT modules
+  then share the process's one pool, :func:`.threadpool.parallel_for_address`);
+- :mod:`.contraction`: detection of contractions from a stage's access pattern
+  (:func:`.contraction.detect_contraction`) and their plan as one matrix product
+  (:func:`.contraction.gemm_plan`);
+- :mod:`.gemm`: the register-blocked micro-kernel and macro-loops of a
+  :class:`.gemm.GemmSpec` (:func:`.gemm.emit_gemm`), threaded through the pool;
+- :mod:`.jit` and :mod:`.irutil`: the host target and small IR helpers they share.
+
+A stage's output computed by its plan (the operands at their plan offsets):
+
+>>> import numpy as np, tegrad as tg
+>>> from tegrad.codegen.kernels.contraction import detect_contraction, gemm_plan
+>>> from tegrad.codegen.kernels.gemm import compile_gemm
+>>> x, w = tg.placeholder((4, 3), name="x"), tg.placeholder((5, 3), name="w")
+>>> plan = gemm_plan(detect_contraction(tg.nn.dense(x, w)))
+>>> (plan.spec.m, plan.spec.n, plan.spec.k), plan.spec.b_strides
+((4, 5, 3), (0, 1, 3))
+>>> xa, wa = np.ones((4, 3), np.float32), np.ones((5, 3), np.float32)
+>>> out = np.empty((4, 5), np.float32)
+>>> compile_gemm(plan.spec).call_pointers(xa.ctypes.data, wa.ctypes.data, out.ctypes.data, 2)
+0
+>>> out.tolist()[0]
+[3.0, 3.0, 3.0, 3.0, 3.0]
+"""

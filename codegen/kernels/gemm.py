@@ -1,0 +1,551 @@
+"""A register-blocked (BLIS-style) matrix-multiply micro-kernel and its macro-loops, in
+LLVM IR through llvmlite, for float32 and float64.
+
+The kernel computes, for every batch ``p``, row ``i`` and column ``j``,
+
+    C[p, i, j] = sum(A[p, i, k] * B[p, k, j] for k in range(K))
+
+(overwriting ``C``), with arbitrary element strides for every axis of ``A`` and ``B``
+and a stride-1 column axis of ``C``. The emitted code:
+
+- keeps an ``MR x NR`` block of ``C`` in ``MR * NR / VL`` vector accumulators along the
+  columns (``VL`` lanes: 16 float32 or 8 float64 with AVX-512, 8 or 4 with AVX2), each
+  step of the reduction broadcasting one element of ``A`` per row and loading ``NR / VL``
+  vectors of ``B``: one fused multiply-add per accumulator;
+- runs the reduction innermost, in cache blocks of ``KC`` (``C`` is loaded and updated
+  after the first block), columns in blocks of ``NC``;
+- packs each ``KC x NC`` panel of ``B`` into an aligned buffer of its own, strip by strip
+  (``NR`` contiguous columns, zero-padded past ``N``), so the micro-kernel's loads are
+  contiguous whatever ``B``'s strides are;
+- handles edges: the last row block (``M % MR`` rows) by a micro-kernel made for that many
+  rows, the last column strip by masked loads and stores of ``C``, any ``K`` (even 1) by
+  the run-time trip count of the reduction loop.
+
+Entry point ``NAME(A, B, C, i32 n_threads) -> i32`` (0 on success, 1 when the packing
+buffer could not be allocated). Its tasks are ``(batch, MR-row block)`` pairs, handed to
+the thread pool (:mod:`.threadpool`): each thread runs a contiguous range of them with
+its own packing buffer. Every ``C`` element is written by exactly one task, and the sum
+over ``k`` runs in increasing ``k`` whatever the thread count, so results are
+bit-identical for every ``n_threads``.
+
+>>> import numpy as np
+>>> spec = GemmSpec.dense("float64", 3, 5, 4)
+>>> f = compile_gemm(spec)
+>>> a, b = np.arange(12.).reshape(3, 4), np.arange(20.).reshape(4, 5)
+>>> bool(np.array_equal(f(a, b), a @ b))
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import llvmlite.ir as ir
+import numpy as np
+
+from tegrad.ir.errors import ShapeError, TegradError
+
+from tegrad.codegen.kernels import jit, threadpool
+from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, counted_loop, declare, i32,
+                                           i64, smin, vector_suffix)
+
+_ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
+_ITEMSIZE = {"float32": 4, "float64": 8}
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """A batched matrix product ``C[p, i, j] = sum_k A[p, i, k] * B[p, k, j]``.
+
+    Extents ``batch, m, n, k``; element strides ``a_strides = (p, i, k)``,
+    ``b_strides = (p, k, j)``, ``c_strides = (p, i, j)`` with ``c_strides[2] == 1``.
+
+    Axes that are not one strided axis (a reduction over several axes whose strides do
+    not merge, such as a convolution's channels and taps; several batch axes) are given
+    by offset tables instead: ``k_offsets[k] = (a, b)``, the element offsets of reduction
+    index ``k`` in A and B (replacing ``k * a_strides[2]`` and ``k * b_strides[1]``), and
+    ``batch_offsets[p] = (a, b, c)`` (replacing ``p * strides[0]``).
+    """
+
+    dtype: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    a_strides: tuple
+    b_strides: tuple
+    c_strides: tuple
+    k_offsets: Optional[tuple] = None
+    batch_offsets: Optional[tuple] = None
+
+    def __post_init__(self):
+        if self.dtype not in _ELEMENT:
+            raise TegradError(f"gemm: dtype {self.dtype!r} is not float32 or float64")
+        if min(self.batch, self.m, self.n, self.k) < 1:
+            raise ShapeError(f"gemm: extents must be positive, got batch={self.batch} "
+                             f"m={self.m} n={self.n} k={self.k}")
+        if self.c_strides[2] != 1:
+            raise ShapeError("gemm: the output's column axis must have stride 1")
+        if self.k_offsets is not None and len(self.k_offsets) != self.k:
+            raise ShapeError(f"gemm: {len(self.k_offsets)} reduction offsets for k={self.k}")
+        if self.batch_offsets is not None and len(self.batch_offsets) != self.batch:
+            raise ShapeError(f"gemm: {len(self.batch_offsets)} batch offsets for "
+                             f"batch={self.batch}")
+
+    @classmethod
+    def dense(cls, dtype, m, n, k, batch=1):
+        """C-contiguous ``A (batch, m, k)``, ``B (batch, k, n)``, ``C (batch, m, n)``.
+
+        >>> GemmSpec.dense("float32", 2, 3, 4).b_strides
+        (12, 3, 1)
+        """
+        return cls(dtype, batch, m, n, k, (m * k, k, 1), (k * n, n, 1), (m * n, n, 1))
+
+    @property
+    def flops(self):
+        return 2 * self.batch * self.m * self.n * self.k
+
+    @staticmethod
+    def span(strides, extents):
+        """``(lowest, highest)`` element offsets an operand with these strides reaches.
+
+        >>> GemmSpec.span((0, -3, 1), (1, 4, 3))
+        (-9, 2)
+        """
+        lo = sum(min(0, (d - 1) * s) for d, s in zip(extents, strides))
+        hi = sum(max(0, (d - 1) * s) for d, s in zip(extents, strides))
+        return lo, hi
+
+    def spans(self):
+        """``(lowest, highest)`` element offsets of A, B and C (strides and tables)."""
+        def offsets(operand, axis):
+            table = self.batch_offsets if axis == "batch" else self.k_offsets
+            if table is not None:
+                return [row[operand] for row in table]
+            strides = (self.a_strides, self.b_strides, self.c_strides)[operand]
+            extent, stride = {("batch", 0): (self.batch, strides[0]),
+                              ("batch", 1): (self.batch, strides[0]),
+                              ("batch", 2): (self.batch, strides[0]),
+                              ("k", 0): (self.k, strides[2]),
+                              ("k", 1): (self.k, strides[1])}[axis, operand]
+            return [0, (extent - 1) * stride]
+
+        def span(parts):
+            return sum(min(p) for p in parts), sum(max(p) for p in parts)
+
+        a = [offsets(0, "batch"), [0, (self.m - 1) * self.a_strides[1]], offsets(0, "k")]
+        b = [offsets(1, "batch"), offsets(1, "k"), [0, (self.n - 1) * self.b_strides[2]]]
+        c = [offsets(2, "batch"), [0, (self.m - 1) * self.c_strides[1]],
+             [0, self.n - 1]]
+        return span(a), span(b), span(c)
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """Register and cache blocks: ``mr x nr`` outputs in registers (``nr`` a multiple of
+    ``vl``), reduction blocks of ``kc``, column blocks of ``nc`` (a multiple of ``nr``)."""
+
+    vl: int
+    mr: int
+    nr: int
+    kc: int
+    nc: int
+
+
+def default_blocking(dtype, *, vector_bits=None, packed_bytes=256 * 1024):
+    """Blocks for the host: 2 vectors of columns, as many rows as registers allow.
+
+    >>> default_blocking("float32", vector_bits=512)
+    Blocking(vl=16, mr=8, nr=32, kc=256, nc=256)
+    """
+    bits = vector_bits or jit.vector_bits()
+    vl = bits // (8 * _ITEMSIZE[dtype])
+    # 32 vector registers with AVX-512, 16 otherwise: accumulators + 2 B vectors + 1 broadcast
+    mr = {512: 8, 256: 6}.get(bits, 4)
+    nr = 2 * vl
+    kc = 256
+    nc = max(nr, packed_bytes // (kc * _ITEMSIZE[dtype]) // nr * nr)
+    return Blocking(vl, mr, nr, kc, nc)
+
+
+class _GemmEmitter:
+    def __init__(self, module, spec, blocking, name):
+        self.module, self.spec, self.blk, self.name = module, spec, blocking, name
+        self.elt = _ELEMENT[spec.dtype]
+        self.esize = _ITEMSIZE[spec.dtype]
+        self.vty = ir.VectorType(self.elt, blocking.vl)
+        self.eptr = self.elt.as_pointer()
+        suffix = vector_suffix(self.vty)
+        self.fma = declare(module, f"llvm.fma.{suffix}",
+                           ir.FunctionType(self.vty, [self.vty] * 3))
+        mask_ty = ir.VectorType(I1, blocking.vl)
+        self.mask_ty = mask_ty
+        self.masked_load = declare(module, f"llvm.masked.load.{suffix}.p0", ir.FunctionType(
+            self.vty, [self.vty.as_pointer(), I32, mask_ty, self.vty]))
+        self.masked_store = declare(module, f"llvm.masked.store.{suffix}.p0", ir.FunctionType(
+            ir.VoidType(), [self.vty, self.vty.as_pointer(), I32, mask_ty]))
+        self.malloc = declare(module, "malloc", ir.FunctionType(VOIDPTR, [I64]))
+        self.free = declare(module, "free", ir.FunctionType(ir.VoidType(), [VOIDPTR]))
+
+    def const(self, v):
+        return ir.Constant(self.elt, v)
+
+    # -- the micro-kernel -------------------------------------------------------------
+
+    def emit_micro(self, mr):
+        """``micro(a, bp, c, kc, accumulate, n_valid, koff)``: ``C[r, :n_valid] (+)= sum_k
+        a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr`` (``a[r*sam + koff[k]]``
+        with a reduction offset table)."""
+        blk, spec = self.blk, self.spec
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64,
+                                               I64.as_pointer()])
+        fn = ir.Function(self.module, fnty, name=f"{self.name}.micro{mr}")
+        fn.linkage = "internal"
+        # One call per KC-long reduction costs nothing; inlined copies cost compile time.
+        fn.attributes.add("noinline")
+        for arg in fn.args[:3]:
+            arg.add_attribute("noalias")
+        a, bp, c, kc, accumulate, n_valid, koff = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        nv = blk.nr // blk.vl
+        sam, sak = spec.a_strides[1], spec.a_strides[2]
+        scm = spec.c_strides[1]
+        zero = ir.Constant(self.vty, [0.0] * blk.vl)
+        pre = b.block
+        head = fn.append_basic_block("k.head")
+        body = fn.append_basic_block("k.body")
+        done = fn.append_basic_block("k.done")
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(I64, name="k")
+        k.add_incoming(i64(0), pre)
+        acc = [[b.phi(self.vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr)]
+        for row in acc:
+            for phi in row:
+                phi.add_incoming(zero, pre)
+        b.cbranch(b.icmp_signed("<", k, kc), body, done)
+        b.position_at_end(body)
+        brow = b.gep(bp, [b.mul(k, i64(blk.nr))], inbounds=True)
+        bvec = [b.load(b.bitcast(b.gep(brow, [i64(v * blk.vl)], inbounds=True),
+                                 self.vty.as_pointer()), align=self.vty_align)
+                for v in range(nv)]
+        if self.spec.k_offsets is None:
+            acol = b.gep(a, [b.mul(k, i64(sak))], inbounds=True)
+        else:
+            acol = b.gep(a, [b.load(b.gep(koff, [k], inbounds=True))], inbounds=True)
+        new = []
+        for r in range(mr):
+            x = b.load(b.gep(acol, [i64(r * sam)], inbounds=True), align=self.esize)
+            xs = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, i32(0))
+            xs = b.shuffle_vector(xs, ir.Constant(self.vty, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
+            new.append([b.call(self.fma, [xs, bvec[v], acc[r][v]]) for v in range(nv)])
+        for r in range(mr):
+            for v in range(nv):
+                acc[r][v].add_incoming(new[r][v], body)
+        k.add_incoming(b.add(k, i64(1)), body)
+        b.branch(head)
+
+        b.position_at_end(done)
+        full = fn.append_basic_block("store.full")
+        partial = fn.append_basic_block("store.partial")
+        out = fn.append_basic_block("out")
+        b.cbranch(b.icmp_signed("==", n_valid, i64(blk.nr)), full, partial)
+        for block, masked in ((full, False), (partial, True)):
+            b.position_at_end(block)
+            self._store_block(b, acc, c, scm, accumulate, n_valid, masked)
+            b.branch(out)
+        b.position_at_end(out)
+        b.ret_void()
+        return fn
+
+    @property
+    def vty_align(self):
+        return min(64, self.blk.vl * self.esize)
+
+    def _store_block(self, b, acc, c, scm, accumulate, n_valid, masked):
+        """``C (+)= acc``: plain unaligned vector accesses, or masked to ``n_valid`` lanes."""
+        blk = self.blk
+        lanes = ir.Constant(ir.VectorType(I64, blk.vl), list(range(blk.vl)))
+        for r, row in enumerate(acc):
+            crow = b.gep(c, [i64(r * scm)], inbounds=True)
+            for v, value in enumerate(row):
+                ptr = b.bitcast(b.gep(crow, [i64(v * blk.vl)], inbounds=True),
+                                self.vty.as_pointer())
+                if masked:
+                    left = b.sub(n_valid, i64(v * blk.vl))
+                    splat = b.insert_element(ir.Constant(ir.VectorType(I64, blk.vl), ir.Undefined),
+                                             left, i32(0))
+                    splat = b.shuffle_vector(splat, ir.Constant(ir.VectorType(I64, blk.vl),
+                                                                ir.Undefined),
+                                             ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
+                    mask = b.icmp_signed("<", lanes, splat)
+                    zero = ir.Constant(self.vty, [0.0] * blk.vl)
+                    old = b.call(self.masked_load, [ptr, i32(self.esize), mask, zero])
+                    value = b.select(accumulate, b.fadd(old, value), value)
+                    b.call(self.masked_store, [value, ptr, i32(self.esize), mask])
+                else:
+                    old = b.load(ptr, align=self.esize)
+                    value = b.select(accumulate, b.fadd(old, value), value)
+                    b.store(value, ptr, align=self.esize)
+
+    # -- packing ----------------------------------------------------------------------
+
+    def emit_pack(self):
+        """``pack(bsrc, bp, kc, nc, koff)``: strips of NR columns, ``bp[(s*kc + k)*NR + jj]
+        = B[k, s*NR + jj]``, zero past ``nc`` columns (row ``k`` at ``koff[k]`` with a
+        reduction offset table)."""
+        blk, spec = self.blk, self.spec
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer()])
+        fn = ir.Function(self.module, fnty, name=f"{self.name}.pack")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        src, dst, kc, nc, koff = fn.args
+        src.add_attribute("noalias")
+        dst.add_attribute("noalias")
+        sbk, sbn = spec.b_strides[1], spec.b_strides[2]
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
+        with counted_loop(b, i64(0), strips, name="s") as s:
+            cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
+            strip_src = b.gep(src, [b.mul(s, i64(blk.nr * sbn))], inbounds=True)
+            strip_dst = b.gep(dst, [b.mul(b.mul(s, kc), i64(blk.nr))], inbounds=True)
+            full = fn.append_basic_block("full")
+            partial = fn.append_basic_block("partial")
+            joined = fn.append_basic_block("joined")
+            b.cbranch(b.icmp_signed("==", cols, i64(blk.nr)), full, partial)
+            for block, guarded in ((full, False), (partial, True)):
+                b.position_at_end(block)
+                with counted_loop(b, i64(0), kc, name="k") as k:
+                    if spec.k_offsets is None:
+                        k_at = b.mul(k, i64(sbk))
+                    else:
+                        k_at = b.load(b.gep(koff, [k], inbounds=True))
+                    row_src = b.gep(strip_src, [k_at], inbounds=True)
+                    row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
+                    for jj in range(blk.nr):
+                        target = b.gep(row_dst, [i64(jj)], inbounds=True)
+                        # Past the last column: read the last one (in bounds), store 0.
+                        col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
+                        value = b.load(b.gep(row_src, [b.mul(col, i64(sbn))], inbounds=True),
+                                       align=self.esize)
+                        if guarded:
+                            value = b.select(b.icmp_signed("<", i64(jj), cols), value,
+                                             self.const(0.0))
+                        b.store(value, target)
+                b.branch(joined)
+            b.position_at_end(joined)
+        b.ret_void()
+        return fn
+
+    # -- macro-loops and the entry point ----------------------------------------------
+
+    def table(self, what, rows):
+        """An internal constant ``[n x [w x i64]]`` of offset rows (made once)."""
+        name = f"{self.name}.{what}_offsets"
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        row_ty = ir.ArrayType(I64, len(rows[0]))
+        ty = ir.ArrayType(row_ty, len(rows))
+        g = ir.GlobalVariable(self.module, ty, name=name)
+        g.linkage = "internal"
+        g.global_constant = True
+        g.initializer = ir.Constant(ty, [ir.Constant(row_ty, list(r)) for r in rows])
+        return g
+
+    def k_table(self, b, operand, k0):
+        """A pointer to operand ``operand``'s reduction offsets from ``k0`` (a null
+        pointer without a table)."""
+        spec = self.spec
+        if spec.k_offsets is None:
+            return ir.Constant(I64.as_pointer(), None)
+        column = [row[operand] for row in spec.k_offsets]
+        table = self.table(f"k{operand}", [[v] for v in column])
+        first = b.gep(table, [i32(0), k0, i32(0)], inbounds=True)
+        return first
+
+    def ctx_type(self):
+        return ir.LiteralStructType([self.eptr, self.eptr, self.eptr, I32])
+
+    def emit_tasks(self, micro_full, micro_tail, pack):
+        """``tasks(ctx, begin, end)``: the task range of one thread (tasks are
+        ``batch * row_blocks``, task ``t`` = batch ``t // row_blocks``, rows from
+        ``(t % row_blocks) * MR``)."""
+        blk, spec = self.blk, self.spec
+        fn = ir.Function(self.module, threadpool.TASK_FN_TYPE, name=f"{self.name}.tasks")
+        fn.linkage = "internal"
+        raw_ctx, t_begin, t_end = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx = b.bitcast(raw_ctx, self.ctx_type().as_pointer())
+        field = lambda i: b.gep(ctx, [i32(0), i32(i)], inbounds=True)
+        a_base, b_base, c_base = (b.load(field(i)) for i in range(3))
+        # An aligned packing buffer of this thread's own.
+        # Sized to the problem: a small product's buffer comes from the heap, not mmap.
+        strips = -(-min(blk.nc, spec.n) // blk.nr)
+        panel = min(blk.kc, spec.k) * strips * blk.nr * self.esize
+        raw = b.call(self.malloc, [i64(panel + 64)])
+        failed = fn.append_basic_block("alloc.failed")
+        ok = fn.append_basic_block("alloc.ok")
+        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(raw, I64), i64(0)), failed, ok)
+        b.position_at_end(failed)
+        b.atomic_rmw("or", field(3), i32(1), "monotonic")
+        b.ret_void()
+        b.position_at_end(ok)
+        addr = b.ptrtoint(raw, I64)
+        aligned = b.and_(b.add(addr, i64(63)), i64(~63))
+        bp = b.inttoptr(aligned, self.eptr)
+
+        row_blocks = -(-spec.m // blk.mr)
+        # With a reduction table, k0's offset is in the table, not in the base pointers.
+        a_k_stride = spec.a_strides[2] if spec.k_offsets is None else 0
+        b_k_stride = spec.b_strides[1] if spec.k_offsets is None else 0
+        first_batch = b.sdiv(t_begin, i64(row_blocks))
+        last_batch = b.sdiv(b.sub(t_end, i64(1)), i64(row_blocks))
+        with counted_loop(b, first_batch, b.add(last_batch, i64(1)), name="p") as p:
+            block0 = b.mul(p, i64(row_blocks))
+            lo = b.sub(b.select(b.icmp_signed(">", t_begin, block0), t_begin, block0), block0)
+            hi = b.sub(smin(b, t_end, b.add(block0, i64(row_blocks))), block0)
+            if spec.batch_offsets is None:
+                at = [b.mul(p, i64(strides[0]))
+                      for strides in (spec.a_strides, spec.b_strides, spec.c_strides)]
+            else:
+                table = self.table("batch", spec.batch_offsets)
+                at = [b.load(b.gep(table, [i32(0), p, i32(j)], inbounds=True))
+                      for j in range(3)]
+            a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
+                             for base, off in zip((a_base, b_base, c_base), at))
+            with counted_loop(b, i64(0), i64(spec.k), blk.kc, name="k0") as k0:
+                kc = smin(b, i64(blk.kc), b.sub(i64(spec.k), k0))
+                accumulate = b.icmp_signed(">", k0, i64(0))
+                with counted_loop(b, i64(0), i64(spec.n), blk.nc, name="n0") as n0:
+                    nc = smin(b, i64(blk.nc), b.sub(i64(spec.n), n0))
+                    src = b.gep(b_p, [b.add(b.mul(k0, i64(b_k_stride)),
+                                            b.mul(n0, i64(spec.b_strides[2])))], inbounds=True)
+                    b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0)])
+                    with counted_loop(b, lo, hi, name="rb") as rb:
+                        m0 = b.mul(rb, i64(blk.mr))
+                        a_blk = b.gep(a_p, [b.add(b.mul(m0, i64(spec.a_strides[1])),
+                                                  b.mul(k0, i64(a_k_stride)))],
+                                      inbounds=True)
+                        c_row = b.gep(c_p, [b.add(b.mul(m0, i64(spec.c_strides[1])), n0)],
+                                      inbounds=True)
+                        strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
+                        with counted_loop(b, i64(0), strips, name="s") as s:
+                            j0 = b.mul(s, i64(blk.nr))
+                            args = [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
+                                    b.gep(c_row, [j0], inbounds=True), kc, accumulate,
+                                    smin(b, i64(blk.nr), b.sub(nc, j0)),
+                                    self.k_table(b, 0, k0)]
+                            if micro_tail is None:
+                                b.call(micro_full, args)
+                            else:
+                                is_full = b.icmp_signed("<=", b.add(m0, i64(blk.mr)),
+                                                        i64(spec.m))
+                                with b.if_else(is_full) as (then, otherwise):
+                                    with then:
+                                        b.call(micro_full, args)
+                                    with otherwise:
+                                        b.call(micro_tail, args)
+        b.call(self.free, [raw])
+        b.ret_void()
+        return fn, spec.batch * row_blocks
+
+    def emit_entry(self, tasks, n_tasks, min_flops_per_thread):
+        fnty = ir.FunctionType(I32, [self.eptr, self.eptr, self.eptr, I32])
+        fn = ir.Function(self.module, fnty, name=self.name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ctx = b.alloca(self.ctx_type())
+        for i, arg in enumerate(fn.args[:3]):
+            b.store(arg, b.gep(ctx, [i32(0), i32(i)], inbounds=True))
+        status = b.gep(ctx, [i32(0), i32(3)], inbounds=True)
+        b.store(i32(0), status)
+        parallel_for = threadpool.declare_parallel_for(self.module)
+        # Work too small to pay for waking threads runs on fewer of them.
+        useful = max(1, self.spec.flops // max(1, min_flops_per_thread))
+        threads = fn.args[3]
+        if useful < 2 ** 31:
+            threads = smin(b, threads, i32(useful))
+        b.call(parallel_for, [tasks, b.bitcast(ctx, VOIDPTR), i64(n_tasks), threads])
+        b.ret(b.load_atomic(status, "monotonic", 4))
+        return fn
+
+
+#: the default least work (flops) that pays for one more thread (a fork-join costs
+#: about a microsecond; this much work takes several)
+MIN_FLOPS_PER_THREAD = 1 << 18
+
+
+def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
+              min_flops_per_thread=MIN_FLOPS_PER_THREAD):
+    """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` into ``module``.
+
+    At most ``spec.flops // min_flops_per_thread`` threads (at least 1) run, whatever
+    ``n_threads`` asks. The thread pool is declared, not defined: call
+    :func:`threadpool.emit_thread_pool` on the module for an exported library; the JIT
+    links the process's pool.
+    """
+    blk = blocking or default_blocking(spec.dtype)
+    if blk.nr % blk.vl or blk.nc % blk.nr:
+        raise TegradError(f"gemm: blocking {blk} needs nr a multiple of vl and nc of nr")
+    em = _GemmEmitter(module, spec, blk, name)
+    full = em.emit_micro(blk.mr)
+    tail = em.emit_micro(spec.m % blk.mr) if spec.m % blk.mr else None
+    tasks, n_tasks = em.emit_tasks(full, tail, em.emit_pack())
+    return em.emit_entry(tasks, n_tasks, min_flops_per_thread)
+
+
+class CompiledGemm:
+    """A JIT-compiled :class:`GemmSpec` callable on numpy arrays: ``f(a, b, out=None,
+    threads=1)`` with ``a`` and ``b`` of the spec's (batch-less when batch is 1) shapes,
+    C-contiguous (other layouts are the spec's strides: use :attr:`address` directly)."""
+
+    def __init__(self, spec, blocking=None, min_flops_per_thread=MIN_FLOPS_PER_THREAD):
+        threadpool.parallel_for_address()  # the pool must be registered before linking
+        module = ir.Module(name="tegrad_gemm")
+        emit_gemm(module, spec, name="tegrad_gemm", blocking=blocking,
+                  min_flops_per_thread=min_flops_per_thread)
+        self.spec = spec
+        self.engine = jit.compile_module(module)
+        self.address = self.engine.get_function_address("tegrad_gemm")
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                    ctypes.c_void_p, ctypes.c_int32)(self.address)
+        self._spans = spec.spans()
+
+    def call_pointers(self, a, b, c, threads=1):
+        """Run on raw addresses (ints), unchecked: each must be the element the spec's
+        strides start from, with every element they reach inside its buffer. Returns
+        the kernel's status (0, or 1 when its packing buffer could not be allocated)."""
+        return self._fn(a, b, c, int(threads))
+
+    def call_raw(self, a, b, c, threads=1):
+        """Run on arrays laid out with the spec's strides from their first element."""
+        dtype = np.dtype(self.spec.dtype)
+        for what, arr, (lo, hi) in zip("ABC", (a, b, c), self._spans):
+            if lo < 0:
+                raise ShapeError(f"gemm: {what} has negative strides; call the kernel at "
+                                 f":attr:`address` with a base pointer inside the array")
+            if arr.dtype != dtype or not arr.flags.c_contiguous or arr.size <= hi:
+                raise ShapeError(f"gemm: {what} must be a C-contiguous {dtype} array of at "
+                                 f"least {hi + 1} elements")
+        if not c.flags.writeable:
+            raise ShapeError("gemm: C is not writeable")
+        status = self.call_pointers(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads)
+        if status:
+            raise MemoryError("gemm: the packing buffer could not be allocated")
+        return c
+
+    def __call__(self, a, b, out=None, threads=1):
+        spec = self.spec
+        lead = () if spec.batch == 1 and a.ndim == 2 else (spec.batch,)
+        if out is None:
+            out = np.empty(lead + (spec.m, spec.n), spec.dtype)
+        return self.call_raw(np.ascontiguousarray(a), np.ascontiguousarray(b), out, threads)
+
+
+@functools.lru_cache(maxsize=256)
+def compile_gemm(spec, blocking=None, *, min_flops_per_thread=MIN_FLOPS_PER_THREAD):
+    """The JIT-compiled kernel of ``spec`` (cached per spec and options)."""
+    return CompiledGemm(spec, blocking, min_flops_per_thread)

@@ -1,0 +1,69 @@
+"""Small llvmlite helpers shared by the emitters of this package: counted loops,
+constants and intrinsic declarations.
+
+>>> import llvmlite.ir as ir
+>>> m = ir.Module()
+>>> f = ir.Function(m, ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), name="f")
+>>> b = ir.IRBuilder(f.append_basic_block())
+>>> with counted_loop(b, i64(0), f.args[0]) as i:
+...     pass
+>>> _ = b.ret_void()
+>>> "phi  i64" in str(m)
+True
+"""
+from __future__ import annotations
+
+import contextlib
+
+import llvmlite.ir as ir
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+VOIDPTR = I8.as_pointer()
+
+
+def i32(v):
+    return ir.Constant(I32, v)
+
+
+def i64(v):
+    return ir.Constant(I64, v)
+
+
+@contextlib.contextmanager
+def counted_loop(b, start, stop, step=1, *, name="i"):
+    """``for (i = start; i < stop; i += step)``; yields ``i``, the builder continues after.
+
+    ``step`` is a positive Python int; the body may add blocks (nested loops).
+    """
+    fn = b.function
+    pre = b.block
+    head = fn.append_basic_block(f"{name}.head")
+    body = fn.append_basic_block(f"{name}.body")
+    exit_ = fn.append_basic_block(f"{name}.exit")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(start.type, name=name)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, stop), body, exit_)
+    b.position_at_end(body)
+    yield i
+    nxt = b.add(i, ir.Constant(start.type, step))
+    i.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(exit_)
+
+
+def smin(b, x, y):
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def declare(module, name, fnty):
+    """The function ``name`` of ``module``, declared with ``fnty`` if it is not there."""
+    existing = module.globals.get(name)
+    return existing if existing is not None else ir.Function(module, fnty, name=name)
+
+
+def vector_suffix(vty):
+    """The intrinsic type suffix of a vector type, e.g. ``v16f32``."""
+    elem = {"float": "f32", "double": "f64"}[str(vty.element)]
+    return f"v{vty.count}{elem}"

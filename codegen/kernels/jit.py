@@ -1,0 +1,102 @@
+"""The host's LLVM target and a process-lifetime JIT for the kernels of this package.
+
+Compiled code is never freed: worker threads of the thread pool run JIT code until the
+process exits, and kernels hold the pool's address, so every engine made here is kept
+alive for the life of the process (a freed engine under a running worker is a crash).
+
+>>> import llvmlite.ir as ir
+>>> m = ir.Module(name="doc")
+>>> f = ir.Function(m, ir.FunctionType(ir.IntType(64), [ir.IntType(64)]), name="twice")
+>>> b = ir.IRBuilder(f.append_basic_block())
+>>> _ = b.ret(b.mul(f.args[0], ir.Constant(ir.IntType(64), 2)))
+>>> import ctypes
+>>> ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(compile_module(m).get_function_address("twice"))(21)
+42
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+#: every engine ever made, kept (see the module docstring)
+_engines = []
+
+
+@functools.lru_cache(maxsize=None)
+def _initialized():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def host_features():
+    """The host CPU's feature string for LLVM.
+
+    With AVX-512, ``-prefer-256-bit`` lets LLVM use 512-bit vectors (it prefers 256 by
+    default on these CPUs).
+    """
+    _initialized()
+    features = llvm.get_host_cpu_features().flatten()
+    if "+avx512f" in features.split(","):
+        features += ",-prefer-256-bit"
+    return features
+
+
+def vector_bits():
+    """The width in bits of the host's widest float vector registers (128 at least)."""
+    flags = host_features().split(",")
+    if "+avx512f" in flags:
+        return 512
+    if "+avx" in flags:
+        return 256
+    return 128
+
+
+@functools.lru_cache(maxsize=None)
+def host_target_machine():
+    """An O3 target machine for the host (triple, CPU name and features)."""
+    _initialized()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(),
+                                        opt=3, reloc="default", codemodel="jitdefault")
+
+
+def host_triple():
+    _initialized()
+    return llvm.get_process_triple()
+
+
+def optimize(module_ref, *, speed_level=3):
+    """Run the new pass manager's O``speed_level`` pipeline with loop and SLP vectorisation."""
+    tm = host_target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    mpm.run(module_ref, pb)
+    return module_ref
+
+
+def compile_module(module, *, speed_level=3):
+    """JIT-compile an ``llvmlite.ir.Module`` for the host; the engine lives forever."""
+    _initialized()
+    module.triple = host_triple()
+    module.data_layout = str(host_target_machine().target_data)
+    ref = llvm.parse_assembly(str(module))
+    ref.verify()
+    optimize(ref, speed_level=speed_level)
+    with _lock:
+        engine = llvm.create_mcjit_compiler(ref, host_target_machine())
+        engine.finalize_object()
+        engine.run_static_constructors()
+        _engines.append(engine)
+        # The interpreter's shutdown must not free this code either.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
+    return engine

@@ -1,0 +1,476 @@
+"""A persistent native thread pool in LLVM IR, for the fork-join of parallel loops.
+
+The pool is one function,
+
+    void tegrad_parallel_for(void (*fn)(void *ctx, i64 begin, i64 end), void *ctx,
+                             i64 n_tasks, i32 n_threads)
+
+which splits the tasks ``[0, n_tasks)`` into ``T = min(n_threads, n_tasks, MAX_THREADS)``
+contiguous ranges, thread ``t`` running ``fn(ctx, n_tasks*t // T, n_tasks*(t+1) // T)``,
+and returns when every range is done. The caller runs range 0 itself; ``T <= 1`` runs
+``fn(ctx, 0, n_tasks)`` inline, without touching the pool. Every task runs exactly once.
+
+Workers are created with ``pthread_create`` on first use (as many as a call needs, up to
+``MAX_THREADS - 1``) and live until the process exits. Each worker owns a word, 64 bytes
+from its neighbours': idle, work offered, asleep or running. An idle worker spins on its
+word (with the CPU's pause hint) for ``SPIN_ITERATIONS`` checks, then marks it asleep and
+waits in ``futex`` through ``syscall``; the caller offers a range by setting the word and
+wakes the worker only if it was asleep. A worker claims an offered range (offered ->
+running) before running it; after its own range the caller takes back and runs every
+range still unclaimed, so a worker the OS has not scheduled delays nothing. The caller
+waits for the count of pending ranges by spinning, then in ``futex``. So a fork-join
+between busy threads costs no system call, and the child of a ``fork()``, which has the
+pool's state but not its threads, still completes its fork-joins.
+
+One fork-join at a time: concurrent callers are serialised by a futex mutex (not
+corrupted). A call from inside a range (``fn`` calling ``tegrad_parallel_for``, on the
+caller's thread or a worker's) runs its tasks inline on that thread instead of waiting
+for the mutex its own fork-join holds.
+
+``emit_thread_pool(module)`` defines the pool in any ``llvmlite.ir.Module`` (an exported
+library then contains it); ``declare_parallel_for(module)`` only declares it, and a module
+so declared, compiled by :func:`codegen.kernels.jit.compile_module`, calls the one pool of
+the process (:func:`parallel_for_address` compiles it once and registers the symbol).
+
+>>> import ctypes
+>>> addr = parallel_for_address()
+>>> addr == parallel_for_address() != 0
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from tegrad.ir.errors import TegradError
+
+from tegrad.codegen.kernels import jit
+from tegrad.codegen.kernels.irutil import I32, I64, VOIDPTR, declare as _declare
+
+#: the name of the pool's entry point in every module
+PARALLEL_FOR = "tegrad_parallel_for"
+#: the caller plus at most this many workers minus one
+MAX_THREADS = 64
+#: checks of its word an idle worker makes before it sleeps (each with a pause hint)
+SPIN_ITERATIONS = 1 << 14
+#: the caller's checks of the pending count before it sleeps
+CALLER_SPIN_ITERATIONS = 1 << 16
+
+_FUTEX_WAIT_PRIVATE = 128
+_FUTEX_WAKE_PRIVATE = 129
+#: the states of a worker's word
+_IDLE, _WORK, _ASLEEP, _RUNNING = 0, 1, 2, 3
+#: i32 words per worker slot: 64 bytes, so two workers' words share no cache line
+_SLOT_WORDS = 16
+
+#: Linux ``SYS_futex`` by target architecture (the first component of the triple)
+FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98}
+
+TASK_FN_TYPE = ir.FunctionType(ir.VoidType(), [VOIDPTR, I64, I64])
+PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [TASK_FN_TYPE.as_pointer(), VOIDPTR, I64, I32])
+
+
+def _arch(triple):
+    return triple.split("-", 1)[0]
+
+
+def futex_syscall_number(triple):
+    """``SYS_futex`` on a Linux target.
+
+    >>> futex_syscall_number("x86_64-unknown-linux-gnu"), futex_syscall_number("aarch64-linux-gnu")
+    (202, 98)
+    """
+    arch = _arch(triple)
+    if "linux" not in triple or arch not in FUTEX_SYSCALL:
+        raise TegradError(f"the native thread pool needs Linux on one of "
+                          f"{sorted(FUTEX_SYSCALL)}; the target is {triple!r}")
+    return FUTEX_SYSCALL[arch]
+
+
+def declare_parallel_for(module):
+    """The pool's entry point in ``module``: its definition or a declaration of it."""
+    return _declare(module, PARALLEL_FOR, PARALLEL_FOR_TYPE)
+
+
+def _global(module, name, typ):
+    g = ir.GlobalVariable(module, typ, name=name)
+    g.linkage = "internal"
+    g.initializer = ir.Constant(typ, None)
+    g.align = 64
+    return g
+
+
+class _Emitter:
+    """Builds the pool's globals and functions into one module for one target."""
+
+    def __init__(self, module, triple):
+        self.module = module
+        self.arch = _arch(triple)
+        self.sys_futex = ir.Constant(I64, futex_syscall_number(triple))
+        self.syscall = _declare(module, "syscall", ir.FunctionType(I64, [I64], var_arg=True))
+        self.pthread_create = _declare(module, "pthread_create", ir.FunctionType(
+            I32, [I64.as_pointer(), VOIDPTR, ir.FunctionType(VOIDPTR, [VOIDPTR]).as_pointer(),
+                  VOIDPTR]))
+        self.pthread_detach = _declare(module, "pthread_detach", ir.FunctionType(I32, [I64]))
+        g = functools.partial(_global, module)
+        self.mutex = g("tegrad_pool_mutex", ir.ArrayType(I32, _SLOT_WORDS))
+        self.slots = g("tegrad_pool_slots", ir.ArrayType(I32, MAX_THREADS * _SLOT_WORDS))
+        self.pending = g("tegrad_pool_pending", ir.ArrayType(I32, _SLOT_WORDS))
+        self.caller_asleep = g("tegrad_pool_caller_asleep", ir.ArrayType(I32, _SLOT_WORDS))
+        self.n_workers = g("tegrad_pool_n_workers", I32)
+        self.owner = g("tegrad_pool_owner", I64)
+        self.tids = g("tegrad_pool_worker_ids", ir.ArrayType(I64, MAX_THREADS))
+        self.pthread_self = _declare(module, "pthread_self", ir.FunctionType(I64, []))
+        self.task_fn = g("tegrad_pool_fn", TASK_FN_TYPE.as_pointer())
+        self.task_ctx = g("tegrad_pool_ctx", VOIDPTR)
+        self.n_tasks = g("tegrad_pool_n_tasks", I64)
+        self.n_threads = g("tegrad_pool_n_threads", I64)
+
+    # -- small pieces ------------------------------------------------------------------
+
+    @staticmethod
+    def word(b, array, index=0):
+        return b.gep(array, [ir.Constant(I32, 0), index if isinstance(index, ir.Value)
+                             else ir.Constant(I32, index)], inbounds=True)
+
+    def slot(self, b, worker):
+        """The word of ``worker`` (an i32 value)."""
+        return self.word(b, self.slots, b.mul(worker, ir.Constant(I32, _SLOT_WORDS)))
+
+    def futex(self, b, addr, op, value):
+        b.call(self.syscall, [self.sys_futex, b.bitcast(addr, VOIDPTR), ir.Constant(I32, op),
+                              ir.Constant(I32, value) if isinstance(value, int) else value,
+                              ir.Constant(VOIDPTR, None), ir.Constant(VOIDPTR, None),
+                              ir.Constant(I32, 0)])
+
+    def pause(self, b):
+        if self.arch == "x86_64":
+            fn = _declare(self.module, "llvm.x86.sse2.pause", ir.FunctionType(ir.VoidType(), []))
+            b.call(fn, [])
+        elif self.arch in ("aarch64", "arm64"):
+            fn = _declare(self.module, "llvm.aarch64.hint", ir.FunctionType(ir.VoidType(), [I32]))
+            b.call(fn, [ir.Constant(I32, 1)])  # the "yield" hint
+
+    @staticmethod
+    def load(b, ptr, ordering="acquire"):
+        return b.load_atomic(ptr, ordering, 4 if ptr.type.pointee == I32 else 8)
+
+    @staticmethod
+    def store(b, value, ptr, ordering="release"):
+        b.store_atomic(value, ptr, ordering, 4 if ptr.type.pointee == I32 else 8)
+
+    def spin_until(self, b, fn, ptr, done, iterations):
+        """Spin ``iterations`` times on ``*ptr`` until ``done(b, value)``; returns the
+        block that continues (``done`` reached: branch target ``ok``; else ``timeout``)."""
+        entry = b.block
+        loop = fn.append_basic_block("spin")
+        ok = fn.append_basic_block("spin.ok")
+        step = fn.append_basic_block("spin.step")
+        timeout = fn.append_basic_block("spin.timeout")
+        b.branch(loop)
+        b.position_at_end(loop)
+        i = b.phi(I32)
+        i.add_incoming(ir.Constant(I32, 0), entry)
+        value = self.load(b, ptr)
+        b.cbranch(done(b, value), ok, step)
+        b.position_at_end(step)
+        self.pause(b)
+        nxt = b.add(i, ir.Constant(I32, 1))
+        i.add_incoming(nxt, step)
+        b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I32, iterations)), loop, timeout)
+        return ok, timeout
+
+    # -- the mutex (three states: 0 free, 1 held, 2 held with waiters) ------------------
+
+    def emit_lock(self, b, fn, me, nested):
+        """Take the mutex; branch to ``nested`` instead when the calling thread ``me`` is
+        inside a fork-join already (it holds the mutex, or it is a worker: a worker runs
+        code only inside a range), where waiting would never end."""
+        word = self.word(b, self.mutex)
+        pair = b.cmpxchg(word, ir.Constant(I32, 0), ir.Constant(I32, 1), "acquire", "monotonic")
+        got = b.extract_value(pair, 1)
+        check = fn.append_basic_block("lock.check")
+        contended = fn.append_basic_block("lock.contended")
+        wait = fn.append_basic_block("lock.wait")
+        done = fn.append_basic_block("lock.done")
+        b.cbranch(got, done, check)
+        b.position_at_end(check)
+        owner = self.load(b, self.owner, "monotonic")
+        scan_entry = b.block
+        scan = fn.append_basic_block("lock.scan")
+        scan_next = fn.append_basic_block("lock.scan.next")
+        b.cbranch(b.icmp_unsigned("==", owner, me), nested, scan)
+        b.position_at_end(scan)
+        w = b.phi(I32)
+        w.add_incoming(ir.Constant(I32, 1), scan_entry)
+        n_workers = self.load(b, self.n_workers, "monotonic")
+        in_range = b.icmp_signed("<=", w, n_workers)
+        tid = self.load(b, self.word(b, self.tids, w), "monotonic")
+        b.cbranch(b.and_(in_range, b.icmp_unsigned("==", tid, me)), nested, scan_next)
+        b.position_at_end(scan_next)
+        w_next = b.add(w, ir.Constant(I32, 1))
+        w.add_incoming(w_next, scan_next)
+        b.cbranch(b.icmp_signed("<", w, n_workers), scan, contended)
+        b.position_at_end(contended)
+        old = b.atomic_rmw("xchg", word, ir.Constant(I32, 2), "acquire")
+        b.cbranch(b.icmp_unsigned("==", old, ir.Constant(I32, 0)), done, wait)
+        b.position_at_end(wait)
+        self.futex(b, word, _FUTEX_WAIT_PRIVATE, 2)
+        old = b.atomic_rmw("xchg", word, ir.Constant(I32, 2), "acquire")
+        b.cbranch(b.icmp_unsigned("==", old, ir.Constant(I32, 0)), done, wait)
+        b.position_at_end(done)
+        self.store(b, me, self.owner, "monotonic")
+
+    def emit_unlock(self, b, fn):
+        word = self.word(b, self.mutex)
+        self.store(b, ir.Constant(I64, 0), self.owner, "monotonic")
+        old = b.atomic_rmw("xchg", word, ir.Constant(I32, 0), "release")
+        wake = fn.append_basic_block("unlock.wake")
+        done = fn.append_basic_block("unlock.done")
+        b.cbranch(b.icmp_unsigned("==", old, ir.Constant(I32, 2)), wake, done)
+        b.position_at_end(wake)
+        self.futex(b, word, _FUTEX_WAKE_PRIVATE, 1)
+        b.branch(done)
+        b.position_at_end(done)
+
+    # -- the worker ---------------------------------------------------------------------
+
+    def run_range(self, b, thread):
+        """``fn(ctx, n*t // T, n*(t+1) // T)`` for the current fork-join (``thread`` i64)."""
+        n = self.load(b, self.n_tasks, "monotonic")
+        t_count = self.load(b, self.n_threads, "monotonic")
+        begin = b.sdiv(b.mul(n, thread), t_count)
+        end = b.sdiv(b.mul(n, b.add(thread, ir.Constant(I64, 1))), t_count)
+        fn = self.load(b, self.task_fn, "monotonic")
+        ctx = self.load(b, self.task_ctx, "monotonic")
+        b.call(fn, [ctx, begin, end])
+
+    def finish_range(self, b, fn):
+        """Report one range done: the last one wakes a sleeping caller."""
+        pending = self.word(b, self.pending)
+        old = b.atomic_rmw("sub", pending, ir.Constant(I32, 1), "seq_cst")
+        last = b.icmp_unsigned("==", old, ir.Constant(I32, 1))
+        asleep = b.icmp_unsigned("!=", self.load(b, self.word(b, self.caller_asleep), "seq_cst"),
+                                 ir.Constant(I32, 0))
+        wake = fn.append_basic_block("wake_caller")
+        done = fn.append_basic_block("reported")
+        b.cbranch(b.and_(last, asleep), wake, done)
+        b.position_at_end(wake)
+        self.futex(b, pending, _FUTEX_WAKE_PRIVATE, 1)
+        b.branch(done)
+        b.position_at_end(done)
+
+    def emit_worker(self):
+        fn = ir.Function(self.module, ir.FunctionType(VOIDPTR, [VOIDPTR]), name="tegrad_pool_worker")
+        fn.linkage = "internal"
+        c32 = lambda v: ir.Constant(I32, v)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        worker = b.trunc(b.ptrtoint(fn.args[0], I64), I32)
+        word = self.slot(b, worker)
+        idle = fn.append_basic_block("idle")
+        b.branch(idle)
+        b.position_at_end(idle)
+        is_work = lambda bb, v: bb.icmp_unsigned("==", v, c32(_WORK))
+        offered, timeout = self.spin_until(b, fn, word, is_work, SPIN_ITERATIONS)
+        claim = fn.append_basic_block("claim")
+        b.position_at_end(offered)
+        b.branch(claim)
+        # Going to sleep: idle -> asleep, unless work arrived meanwhile.
+        b.position_at_end(timeout)
+        pair = b.cmpxchg(word, c32(_IDLE), c32(_ASLEEP), "seq_cst", "seq_cst")
+        sleep = fn.append_basic_block("sleep")
+        b.cbranch(b.extract_value(pair, 1), sleep, claim)
+        b.position_at_end(sleep)
+        self.futex(b, word, _FUTEX_WAIT_PRIVATE, _ASLEEP)
+        state = self.load(b, word)
+        still = fn.append_basic_block("sleep.check")
+        b.cbranch(is_work(b, state), claim, still)
+        b.position_at_end(still)
+        # Idle again: the caller offered this range and ran it itself.
+        b.cbranch(b.icmp_unsigned("==", state, c32(_IDLE)), idle, sleep)
+        # Claim the offered range (the caller may have taken it back: then idle).
+        b.position_at_end(claim)
+        pair = b.cmpxchg(word, c32(_WORK), c32(_RUNNING), "acq_rel", "acquire")
+        run = fn.append_basic_block("run")
+        b.cbranch(b.extract_value(pair, 1), run, idle)
+        b.position_at_end(run)
+        self.run_range(b, b.zext(worker, I64))
+        self.store(b, c32(_IDLE), word)
+        self.finish_range(b, fn)
+        b.branch(idle)
+        return fn
+
+    # -- the entry point ----------------------------------------------------------------
+
+    def emit_parallel_for(self, worker_fn):
+        fn = declare_parallel_for(self.module)
+        task_fn, ctx, n_tasks, n_threads = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        tid = b.alloca(I64)
+        c32 = lambda v: ir.Constant(I32, v)
+        c64 = lambda v: ir.Constant(I64, v)
+        smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
+        t = smin(b.sext(n_threads, I64), n_tasks)
+        t = smin(t, c64(MAX_THREADS))
+        inline = fn.append_basic_block("inline")
+        pooled = fn.append_basic_block("pooled")
+        b.cbranch(b.icmp_signed("<=", t, c64(1)), inline, pooled)
+        b.position_at_end(inline)
+        b.call(task_fn, [ctx, c64(0), n_tasks])
+        b.ret_void()
+
+        b.position_at_end(pooled)
+        self.emit_lock(b, fn, b.call(self.pthread_self, []), inline)
+        # Create the missing workers (a failed pthread_create leaves fewer threads).
+        wanted = b.trunc(b.sub(t, c64(1)), I32)
+        create_check = fn.append_basic_block("create.check")
+        create = fn.append_basic_block("create")
+        created = fn.append_basic_block("created")
+        b.branch(create_check)
+        b.position_at_end(create_check)
+        have = self.load(b, self.n_workers, "monotonic")
+        b.cbranch(b.icmp_signed("<", have, wanted), create, created)
+        b.position_at_end(create)
+        index = b.add(have, c32(1))
+        arg = b.inttoptr(b.zext(index, I64), VOIDPTR)
+        rc = b.call(self.pthread_create, [tid, ir.Constant(VOIDPTR, None), worker_fn, arg])
+        ok = fn.append_basic_block("create.ok")
+        b.cbranch(b.icmp_signed("==", rc, c32(0)), ok, created)
+        b.position_at_end(ok)
+        b.call(self.pthread_detach, [b.load(tid)])
+        self.store(b, b.load(tid), self.word(b, self.tids, index), "monotonic")
+        self.store(b, index, self.n_workers, "monotonic")
+        b.branch(create_check)
+
+        b.position_at_end(created)
+        workers = b.sext(self.load(b, self.n_workers, "monotonic"), I64)
+        t = smin(t, b.add(workers, c64(1)))
+        alone = fn.append_basic_block("alone")
+        fork = fn.append_basic_block("fork")
+        b.cbranch(b.icmp_signed("<=", t, c64(1)), alone, fork)
+        b.position_at_end(alone)
+        self.emit_unlock(b, fn)
+        b.call(task_fn, [ctx, c64(0), n_tasks])
+        b.ret_void()
+
+        b.position_at_end(fork)
+        self.store(b, task_fn, self.task_fn, "monotonic")
+        self.store(b, ctx, self.task_ctx, "monotonic")
+        self.store(b, n_tasks, self.n_tasks, "monotonic")
+        self.store(b, t, self.n_threads, "monotonic")
+        pending = self.word(b, self.pending)
+        self.store(b, b.trunc(b.sub(t, c64(1)), I32), pending, "seq_cst")
+        # Hand out ranges 1..t-1 (the word's release publishes the stores above).
+        entry = b.block
+        signal = fn.append_basic_block("signal")
+        wake = fn.append_basic_block("signal.wake")
+        next_ = fn.append_basic_block("signal.next")
+        own = fn.append_basic_block("own_range")
+        b.branch(signal)
+        b.position_at_end(signal)
+        w = b.phi(I32)
+        w.add_incoming(c32(1), entry)
+        word = self.slot(b, w)
+        old = b.atomic_rmw("xchg", word, c32(_WORK), "seq_cst")
+        b.cbranch(b.icmp_unsigned("==", old, c32(_ASLEEP)), wake, next_)
+        b.position_at_end(wake)
+        self.futex(b, word, _FUTEX_WAKE_PRIVATE, 1)
+        b.branch(next_)
+        b.position_at_end(next_)
+        w_next = b.add(w, c32(1))
+        w.add_incoming(w_next, next_)
+        b.cbranch(b.icmp_signed("<", b.sext(w_next, I64), t), signal, own)
+
+        b.position_at_end(own)
+        b.call(task_fn, [ctx, c64(0), b.sdiv(n_tasks, t)])
+        # Run the ranges no worker has claimed yet (a descheduled worker delays nothing).
+        entry = b.block
+        steal = fn.append_basic_block("steal")
+        stolen = fn.append_basic_block("steal.run")
+        steal_next = fn.append_basic_block("steal.next")
+        wait_all = fn.append_basic_block("join")
+        b.branch(steal)
+        b.position_at_end(steal)
+        w = b.phi(I32)
+        w.add_incoming(c32(1), entry)
+        pair = b.cmpxchg(self.slot(b, w), c32(_WORK), c32(_IDLE), "acq_rel", "monotonic")
+        b.cbranch(b.extract_value(pair, 1), stolen, steal_next)
+        b.position_at_end(stolen)
+        self.run_range(b, b.sext(w, I64))
+        self.finish_range(b, fn)
+        b.branch(steal_next)
+        b.position_at_end(steal_next)
+        w_next = b.add(w, c32(1))
+        w.add_incoming(w_next, steal_next)
+        b.cbranch(b.icmp_signed("<", b.sext(w_next, I64), t), steal, wait_all)
+        b.position_at_end(wait_all)
+        # Wait for the workers: spin, then sleep on the pending count.
+        is_zero = lambda bb, v: bb.icmp_unsigned("==", v, c32(0))
+        joined, timeout = self.spin_until(b, fn, pending, is_zero, CALLER_SPIN_ITERATIONS)
+        b.position_at_end(timeout)
+        asleep = self.word(b, self.caller_asleep)
+        self.store(b, c32(1), asleep, "seq_cst")
+        sleep = fn.append_basic_block("join.sleep")
+        woken = fn.append_basic_block("join.woken")
+        b.branch(sleep)
+        b.position_at_end(sleep)
+        value = self.load(b, pending, "seq_cst")
+        wait = fn.append_basic_block("join.wait")
+        b.cbranch(is_zero(b, value), woken, wait)
+        b.position_at_end(wait)
+        self.futex(b, pending, _FUTEX_WAIT_PRIVATE, value)
+        b.branch(sleep)
+        b.position_at_end(woken)
+        self.store(b, c32(0), asleep, "seq_cst")
+        b.branch(joined)
+        b.position_at_end(joined)
+        self.emit_unlock(b, fn)
+        b.ret_void()
+        return fn
+
+
+def emit_thread_pool(module, *, triple=None):
+    """Define the pool (its globals, worker and ``tegrad_parallel_for``) in ``module``.
+
+    ``triple`` is the target's (the host's by default): it chooses the futex system call
+    number and the spin-wait hint. Returns the entry point; a module that already defines
+    it is left as it is.
+    """
+    existing = module.globals.get(PARALLEL_FOR)
+    if existing is not None and not existing.is_declaration:
+        return existing
+    em = _Emitter(module, triple or jit.host_triple())
+    return em.emit_parallel_for(em.emit_worker())
+
+
+_pool_lock = threading.Lock()
+_pool_address = []
+
+
+def parallel_for_address():
+    """The address of the process's one pool, compiled on first use (once, whichever
+    threads ask) and registered so that JIT modules which :func:`declare_parallel_for`
+    call it."""
+    if not _pool_address:
+        with _pool_lock:
+            if not _pool_address:
+                module = ir.Module(name="tegrad_thread_pool")
+                emit_thread_pool(module)
+                engine = jit.compile_module(module)
+                address = engine.get_function_address(PARALLEL_FOR)
+                llvm.add_symbol(PARALLEL_FOR, address)
+                _pool_address.append(address)
+    return _pool_address[0]
+
+
+PARALLEL_FOR_CTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                      ctypes.c_int32)
+
+
+def parallel_for(fn_address, ctx, n_tasks, n_threads):
+    """Call the process's pool from Python: ``fn_address`` is a JIT task function's address."""
+    return PARALLEL_FOR_CTYPE(parallel_for_address())(fn_address, ctx, n_tasks, n_threads)
