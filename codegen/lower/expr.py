@@ -1,0 +1,206 @@
+"""Lowering of one stage expression to a loop-IR expression and the statements before it.
+
+Reads become loads of the tensors' buffers; axis variables become int64 loop variables
+(index arithmetic then runs in int64, as the reference evaluator's ``arange`` indices
+do; a sub-expression without variables keeps its dtype); each reduction becomes a
+shape-() accumulator computed by a loop nest before the statement that uses it, under
+the conditions of the selects around it (affine ones restrict its domain, others guard
+it). A read whose index depends on loaded data, and an integer ``//``/``%`` by a
+non-constant, is preceded by a :class:`Check` (under the same conditions).
+"""
+from __future__ import annotations
+
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var)
+from tegrad.ir.mapper import IdentityMapper
+from tegrad.ir.printer import axis_end
+from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
+
+from tegrad.codegen.loops.mapper import block, walk_expr
+from tegrad.codegen.loops.nodes import Accumulate, Allocate, Buffer, Check, If, Load, Store
+from tegrad.codegen.lower.nest import INDEX, bound_constraints, const, domain_nest
+
+
+def widen(e, dtype):
+    """``e`` as ``dtype`` (a constant is retyped, anything else cast)."""
+    if e.dtype == dtype:
+        return e
+    if type(e) is Const:
+        return Const(e.value, dtype)
+    return Cast(e, dtype)
+
+
+def _unify(a, b):
+    """Integer operands of different widths meet at int64 (loop variables are int64)."""
+    if a.dtype != b.dtype and _dt.is_int(a.dtype) and _dt.is_int(b.dtype):
+        return widen(a, INDEX), widen(b, INDEX)
+    return a, b
+
+
+class Names:
+    """Fresh names for accumulators within one kernel."""
+
+    def __init__(self, taken=()):
+        self.taken = set(taken)
+
+    def fresh(self, base):
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+
+class StageContext:
+    """What lowering a stage needs: tensor -> buffer, fresh names, the stage's name."""
+
+    def __init__(self, buffers, names, stage):
+        self.buffers, self.names, self.stage = buffers, names, stage
+
+
+class ExprLowering(IdentityMapper):
+    """Maps a stage expression to a loop-IR expression; collects the statements before it.
+
+    ``context`` lists solver constraints known at this point (the enclosing loops);
+    ``guard`` the conditions under which the expression is evaluated.
+    """
+
+    def __init__(self, ctx, context, guard=()):
+        self.ctx, self.context, self.guard = ctx, list(context), list(guard)
+        self.stmts, self.allocs = [], []
+
+    # -- helpers ---------------------------------------------------------------------
+    def _guarded(self, cond):
+        """``cond`` needed only where the guard holds: ``!guard || cond``."""
+        if not self.guard:
+            return cond
+        return Or(Not(conjunction(self.guard)), cond)
+
+    def _under(self, cond, e):
+        self.guard.append(cond)
+        try:
+            return self(e)
+        finally:
+            self.guard.pop()
+
+    def wrap(self, stmt):
+        """``stmt`` after the collected statements, inside the accumulators' allocations."""
+        out = block(self.stmts + [stmt])
+        for buf in reversed(self.allocs):
+            out = Allocate(buf, out)
+        return out
+
+    # -- expressions -----------------------------------------------------------------
+    def map_var(self, e, *args):
+        return Var(e.name, INDEX) if _dt.is_int(e.dtype) else e
+
+    def map_binary(self, e, *args):
+        a, b = _unify(self(e.a), self(e.b))
+        if e.op in ("floordiv", "floormod") and _dt.is_int(a.dtype) and not (
+                type(b) is Const and b.value != 0):
+            self.stmts.append(Check(self._guarded(Compare("ne", b, Const(0, b.dtype))),
+                                    "division_by_zero", self.ctx.stage))
+        return Binary(e.op, a, b, a.dtype)
+
+    def map_neg(self, e, *args):
+        a = self(e.a)
+        return Neg(a, a.dtype)
+
+    def map_compare(self, e, *args):
+        a, b = _unify(self(e.a), self(e.b))
+        return Compare(e.op, a, b)
+
+    def map_and(self, e, *args):
+        a = self(e.a)
+        return And(a, self._under(a, e.b))
+
+    def map_or(self, e, *args):
+        a = self(e.a)
+        return Or(a, self._under(Not(a), e.b))
+
+    def map_select(self, e, *args):
+        c = self(e.cond)
+        t, f = _unify(self._under(c, e.true_value), self._under(Not(c), e.false_value))
+        return Select(c, t, f, t.dtype)
+
+    def map_cast(self, e, *args):
+        return widen(self(e.a), e.dtype)
+
+    def map_call(self, e, *args):
+        new = [self(a) for a in e.args]
+        if len(new) == 2:
+            new = list(_unify(*new))
+        return Call(e.name, tuple(new), new[0].dtype)
+
+    def map_read(self, e, *args):
+        indices = tuple(widen(self(i), INDEX) for i in e.indices)
+        buf = self.ctx.buffers[id(e.tensor)]
+        self.check_indices(buf, indices, e.tensor.name)
+        return Load(buf, indices, buf.dtype)
+
+    def check_indices(self, buf, indices, name):
+        """Checks ``0 <= index < extent`` for every index that depends on loaded data."""
+        conds = []
+        for idx, extent in zip(indices, buf.shape):
+            if any(type(n) is Load for n in walk_expr(idx)):
+                conds.append(And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent))))
+        if conds:
+            self.stmts.append(Check(self._guarded(conjunction(conds)), "index_out_of_range",
+                                    name))
+
+    def map_reduce(self, e, *args):
+        acc = Buffer(self.ctx.names.fresh("acc"), (), e.dtype, "local")
+        init = (self(e.init) if e.init is not None else e.reducer.identity(e.dtype))
+        affine, data = split_guard(self.guard)
+        nest = reduction_nest(self.ctx, e, acc, (), self.context, affine)
+        stmt = block([Store(acc, (), widen(init, e.dtype)), nest])
+        self.stmts.append(If(conjunction(data), stmt) if data else stmt)
+        self.allocs.append(acc)
+        return Load(acc, (), e.dtype)
+
+
+def split_guard(conds):
+    """``(solver constraints, other conditions)`` of a list of conditions."""
+    affine, data = [], []
+    for c in conds:
+        for part in conjuncts(c):
+            con = to_constraint(part)
+            if con is None:
+                data.append(part)
+            else:
+                affine.append(con)
+    return affine, data
+
+
+def reduction_nest(ctx, red, buf, indices, context, guards=()):
+    """Loops over the domain of ``red`` accumulating its source into ``buf[indices]``.
+
+    The domain's bounds, the affine part of ``where`` and the constraints ``guards`` on
+    outer values (under which the reduction is needed) become loops; the rest of
+    ``where`` is tested at each point. ``context`` holds what is known of outer values.
+    """
+    bounds = ExprLowering(ctx, context)
+    axes = []
+    for ax in red.axes:
+        v = Var(ax.name, INDEX)
+        axes.append((v, widen(bounds(ax.lo), INDEX), widen(bounds(axis_end(ax)), INDEX)))
+    where_affine, where_data = split_guard([] if red.where is None else [red.where])
+    conditions = list(guards) + where_affine
+    inner_context = list(context) + conditions
+    for v, lo, end in axes:
+        inner_context += bound_constraints(v, lo, end) or []
+
+    def body():
+        inner = ExprLowering(ctx, inner_context)
+        if not where_data:
+            value = widen(inner(red.source), buf.dtype)
+            return inner.wrap(Accumulate(buf, indices, value, red.reducer))
+        cond = inner(conjunction(where_data))
+        before, inner.stmts = inner.stmts, []
+        value = widen(inner(red.source), buf.dtype)
+        guarded = If(cond, block(inner.stmts + [Accumulate(buf, indices, value, red.reducer)]))
+        inner.stmts = before
+        return inner.wrap(guarded)
+
+    return domain_nest(axes, conditions, context, body)
