@@ -27,7 +27,7 @@ class ExprPrinter(_Printer):
 
     def text(self, e):
         if type(e) is Load:
-            return f"{e.buffer.name}[{', '.join(self(i) for i in e.indices)}]", _ATOM
+            return _access(self, e.buffer, e.indices), _ATOM
         return super().text(e)
 
 

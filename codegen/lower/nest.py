@@ -28,7 +28,7 @@ from tegrad.solver import loop_ast
 from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Or, Select, Var
 from tegrad.analysis.affine import conjunction, from_constraint, to_affine
 
-from tegrad.codegen.loops.mapper import block
+from tegrad.codegen.loops.mapper import block, substitute_stmt
 from tegrad.codegen.loops.nodes import For, If, Let
 
 INDEX = "int64"
@@ -91,24 +91,37 @@ def tree_expr(e):
     raise ValueError(f"unknown loop tree operation {op!r}")
 
 
-def _stmt(node, bodies, variables):
+def _stmt(node, bodies, variables, lets):
     if isinstance(node, loop_ast.Loop):
         var = Var(node.var, INDEX)
         lower, upper = tree_expr(node.lower), tree_expr(node.upper)
-        body = _stmt(node.body, bodies, variables)
+        body = _stmt(node.body, bodies, variables, lets)
         if _single_trip(node):
             return Let(var, lower, body)
         return For(var, lower, upper, body, "serial", node.step)
     if isinstance(node, loop_ast.Guard):
-        otherwise = None if node.otherwise is None else _stmt(node.otherwise, bodies, variables)
-        return If(tree_expr(node.cond), _stmt(node.then, bodies, variables), otherwise)
+        otherwise = (None if node.otherwise is None
+                     else _stmt(node.otherwise, bodies, variables, lets))
+        return If(tree_expr(node.cond), _stmt(node.then, bodies, variables, lets), otherwise)
     if isinstance(node, loop_ast.Seq):
-        return block([_stmt(c, bodies, variables) for c in node.items])
-    body = bodies[node.statement]()
-    for name, value in reversed(list(zip(variables, node.values))):
-        if value != ("var", name):
-            body = Let(Var(name, INDEX), tree_expr(value), body)
-    return body
+        return block([_stmt(c, bodies, variables, lets) for c in node.items])
+    return fixed_point(bodies[node.statement], {
+        name: tree_expr(value) for name, value in zip(variables, node.values)
+        if value != ("var", name)}, lets)
+
+
+def fixed_point(body, values, lets):
+    """``body()`` where some variables have one value each: lets, or constants substituted.
+
+    With ``lets`` every fixed variable is a :class:`Let` (a reduction's single-trip
+    loop, one point of its domain); otherwise constants are substituted.
+    """
+    consts = {} if lets else {n: v for n, v in values.items() if type(v) is Const}
+    stmt = substitute_stmt(body(), consts)
+    for name, value in reversed(list(values.items())):
+        if name not in consts:
+            stmt = Let(Var(name, INDEX), value, stmt)
+    return stmt
 
 
 def _single_trip(node):
@@ -118,12 +131,14 @@ def _single_trip(node):
     return up == ("add", lo, ("int", 1))
 
 
-def domain_nest(axes, conditions, context, body, more=()):
+def domain_nest(axes, conditions, context, body, more=(), lets=True):
     """Loops over ``axes`` (``(var, lo, end)``) where the solver ``conditions`` hold.
 
     ``context`` lists solver constraints known to hold on the outer values; ``body()``
     builds the statement run at each point. ``more`` adds statements over the same
-    axes: ``(conditions, body)`` pairs, each run where its own conditions hold.
+    axes: ``(conditions, body)`` pairs, each run where its own conditions hold. A
+    variable with a single value is a :class:`Let` (with ``lets``; else a constant
+    value is substituted).
     """
     statements = [(list(conditions), body)] + [(list(c), b) for c, b in more]
     names = [v.name for v, _, _ in axes]
@@ -141,7 +156,7 @@ def domain_nest(axes, conditions, context, body, more=()):
     params = sorted(free - set(names))
     ctx = [c for c in context if c.variables() <= set(params)]
     tree = loop_ast.build_loops(names, params, systems, ctx)
-    return _stmt(tree, [b for _, b in statements], names)
+    return _stmt(tree, [b for _, b in statements], names, lets)
 
 
 def _plain_nest(axes, statements):

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from tegrad.ir.errors import TegradError
 from tegrad.ir.graph import topological_order
-from tegrad.ir.tensor import PlaceholderOp, Tensor
+from tegrad.ir.mapper import tensors_read
+from tegrad.ir.rewrite import stage_exprs
+from tegrad.ir.tensor import PlaceholderOp, ScatterOp, Tensor
 
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import Buffer, Kernel, Load
@@ -72,20 +74,52 @@ def lower_program(inputs, outputs, *, name="kernel"):
                                      t.shape, names))
         else:
             buffers[id(t)] = buf
+    order = topological_order(prepared)
+    in_place = _accumulated_in_place(order, buffers)
     temps, stmts = [], []
-    for t in topological_order(prepared):
+
+    def buffer_of(t):
+        if id(t) not in buffers:
+            buffers[id(t)] = Buffer(names.fresh(t.name), t.shape, t.dtype, "temp")
+            temps.append(buffers[id(t)])
+        return buffers[id(t)]
+
+    for t in reversed(order):
+        if id(t) in in_place:
+            buffers[id(t.op.init)] = buffer_of(t)
+    for t in order:
         if isinstance(t.op, PlaceholderOp):
             if id(t) not in buffers:
                 raise TegradError(f"lower_program: the outputs depend on the placeholder "
                                   f"{t.name!r}, which is not among the inputs")
             continue
-        buf = buffers.get(id(t))
-        if buf is None:
-            buf = Buffer(names.fresh(t.name), t.shape, t.dtype, "temp")
-            buffers[id(t)] = buf
-            temps.append(buf)
-        stmts.append(lower_stage(t, buf, StageContext(buffers, names, t.name)))
+        buf = buffer_of(t)
+        ctx = StageContext(buffers, names, t.name)
+        stmts.append(lower_stage(t, buf, ctx, fill=id(t) not in in_place))
+    temps.sort(key=lambda b: b.name)
     return Kernel(name, tuple(args + out_bufs), tuple(temps), block(stmts + copies))
+
+
+def _accumulated_in_place(order, buffers):
+    """Ids of the scatter stages that can accumulate into their ``init``'s buffer.
+
+    That is when ``init`` is a computed stage, no argument, read by nothing else: it is
+    then computed straight into the scatter's buffer, which needs no copy.
+    """
+    uses = {}
+    for t in order:
+        for e in stage_exprs(t.op):
+            for r in tensors_read(e):
+                uses[id(r)] = uses.get(id(r), 0) + 2
+        if isinstance(t.op, ScatterOp) and t.op.init is not None:
+            uses[id(t.op.init)] = uses.get(id(t.op.init), 0) + 1
+    out = set()
+    for t in order:
+        init = t.op.init if isinstance(t.op, ScatterOp) else None
+        if (init is not None and not isinstance(init.op, PlaceholderOp)
+                and id(init) not in buffers and uses.get(id(init)) == 1):
+            out.add(id(t))
+    return out
 
 
 __all__ = ["lower_program", "prepare", "widen"]

@@ -12,17 +12,21 @@ from tegrad.ir.expr import Const, Reduce, Var
 from tegrad.ir.reduction import sum as sum_reducer
 from tegrad.ir.tensor import ComputeOp, ScatterOp
 
-from tegrad.codegen.loops.mapper import block
-from tegrad.codegen.loops.nodes import Accumulate, For, If, Let, Load, Store
+from tegrad.codegen.loops.mapper import block, substitute_stmt
+from tegrad.codegen.loops.nodes import Accumulate, For, If, Load, Store
 from tegrad.codegen.lower.expr import ExprLowering, reduction_nest, split_guard, widen
 from tegrad.codegen.lower.nest import INDEX, const, domain_nest
 from tegrad.analysis.affine import conjunction
 
 
 def box_loops(variables, shape, body):
-    """``for v in range(n)`` around ``body`` for each variable (``let v = 0`` for n == 1)."""
+    """``for v in range(n)`` around ``body`` for each variable (``v = 0`` substituted for
+    ``n == 1``: a stage axis of extent one is not a loop)."""
+    single = {v.name: const(0) for v, n in zip(variables, shape) if n == 1}
+    body = substitute_stmt(body, single)
     for v, n in reversed(list(zip(variables, shape))):
-        body = Let(v, const(0), body) if n == 1 else For(v, const(0), const(n), body)
+        if n != 1:
+            body = For(v, const(0), const(n), body)
     return body
 
 
@@ -59,10 +63,16 @@ def copy_loops(dst, src_value, shape, names):
     return box_loops(variables, shape, Store(dst, tuple(variables), src_value(tuple(variables))))
 
 
-def lower_scatter(t, buf, ctx):
-    """Statements computing the scatter stage ``t`` into ``buf``."""
+def lower_scatter(t, buf, ctx, fill=True):
+    """Statements computing the scatter stage ``t`` into ``buf``.
+
+    Without ``fill``, ``buf`` already holds the initial values (``init`` was computed
+    into it).
+    """
     op = t.op
-    if op.init is not None:
+    if not fill:
+        fill = None
+    elif op.init is not None:
         src = ctx.buffers[id(op.init)]
         fill = copy_loops(buf, lambda idx: widen(Load(src, idx, src.dtype), buf.dtype),
                           t.shape, ctx.names)
@@ -77,7 +87,7 @@ def lower_scatter(t, buf, ctx):
         affine, data = split_guard([] if target.where is None else [target.where])
         statements.append((affine, _target_body(target, data, buf, ctx, context + affine)))
     first, more = statements[0], statements[1:]
-    return block([fill, domain_nest(axes, first[0], [], first[1], more)])
+    return block([fill, domain_nest(axes, first[0], [], first[1], more, lets=False)])
 
 
 def _target_body(target, data, buf, ctx, context):
@@ -94,10 +104,10 @@ def _target_body(target, data, buf, ctx, context):
     return body
 
 
-def lower_stage(t, buf, ctx):
-    """Statements computing ``t`` into ``buf``."""
+def lower_stage(t, buf, ctx, fill=True):
+    """Statements computing ``t`` into ``buf`` (see :func:`lower_scatter` for ``fill``)."""
     if isinstance(t.op, ComputeOp):
         return lower_compute(t, buf, ctx)
     if isinstance(t.op, ScatterOp):
-        return lower_scatter(t, buf, ctx)
+        return lower_scatter(t, buf, ctx, fill)
     raise TypeError(f"cannot lower the stage of {t.name!r}: {type(t.op).__name__}")
