@@ -1,0 +1,162 @@
+"""One LLVM lowering per tegrad intrinsic (:data:`tegrad.ir.intrinsics.INTRINSICS`).
+
+Float intrinsics of float16 operands are computed in float32 and rounded, as numpy does.
+Semantics follow the evaluator's numpy implementations: ``round`` ties to even
+(``llvm.roundeven``); ``sigmoid`` is ``1 / (1 + e)`` or ``e / (1 + e)`` with
+``e = exp(-|x|)`` (no overflow); ``erf`` is the C library's double ``erf`` (what Python's
+``math.erf`` calls) rounded to the operand's dtype; ``sign`` keeps NaN; integer ``abs``
+of the smallest integer wraps; integer ``pow`` is exact with wrapping (a negative exponent
+gives the truncated quotient ``1 / a**-b``: 1 or -1 for a = +-1, else 0, and 0 for a = 0).
+
+>>> from tegrad.ir.intrinsics import INTRINSICS
+>>> set(INTRINSIC_LOWERINGS) == set(INTRINSICS)
+True
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tegrad.ir import dtypes as _dt
+
+from tegrad.codegen.llvm.types import is_signed
+
+
+def _in_float32(lower):
+    """Run a float lowering on float16 operands in float32 and round the result."""
+    def wrapped(em, args, dtype):
+        if dtype != "float16":
+            return lower(em, args, dtype)
+        bld = em.builder
+        wide = [bld.fpext(a, ir.FloatType()) for a in args]
+        return bld.fptrunc(lower(em, wide, "float32"), args[0].type)
+    return wrapped
+
+
+def _llvm_unary(name):
+    @_in_float32
+    def lower(em, args, dtype):
+        (x,) = args
+        return em.builder.call(em.intrinsic(f"llvm.{name}", x.type), [x])
+    return lower
+
+
+@_in_float32
+def _sigmoid(em, args, dtype):
+    (x,) = args
+    bld = em.builder
+    one = ir.Constant(x.type, 1.0)
+    e = bld.call(em.intrinsic("llvm.exp", x.type),
+                 [bld.fneg(bld.call(em.intrinsic("llvm.fabs", x.type), [x]))])
+    denominator = bld.fadd(one, e)
+    nonnegative = bld.fcmp_ordered(">=", x, ir.Constant(x.type, 0.0))
+    return bld.select(nonnegative, bld.fdiv(one, denominator), bld.fdiv(e, denominator))
+
+
+def _erf(em, args, dtype):
+    (x,) = args
+    bld = em.builder
+    f64 = ir.DoubleType()
+    wide = x if dtype == "float64" else bld.fpext(x, f64)
+    y = bld.call(em.libm("erf", f64, [f64]), [wide])
+    return y if dtype == "float64" else bld.fptrunc(y, x.type)
+
+
+def _int_pow(em, a, b, dtype):
+    """Exponentiation by squaring, in a loop (wrapping multiplication)."""
+    bld = em.builder
+    t = a.type
+    zero, one = ir.Constant(t, 0), ir.Constant(t, 1)
+    pre = bld.block
+    head = em.new_block("ipow.head")
+    body = em.new_block("ipow.body")
+    done = em.new_block("ipow.done")
+    negative = (bld.icmp_signed("<", b, zero) if is_signed(dtype)
+                else ir.Constant(ir.IntType(1), 0))
+    start_exponent = bld.select(negative, zero, b)
+    bld.branch(head)
+    bld.position_at_end(head)
+    result = bld.phi(t)
+    base = bld.phi(t)
+    exponent = bld.phi(t)
+    result.add_incoming(one, pre)
+    base.add_incoming(a, pre)
+    exponent.add_incoming(start_exponent, pre)
+    bld.cbranch(bld.icmp_unsigned("!=", exponent, zero), body, done)
+    bld.position_at_end(body)
+    odd = bld.trunc(exponent, ir.IntType(1))
+    result.add_incoming(bld.select(odd, bld.mul(result, base), result), body)
+    base.add_incoming(bld.mul(base, base), body)
+    exponent.add_incoming(bld.lshr(exponent, one), body)
+    bld.branch(head)
+    bld.position_at_end(done)
+    if not is_signed(dtype):
+        return result
+    # a negative exponent: 1 / a**|b| truncated toward zero
+    minus_one = ir.Constant(t, -1)
+    a_is_one = bld.icmp_signed("==", a, one)
+    a_is_minus_one = bld.icmp_signed("==", a, minus_one)
+    odd_b = bld.trunc(b, ir.IntType(1))
+    reciprocal = bld.select(a_is_one, one,
+                            bld.select(a_is_minus_one, bld.select(odd_b, minus_one, one), zero))
+    return bld.select(negative, reciprocal, result)
+
+
+def _pow(em, args, dtype):
+    a, b = args
+    if _dt.is_float(dtype):
+        return _in_float32(lambda em, xs, d: em.builder.call(
+            em.intrinsic("llvm.pow", xs[0].type), xs))(em, args, dtype)
+    return _int_pow(em, a, b, dtype)
+
+
+def _abs(em, args, dtype):
+    (x,) = args
+    bld = em.builder
+    if _dt.is_float(dtype):
+        return bld.call(em.intrinsic("llvm.fabs", x.type), [x])
+    if not is_signed(dtype):
+        return x
+    zero = ir.Constant(x.type, 0)
+    return bld.select(bld.icmp_signed("<", x, zero), bld.sub(zero, x), x)
+
+
+def _sign(em, args, dtype):
+    (x,) = args
+    bld = em.builder
+    if _dt.is_float(dtype):
+        zero = ir.Constant(x.type, 0.0)
+        return bld.select(bld.fcmp_ordered(">", x, zero), ir.Constant(x.type, 1.0),
+                          bld.select(bld.fcmp_ordered("<", x, zero),
+                                     ir.Constant(x.type, -1.0), x))
+    zero = ir.Constant(x.type, 0)
+    if not is_signed(dtype):
+        return bld.zext(bld.icmp_unsigned("!=", x, zero), x.type)
+    positive = bld.zext(bld.icmp_signed(">", x, zero), x.type)
+    negative = bld.zext(bld.icmp_signed("<", x, zero), x.type)
+    return bld.sub(positive, negative)
+
+
+def _identity(em, args, dtype):
+    return args[0]
+
+
+INTRINSIC_LOWERINGS = {
+    "exp": _llvm_unary("exp"),
+    "log": _llvm_unary("log"),
+    "sqrt": _llvm_unary("sqrt"),
+    "tanh": _llvm_unary("tanh"),
+    "sin": _llvm_unary("sin"),
+    "cos": _llvm_unary("cos"),
+    "floor": _llvm_unary("floor"),
+    "ceil": _llvm_unary("ceil"),
+    "round": _llvm_unary("roundeven"),
+    "trunc": _llvm_unary("trunc"),
+    "sigmoid": _sigmoid,
+    "erf": _erf,
+    "pow": _pow,
+    "abs": _abs,
+    "sign": _sign,
+    "stop_gradient": _identity,
+}
+
+__all__ = ["INTRINSIC_LOWERINGS"]
