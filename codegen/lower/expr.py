@@ -66,8 +66,9 @@ class ExprLowering(IdentityMapper):
     ``guard`` the conditions under which the expression is evaluated.
     """
 
-    def __init__(self, ctx, context, guard=()):
+    def __init__(self, ctx, context, renames, guard=()):
         self.ctx, self.context, self.guard = ctx, list(context), list(guard)
+        self.renames = renames
         self.stmts, self.allocs = [], []
 
     # -- helpers ---------------------------------------------------------------------
@@ -93,7 +94,7 @@ class ExprLowering(IdentityMapper):
 
     # -- expressions -----------------------------------------------------------------
     def map_var(self, e, *args):
-        return Var(e.name, INDEX) if _dt.is_int(e.dtype) else e
+        return Var(self.renames.get(e.name, e.name), INDEX) if _dt.is_int(e.dtype) else e
 
     def map_binary(self, e, *args):
         a, b = _unify(self(e.a), self(e.b))
@@ -153,46 +154,53 @@ class ExprLowering(IdentityMapper):
         acc = Buffer(self.ctx.names.fresh("acc"), (), e.dtype, "local")
         init = (self(e.init) if e.init is not None else e.reducer.identity(e.dtype))
         affine, data = split_guard(self.guard)
-        nest = reduction_nest(self.ctx, e, acc, (), self.context, affine)
+        nest = reduction_nest(self.ctx, e, acc, (), self.context, self.renames, affine)
         stmt = block([Store(acc, (), widen(init, e.dtype)), nest])
         self.stmts.append(If(conjunction(data), stmt) if data else stmt)
         self.allocs.append(acc)
         return Load(acc, (), e.dtype)
 
 
-def split_guard(conds):
-    """``(solver constraints, other conditions)`` of a list of conditions."""
+def split_guard(conds, rename=None):
+    """``(solver constraints, other conditions)`` of a list of conditions.
+
+    ``rename`` maps an affine condition's variables to their loop variables first.
+    """
     affine, data = [], []
     for c in conds:
         for part in conjuncts(c):
-            con = to_constraint(part)
-            if con is None:
+            if to_constraint(part) is None:
                 data.append(part)
             else:
-                affine.append(con)
+                affine.append(to_constraint(rename(part) if rename is not None else part))
     return affine, data
 
 
-def reduction_nest(ctx, red, buf, indices, context, guards=()):
+def reduction_nest(ctx, red, buf, indices, context, renames, guards=()):
     """Loops over the domain of ``red`` accumulating its source into ``buf[indices]``.
 
     The domain's bounds, the affine part of ``where`` and the constraints ``guards`` on
     outer values (under which the reduction is needed) become loops; the rest of
-    ``where`` is tested at each point. ``context`` holds what is known of outer values.
+    ``where`` is tested at each point. ``context`` holds what is known of outer values;
+    ``renames`` the loop variable of each outer variable (each loop of a kernel has its
+    own name).
     """
-    bounds = ExprLowering(ctx, context)
+    renames = dict(renames)
     axes = []
     for ax in red.axes:
-        v = Var(ax.name, INDEX)
-        axes.append((v, widen(bounds(ax.lo), INDEX), widen(bounds(axis_end(ax)), INDEX)))
-    where_affine, where_data = split_guard([] if red.where is None else [red.where])
+        bounds = ExprLowering(ctx, context, renames)
+        lo, end = widen(bounds(ax.lo), INDEX), widen(bounds(axis_end(ax)), INDEX)
+        renames[ax.name] = ctx.names.fresh(ax.name)
+        axes.append((Var(renames[ax.name], INDEX), lo, end))
+    where_affine, where_data = split_guard([] if red.where is None else [red.where],
+                                           ExprLowering(ctx, context, renames))
     conditions = list(guards) + where_affine
     inner_context = list(context) + conditions
     for v, lo, end in axes:
         inner_context += bound_constraints(v, lo, end) or []
 
     def body():
-        inner = ExprLowering(ctx, inner_context)
+        inner = ExprLowering(ctx, inner_context, renames)
         if not where_data:
             value = widen(inner(red.source), buf.dtype)
             return inner.wrap(Accumulate(buf, indices, value, red.reducer))

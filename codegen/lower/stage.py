@@ -42,14 +42,15 @@ def box_context(variables, shape):
 def lower_compute(t, buf, ctx):
     """Statements computing every element of ``t`` (a compute stage) into ``buf``."""
     op = t.op
-    variables = [Var(ax.name, INDEX) for ax in op.axes]
+    renames = {ax.name: ctx.names.fresh(ax.name) for ax in op.axes}
+    variables = [Var(renames[ax.name], INDEX) for ax in op.axes]
     context = box_context(variables, t.shape)
     indices = tuple(variables)
     body = op.body
-    lowering = ExprLowering(ctx, context)
+    lowering = ExprLowering(ctx, context, renames)
     if type(body) is Reduce:
         init = lowering(body.init) if body.init is not None else body.reducer.identity(body.dtype)
-        nest = reduction_nest(ctx, body, buf, indices, context)
+        nest = reduction_nest(ctx, body, buf, indices, context, renames)
         stmt = lowering.wrap(block([Store(buf, indices, widen(init, buf.dtype)), nest]))
     else:
         value = widen(lowering(body), buf.dtype)
@@ -78,21 +79,24 @@ def lower_scatter(t, buf, ctx, fill=True):
                           t.shape, ctx.names)
     else:
         fill = copy_loops(buf, lambda idx: Const(0, buf.dtype), t.shape, ctx.names)
-    variables = [Var(ax.name, INDEX) for ax in op.axes]
+    renames = {ax.name: ctx.names.fresh(ax.name) for ax in op.axes}
+    variables = [Var(renames[ax.name], INDEX) for ax in op.axes]
     shape = tuple(ax.extent.value for ax in op.axes)
     context = box_context(variables, shape)
     axes = [(v, const(0), const(n)) for v, n in zip(variables, shape)]
     statements = []
     for target in op.targets:
-        affine, data = split_guard([] if target.where is None else [target.where])
-        statements.append((affine, _target_body(target, data, buf, ctx, context + affine)))
+        affine, data = split_guard([] if target.where is None else [target.where],
+                                   ExprLowering(ctx, context, renames))
+        statements.append((affine, _target_body(target, data, buf, ctx, context + affine,
+                                                renames)))
     first, more = statements[0], statements[1:]
     return block([fill, domain_nest(axes, first[0], [], first[1], more, lets=False)])
 
 
-def _target_body(target, data, buf, ctx, context):
+def _target_body(target, data, buf, ctx, context, renames):
     def body():
-        lowering = ExprLowering(ctx, context)
+        lowering = ExprLowering(ctx, context, renames)
         cond = lowering(conjunction(data)) if data else None
         before, lowering.stmts = lowering.stmts, []
         indices = tuple(widen(lowering(i), INDEX) for i in target.indices)
