@@ -1,6 +1,6 @@
 """LLVM IR for a loop-IR :class:`~tegrad.codegen.loops.nodes.Kernel`.
 
-The kernel becomes ``i32 NAME(ptr buffers)``: ``buffers`` is an array of data pointers,
+The kernel becomes ``i32 tegrad.NAME(ptr buffers)``: ``buffers`` is an array of data pointers,
 the kernel's arguments, then its temporaries, then its large local buffers (see
 :class:`KernelModule`). The body lives in an internal function taking one ``noalias``
 pointer per buffer (LLVM inlines it, keeping the no-alias facts). It returns 0, or the
@@ -24,7 +24,7 @@ them, and a store converts to the buffer's dtype as ``astype`` does.
 >>> k = Kernel("double", (A, B), (), For(i, Const(0, "int64"), Const(4, "int64"),
 ...                                          Store(B, (i,), Load(A, (i,)) * 2)))
 >>> km = emit_kernel(k)
->>> "define i32 @\\"double\\"(ptr" in str(km.module), km.errors
+>>> "define i32 @\\"tegrad.double\\"(ptr" in str(km.module), km.errors
 (True, ())
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ _INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2, "llvm.maximum": 2, "llvm.
 class KernelModule:
     """An LLVM module holding one kernel and what the runtime needs to call it.
 
-    ``buffers``: the buffers in the order of the pointer array (``kernel.args``,
+    ``name``: the kernel's symbol; ``buffers``: the buffers in the order of the pointer array (``kernel.args``,
     ``kernel.temps``, then ``extra``, the local buffers too large for the stack);
     ``errors``: ``(kind, tensor)`` per non-zero status code (code ``n`` is
     ``errors[n - 1]``).
@@ -141,6 +141,8 @@ def _first_target(stmt):
 class _KernelEmitter:
     def __init__(self, kernel, triple, data_layout):
         self.kernel = kernel
+        # never the name of a C function the kernel may call (a kernel named "exp")
+        self.symbol = f"tegrad.{kernel.name}"
         self.module = ir.Module(name=kernel.name)
         if triple:
             self.module.triple = triple
@@ -159,7 +161,7 @@ class _KernelEmitter:
     # -- module structure ------------------------------------------------------------
     def run(self):
         body_ty = ir.FunctionType(I32, [PTR] * len(self.buffers))
-        body = ir.Function(self.module, body_ty, name=f"{self.kernel.name}.body")
+        body = ir.Function(self.module, body_ty, name=f"{self.symbol}.body")
         body.linkage = "internal"
         body.attributes.add("alwaysinline")
         body.attributes.add("nounwind")
@@ -176,14 +178,14 @@ class _KernelEmitter:
             self.builder.ret(ir.Constant(I32, 0))
         ir.IRBuilder(self.entry).branch(start)
 
-        outer = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=self.kernel.name)
+        outer = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=self.symbol)
         outer.attributes.add("nounwind")
         b = ir.IRBuilder(outer.append_basic_block("entry"))
         pointers = [b.load(b.gep(outer.args[0], [ir.Constant(I64, k)], inbounds=True,
                                   source_etype=PTR), typ=PTR)
                     for k in range(len(self.buffers))]
         b.ret(b.call(body, pointers))
-        return KernelModule(self.module, self.kernel.name, self.buffers, self.extra,
+        return KernelModule(self.module, self.symbol, self.buffers, self.extra,
                             tuple(self.errors))
 
     def new_block(self, name):
