@@ -36,6 +36,7 @@ from llvmlite import ir
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
+from tegrad.ir.reduction import sum as _SUM
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
 from tegrad.codegen.llvm.conversions import convert
@@ -559,6 +560,12 @@ def _accumulate(em, s):
         value = em.expr(s.value, s.buffer.dtype)
         address = em.address(s.buffer, s.indices)
         old = em.load(s.buffer, address)
+        if s.reducer is _SUM and _dt.is_float(s.buffer.dtype):
+            # reassociation lets LLVM vectorise the sum (different rounding only)
+            total = em.builder.fadd(old.ir, value.ir)
+            total.flags.append("reassoc")
+            em.store(s.buffer, address, Value(total, s.buffer.dtype))
+            return
         x, y, combined = s.reducer.combiner(s.buffer.dtype)
         saved = em.env.get(x.name), em.env.get(y.name)
         em.env[x.name], em.env[y.name] = old, value

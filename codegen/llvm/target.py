@@ -39,6 +39,19 @@ def _initialise():
     return True
 
 
+#: let LLVM use 512-bit vectors where the CPU has them (it prefers 256-bit ones otherwise)
+WIDE_VECTORS = True
+
+
+def host_features():
+    """The host CPU's features, as LLVM's feature string."""
+    _initialise()
+    features = llvm.get_host_cpu_features().flatten()
+    if WIDE_VECTORS and "+avx512f" in features.split(","):
+        features += ",-prefer-256-bit"
+    return features
+
+
 def host_triple():
     _initialise()
     return llvm.get_process_triple()
@@ -56,7 +69,7 @@ def new_target_machine():
     _initialise()
     target = llvm.Target.from_triple(host_triple())
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=llvm.get_host_cpu_features().flatten(),
+                                        features=host_features(),
                                         opt=3, codemodel="jitdefault", jit=True)
 
 

@@ -1,8 +1,10 @@
 """The structural key of a program: equal for programs built the same way.
 
-Placeholders are identified by their position among the inputs, every other tensor by its
-stage's structure (names, shapes, dtypes, expressions), so rebuilding a model with fresh
-tensor objects gives the same key. User-defined reducers compare by identity.
+Tensors are numbered in the order a walk from the outputs discovers them (placeholders by
+their position among the inputs), and each stage contributes its structure (name, shape,
+dtype, axes, expressions with reads naming tensors by number). Rebuilding a model with
+fresh tensor objects therefore gives the same key; user-defined reducers compare by
+identity. The walk also finds placeholders that are not among the inputs.
 
 >>> import tegrad as tg
 >>> def program():
@@ -13,16 +15,32 @@ True
 """
 from __future__ import annotations
 
+import gc
+
 from tegrad.ir import expr as _ex
-from tegrad.ir.graph import topological_order
+from tegrad.ir.errors import FeedError
 from tegrad.ir.reduction import BUILTIN_REDUCERS
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+
+_ATOMS = (str, int, float, bool, type(None))
 
 
 class _KeyBuilder:
     def __init__(self, inputs):
-        self.tensor_ids = {id(t): ("input", k) for k, t in enumerate(inputs)}
+        self.refs = {id(t): ("input", k) for k, t in enumerate(inputs)}
+        self.pending = []
         self.memo = {}
+
+    def tensor(self, t):
+        ref = self.refs.get(id(t))
+        if ref is None:
+            if isinstance(t.op, PlaceholderOp):
+                raise FeedError(f"build: the outputs depend on the placeholder {t.name!r}, "
+                                f"which is not among the inputs")
+            ref = ("stage", len(self.pending))
+            self.refs[id(t)] = ref
+            self.pending.append(t)
+        return ref
 
     def expr(self, e):
         key = id(e)
@@ -30,18 +48,15 @@ class _KeyBuilder:
         if hit is not None and hit[0] is e:
             return hit[1]
         t = type(e)
-        if t is _ex.Read:
-            out = ("Read", self.tensor_ids[id(e.tensor)], e.dtype,
-                   tuple(self.expr(i) for i in e.indices))
+        if t is _ex.Var:
+            out = ("Var", e.name, e.dtype)
         elif t is _ex.Const:
             # repr keeps -0.0 apart from 0.0 (and NaN equal to itself)
             out = ("Const", repr(e.value), e.dtype, e.weak)
-        elif t is _ex.Var:
-            out = ("Var", e.name, e.dtype)
-        elif isinstance(e, _ex.Node):
-            out = (t.__name__,) + tuple(self.value(v) for v in e.children_values())
+        elif t is _ex.Read:
+            out = ("Read", self.tensor(e.tensor), e.dtype, tuple(map(self.expr, e.indices)))
         else:
-            out = self.value(e)
+            out = (t.__name__,) + tuple(map(self.value, e.children_values()))
         self.memo[key] = (e, out)
         return out
 
@@ -49,39 +64,44 @@ class _KeyBuilder:
         if isinstance(v, _ex.Node):
             return self.expr(v)
         if isinstance(v, tuple):
-            return tuple(self.value(x) for x in v)
-        if v is None or isinstance(v, (str, int, float, bool)):
+            return tuple(map(self.value, v))
+        if isinstance(v, _ATOMS):
             return v
         name = getattr(v, "name", None)
         if BUILTIN_REDUCERS.get(name) is v:
-            return ("reducer", name)
+            return name
         return v  # a user's reducer: by identity
 
-    def stage(self, t, position):
+    def stage(self, t):
         op = t.op
         head = (t.name, t.shape, t.dtype)
-        if isinstance(op, PlaceholderOp):
-            if id(t) not in self.tensor_ids:
-                return head + ("free placeholder", position)
-            return head + (self.tensor_ids[id(t)],)
         if isinstance(op, ComputeOp):
             return head + ("compute", self.value(op.axes), self.expr(op.body))
         if isinstance(op, ScatterOp):
             targets = tuple((self.value(tg.indices), self.expr(tg.value), self.value(tg.where))
                             for tg in op.targets)
-            init = None if op.init is None else self.tensor_ids[id(op.init)]
+            init = None if op.init is None else self.tensor(op.init)
             return head + ("scatter", self.value(op.axes), targets, init)
         return head + (type(op).__name__, id(op))
 
 
 def program_key(inputs, outputs):
-    """A hashable key of the program computing ``outputs`` from ``inputs``."""
+    """A hashable key of the program computing ``outputs`` from ``inputs`` (raises
+    ``FeedError`` for a placeholder the outputs need that is not an input)."""
     builder = _KeyBuilder(inputs)
-    stages = []
-    for position, t in enumerate(topological_order(list(outputs))):
-        stages.append(builder.stage(t, position))
-        builder.tensor_ids.setdefault(id(t), ("stage", position))
-    return (tuple(stages), tuple(builder.tensor_ids[id(t)] for t in outputs))
+    # the key is thousands of small tuples: a cyclic collection triggered midway would
+    # cost ten times the walk (none of them can be part of a cycle)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        out_refs = tuple(builder.tensor(t) for t in outputs)
+        stages = []
+        while len(stages) < len(builder.pending):
+            stages.append(builder.stage(builder.pending[len(stages)]))
+    finally:
+        if collecting:
+            gc.enable()
+    return (tuple(stages), out_refs)
 
 
 __all__ = ["program_key"]
