@@ -32,6 +32,7 @@ from tegrad.ir.errors import OutOfBoundsError, TegradError
 from tegrad.reference.evaluator import _Scope, _StageEvaluator
 
 from tegrad.codegen.loops.mapper import stmt_children
+from tegrad.codegen.loops.printer import format_expr
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Store)
 
 
@@ -155,8 +156,9 @@ class Interpreter:
         if not bool(self.value(s.cond, env)):
             if s.error == "index_out_of_range":
                 raise OutOfBoundsError(f"an index into {s.tensor!r} is out of range "
-                                       f"(check {s.cond})")
-            raise TegradError(f"integer division by zero in {s.tensor!r} (check {s.cond})")
+                                       f"(check {format_expr(s.cond)})")
+            raise TegradError(f"integer division by zero in {s.tensor!r} "
+                              f"(check {format_expr(s.cond)})")
 
 
 def run(kernel, inputs):
