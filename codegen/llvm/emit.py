@@ -38,6 +38,7 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
 from tegrad.ir.reduction import sum as _SUM
 from tegrad.codegen.loops import nodes as _n
+from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
@@ -107,35 +108,22 @@ def _emit_python_entry(km, n_args, data_offset):
     b.ret(b.call(kernel_fn, [table]))
 
 
-def _large_locals(stmt, out):
-    if isinstance(stmt, _n.Allocate):
-        b = stmt.buffer
-        if b.size * np.dtype(b.dtype).itemsize > STACK_LIMIT_BYTES:
-            out.append(b)
-    for child in _child_statements(stmt):
-        _large_locals(child, out)
+def _large_locals(stmt):
+    """Local buffers too large for the stack."""
+    out = []
+    for s in walk_stmts(stmt):
+        if isinstance(s, _n.Allocate):
+            b = s.buffer
+            if b.size * np.dtype(b.dtype).itemsize > STACK_LIMIT_BYTES and b not in out:
+                out.append(b)
     return out
-
-
-def _child_statements(stmt):
-    t = type(stmt)
-    if t is _n.Block:
-        return stmt.stmts
-    if t in (_n.For, _n.Let, _n.Allocate):
-        return (stmt.body,)
-    if t is _n.If:
-        return (stmt.then,) if stmt.otherwise is None else (stmt.then, stmt.otherwise)
-    return ()
 
 
 def _first_target(stmt):
     """The name of the first buffer ``stmt`` writes (names errors raised inside it)."""
-    if isinstance(stmt, (_n.Store, _n.Accumulate)):
-        return stmt.buffer.name
-    for child in _child_statements(stmt):
-        name = _first_target(child)
-        if name is not None:
-            return name
+    for s in walk_stmts(stmt):
+        if isinstance(s, (_n.Store, _n.Accumulate)):
+            return s.buffer.name
     return None
 
 
@@ -149,7 +137,7 @@ class _KernelEmitter:
             self.module.triple = triple
         if data_layout:
             self.module.data_layout = data_layout
-        self.extra = tuple(dict.fromkeys(_large_locals(kernel.body, [])))
+        self.extra = tuple(_large_locals(kernel.body))
         self.buffers = tuple(kernel.args) + tuple(kernel.temps) + self.extra
         self.errors = []
         self.env = {}

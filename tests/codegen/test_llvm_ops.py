@@ -7,6 +7,7 @@ Programs here are single elementwise stages; a small test helper turns them into
 hand-built loop-IR kernels (a loop per axis around one store), so the backend is tested on
 its own."""
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -292,3 +293,33 @@ def test_integer_index_arithmetic_wraps_like_the_evaluator():
     outs = [tg.compute((300,), lambda i, d=d: tg.cast(i * 1000003 - 7, d), name=d)
             for d in ("int8", "uint8", "int16", "int32", "int64", "bool", "float32")]
     assert_matches(outs, [], [])
+
+
+# -- the one fast-math flag: reassociation of float sums ---------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_reassociated_sums_differ_only_by_rounding(dtype):
+    X = tg.placeholder((1003,), dtype=dtype, name="X")
+    k = tg.reduce_axis((0, 1003), name="k")
+    S = tg.compute((), lambda: tg.sum(X[k], axis=k), name="S")
+    f = tg.build([X], [S])
+    assert re.search(r"fadd reassoc <\d+ x", f.llvm_ir)  # it vectorised
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal(1003)
+    specials = {"none": {}, "nan": {500: np.nan}, "inf": {7: np.inf},
+                "both infinities": {3: np.inf, 1000: -np.inf}, "huge": {10: 3e38, 11: 3e38}}
+    for label, where in specials.items():
+        x = base.astype(dtype)
+        for pos, v in where.items():
+            x[pos] = v
+        (got,) = f(x)
+        want = tg.evaluate(S, {X: x})
+        if np.isfinite(want) and label != "huge":
+            exact = np.sum(x.astype(np.float64))
+            assert abs(float(got) - exact) <= 1003 * np.finfo(dtype).eps * np.sum(np.abs(x)), label
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=label)
+    (zero,) = f(np.full(1003, -0.0, dtype=dtype))
+    assert zero == 0 and np.signbit(zero) == np.signbit(tg.evaluate(S, {X: np.full(1003, -0.0,
+                                                                                     dtype=dtype)}))
