@@ -74,35 +74,59 @@ class KernelModule:
     errors: tuple
 
 
-def emit_kernel(kernel, *, triple=None, data_layout=None, array_data_offset=None):
+def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
 
-    With ``array_data_offset`` (the byte offset of the data pointer in a numpy array
-    object), the module also has ``i32 NAME.py(ptr storage, ptr a0, ..., ptr aN)``, which
-    takes the argument arrays as Python objects and the other buffers' pointers in
-    ``storage``: a call from Python then needs no pointer array built per call.
+    With ``python_abi = (tuple_items_offset, array_data_offset)`` (byte offsets of the
+    items in a Python tuple object and of the data pointer in a numpy array object), the
+    module also has ``i32 NAME.py(ptr storage, ptr arrays)``, which takes a tuple of the
+    argument arrays and the other buffers' pointers in ``storage``: a call from Python
+    then passes two arguments and builds no pointer array. It first checks that no output
+    overlaps another argument (see :func:`overlap_pairs`).
     """
     km = _KernelEmitter(kernel, triple, data_layout).run()
-    if array_data_offset is not None:
-        _emit_python_entry(km, len(kernel.args), array_data_offset)
+    if python_abi is not None:
+        _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
 
 
-def _emit_python_entry(km, n_args, data_offset):
+def overlap_pairs(buffers):
+    """The pairs ``(output, other)`` of argument positions whose memory must not overlap
+    (an output and an input, or two outputs); a negative status ``-(k + 1)`` from the
+    Python entry reports that pair ``k`` overlaps."""
+    outputs = [k for k, b in enumerate(buffers) if b.scope == "output"]
+    return [(k, m) for k in outputs for m in range(len(buffers))
+            if m != k and (buffers[m].scope != "output" or m < k)]
+
+
+def _emit_python_entry(km, n_args, items_offset, data_offset):
     kernel_fn = km.module.globals[km.name]
     n = len(km.buffers)
-    fn = ir.Function(km.module, ir.FunctionType(I32, [PTR] * (1 + n_args)), name=f"{km.name}.py")
+    fn = ir.Function(km.module, ir.FunctionType(I32, [PTR, PTR]), name=f"{km.name}.py")
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     table = b.alloca(PTR, size=n)
-    storage, objects = fn.args[0], fn.args[1:]
+    storage, arrays = fn.args
 
     def slot(base, k):
         return b.gep(base, [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
 
-    for k, obj in enumerate(objects):
+    items = b.gep(arrays, [ir.Constant(I64, items_offset)], inbounds=True, source_etype=I8)
+    starts = []
+    for k in range(n_args):
+        obj = b.load(slot(items, k), typ=PTR)
         field = b.gep(obj, [ir.Constant(I64, data_offset)], inbounds=True, source_etype=I8)
-        b.store(b.load(field, typ=PTR), slot(table, k))
+        data = b.load(field, typ=PTR)
+        starts.append(b.ptrtoint(data, I64))
+        b.store(data, slot(table, k))
+    args = km.buffers[:n_args]
+    ends = [b.add(start, ir.Constant(I64, buf.size * np.dtype(buf.dtype).itemsize))
+            for start, buf in zip(starts, args)]
+    for pair, (k, m) in enumerate(overlap_pairs(args)):
+        overlap = b.and_(b.icmp_unsigned("<", starts[k], ends[m]),
+                         b.icmp_unsigned("<", starts[m], ends[k]))
+        with b.if_then(overlap, likely=False):
+            b.ret(ir.Constant(I32, -(pair + 1)))
     for j in range(n - n_args):
         b.store(b.load(slot(storage, j), typ=PTR), slot(table, n_args + j))
     b.ret(b.call(kernel_fn, [table]))

@@ -3,8 +3,8 @@
 An argument must be an array of its placeholder's shape and dtype. A C-contiguous, aligned
 numpy array is used in place; any other array of the right dtype is copied; a Python
 list or scalar is converted only when the conversion is lossless. An ``out`` array must
-be a writeable, aligned, C-contiguous numpy array of the output's shape and dtype that
-overlaps no argument and no other ``out`` array.
+be a writeable, aligned, C-contiguous numpy array of the output's shape and dtype; that
+it overlaps no argument and no other ``out`` array is checked by the compiled code.
 
 >>> import numpy as np
 >>> spec = ArraySpec("x", (2,), "float32")
@@ -90,20 +90,6 @@ class ArraySpec:
         return value
 
 
-def check_out_overlaps(out_specs, outs, arguments, raw_arguments, in_specs):
-    """Raise when an ``out`` array overlaps an argument or another ``out`` array."""
-    for k, (spec, o) in enumerate(zip(out_specs, outs)):
-        for in_spec, a, raw in zip(in_specs, arguments, raw_arguments):
-            for candidate in (a, raw):
-                if isinstance(candidate, np.ndarray) and np.may_share_memory(o, candidate):
-                    raise TegradError(f"out array for {spec.describe()} overlaps the argument "
-                                      f"{in_spec.describe()}")
-        for other_spec, other in zip(out_specs[:k], outs[:k]):
-            if np.may_share_memory(o, other):
-                raise TegradError(f"out arrays for {spec.describe()} and "
-                                  f"{other_spec.describe()} overlap")
-
-
 def check_count(in_specs, got, what="arguments"):
     if got != len(in_specs):
         names = ", ".join(s.name for s in in_specs)
@@ -111,4 +97,4 @@ def check_count(in_specs, got, what="arguments"):
                         f"got {got}")
 
 
-__all__ = ["ArraySpec", "check_out_overlaps", "check_count"]
+__all__ = ["ArraySpec", "check_count"]

@@ -25,7 +25,7 @@ import threading
 import numpy as np
 
 from tegrad.ir.errors import OutOfBoundsError, TegradError
-from tegrad.codegen.llvm.emit import emit_kernel
+from tegrad.codegen.llvm.emit import emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.target import LoadedModule, data_layout, host_triple
 
 #: storage is aligned to this many bytes (a cache line), for the vector loads
@@ -33,18 +33,21 @@ STORAGE_ALIGNMENT = 64
 
 
 @functools.lru_cache(maxsize=None)
-def array_data_offset():
-    """The byte offset of the data pointer inside a numpy array object, or None when it
-    cannot be confirmed (then pointers are passed through ctypes instead)."""
-    probes = [np.empty(k + 1, dtype=np.float64) for k in range(4)]
-    for offset in (16,):
-        try:
-            if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data
-                   for a in probes):
-                return offset
-        except (ValueError, OverflowError):
-            pass
-    return None
+def python_abi():
+    """``(tuple_items_offset, array_data_offset)``: where a Python tuple keeps its items
+    and a numpy array its data pointer, confirmed on probe objects; None when they cannot
+    be confirmed (then pointers are passed through ctypes instead)."""
+    word = ctypes.sizeof(ctypes.c_void_p)
+    items_offset, data_offset = 3 * word, 2 * word  # after the (variable) object header
+    probes = tuple(np.empty(k + 1, dtype=np.float64) for k in range(4))
+    try:
+        tuple_ok = all(ctypes.c_void_p.from_address(id(probes) + items_offset + word * k).value
+                       == id(a) for k, a in enumerate(probes))
+        array_ok = all(ctypes.c_void_p.from_address(id(a) + data_offset).value == a.ctypes.data
+                       for a in probes)
+    except (ValueError, OverflowError):
+        return None
+    return (items_offset, data_offset) if tuple_ok and array_ok else None
 
 
 def aligned_empty(shape, dtype, alignment=STORAGE_ALIGNMENT):
@@ -73,31 +76,35 @@ class Executable:
     def __init__(self, kernel, *, threads=None):
         self.kernel = kernel
         self.threads = threads
-        offset = array_data_offset()
+        abi = python_abi()
         km = emit_kernel(kernel, triple=host_triple(), data_layout=data_layout(),
-                         array_data_offset=offset)
+                         python_abi=abi)
         self.emitted_ir = str(km.module)
         self.loaded = LoadedModule(self.emitted_ir)
         self.errors = km.errors
+        self._overlaps = overlap_pairs(kernel.args)
         n_args = len(kernel.args)
         self.storage_arrays = [aligned_empty(b.shape, "uint8" if b.dtype == "bool" else b.dtype)
                                for b in km.buffers[n_args:]]
         pointers = [a.ctypes.data for a in self.storage_arrays]
         self._storage = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
         self._lock = threading.Lock() if pointers else None
-        if offset is not None:
-            proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p,
-                                     *([ctypes.py_object] * n_args))
+        if abi is not None:
+            proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.py_object)
             entry = proto(self.loaded.address(f"{km.name}.py"))
             storage = self._storage
-            self._call = lambda arrays: entry(storage, *arrays)
+            self._call = lambda arrays: entry(storage, tuple(arrays))
         else:
             kernel_fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(
                 self.loaded.address(km.name))
             n = len(km.buffers)
 
             def call(arrays):
-                table = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays], *pointers)
+                starts = [a.ctypes.data for a in arrays]
+                for pair, (k, m) in enumerate(self._overlaps):
+                    if np.may_share_memory(arrays[k], arrays[m]):
+                        return -(pair + 1)
+                table = (ctypes.c_void_p * n)(*starts, *pointers)
                 return kernel_fn(table)
             self._call = call
 
@@ -118,9 +125,15 @@ class Executable:
         else:
             with self._lock:
                 status = self._call(arrays)
-        if status:
+        if status > 0:
             kind, tensor = self.errors[status - 1]
             raise status_error(kind, tensor)
+        if status < 0:
+            k, m = self._overlaps[-status - 1]
+            args = self.kernel.args
+            what = "another out array" if args[m].scope == "output" else "the argument"
+            raise TegradError(f"out array for {args[k].name!r} overlaps {what} "
+                              f"{args[m].name!r}")
 
 
-__all__ = ["Executable", "aligned_empty", "array_data_offset", "status_error"]
+__all__ = ["Executable", "aligned_empty", "python_abi", "status_error"]
