@@ -49,6 +49,10 @@ from tegrad.codegen.llvm.types import (I1, I8, I32, I64, PTR, Value, constant, m
 #: the buffer array) instead of on the stack
 STACK_LIMIT_BYTES = 64 * 1024
 
+#: the alignment (bytes) of the storage the runtime allocates for temporaries and large
+#: local buffers, declared to LLVM
+STORAGE_ALIGNMENT = 64
+
 #: loops marked "unrolled" with at most this many iterations are unrolled when emitted
 UNROLL_LIMIT = 64
 
@@ -178,9 +182,14 @@ class _KernelEmitter:
         body.linkage = "internal"
         body.attributes.add("alwaysinline")
         body.attributes.add("nounwind")
-        for arg, buf in zip(body.args, self.buffers):
+        n_args = len(self.kernel.args)
+        for k, (arg, buf) in enumerate(zip(body.args, self.buffers)):
             arg.name = buf.name
             arg.add_attribute("noalias")
+            if k >= n_args:
+                # storage the runtime allocates; arguments are numpy arrays, whose data
+                # is only guaranteed element-aligned (a view may start anywhere)
+                arg.attributes.align = STORAGE_ALIGNMENT
             self.pointers[buf] = arg
         self.function = body
         self.entry = body.append_basic_block("entry")

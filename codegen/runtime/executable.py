@@ -25,11 +25,9 @@ import threading
 import numpy as np
 
 from tegrad.ir.errors import OutOfBoundsError, TegradError
-from tegrad.codegen.llvm.emit import emit_kernel, overlap_pairs
+from tegrad.codegen.llvm.emit import STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.target import LoadedModule, data_layout, host_triple
 
-#: storage is aligned to this many bytes (a cache line), for the vector loads
-STORAGE_ALIGNMENT = 64
 
 
 @functools.lru_cache(maxsize=None)
