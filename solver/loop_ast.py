@@ -97,8 +97,11 @@ def build_loops(variables: Sequence[str], parameters: Sequence[str], statements,
         m = isl.Map.identity(dom.get_space().map_from_set()).intersect_domain(dom)
         m = isl.UnionMap.from_map(m.reset_tuple_id(isl.dim_type.out))
         schedule = m if schedule is None else schedule.union(m)
-    ctx = _basic_set([], parameters, list(context)).params()
-    node = isl.AstBuild.from_context(ctx).node_from_schedule_map(schedule)
+    try:
+        ctx = _basic_set([], parameters, list(context)).params()
+        node = isl.AstBuild.from_context(ctx).node_from_schedule_map(schedule)
+    except isl.Error as err:
+        raise ValueError(f"isl could not build loops: {err}") from None
     return _node(node, {f"c{d}": v for d, v in enumerate(variables)})
 
 

@@ -11,6 +11,7 @@ non-constant, is preceded by a :class:`Check` (under the same conditions).
 from __future__ import annotations
 
 from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var)
 from tegrad.ir.mapper import IdentityMapper
 from tegrad.ir.printer import axis_end
@@ -53,10 +54,12 @@ class Names:
 
 
 class StageContext:
-    """What lowering a stage needs: tensor -> buffer, fresh names, the stage's name."""
+    """What lowering a stage needs: tensor -> buffer, fresh names, the stage's name, and
+    the loop variables whose bounds depend on data (indices using them are checked)."""
 
     def __init__(self, buffers, names, stage):
         self.buffers, self.names, self.stage = buffers, names, stage
+        self.data_vars = set()
 
 
 class ExprLowering(IdentityMapper):
@@ -141,10 +144,13 @@ class ExprLowering(IdentityMapper):
         return Load(buf, indices, buf.dtype)
 
     def check_indices(self, buf, indices, name):
-        """Checks ``0 <= index < extent`` for every index that depends on loaded data."""
+        """Checks ``0 <= index < extent`` for every index that depends on loaded data
+        (a load, or a loop variable whose bounds are loaded)."""
         conds = []
+        data_vars = self.ctx.data_vars
         for idx, extent in zip(indices, buf.shape):
-            if any(type(n) is Load for n in walk_expr(idx)):
+            if any(type(n) is Load or (type(n) is Var and n.name in data_vars)
+                   for n in walk_expr(idx)):
                 conds.append(And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent))))
         if conds:
             self.stmts.append(Check(self._guarded(conjunction(conds)), "index_out_of_range",
@@ -154,7 +160,7 @@ class ExprLowering(IdentityMapper):
         acc = Buffer(self.ctx.names.fresh("acc"), (), e.dtype, "local")
         init = (self(e.init) if e.init is not None else e.reducer.identity(e.dtype))
         affine, data = split_guard(self.guard)
-        nest = reduction_nest(self.ctx, e, acc, (), self.context, self.renames, affine)
+        nest = reduction_nest(self, e, acc, (), affine)
         stmt = block([Store(acc, (), widen(init, e.dtype)), nest])
         self.stmts.append(If(conjunction(data), stmt) if data else stmt)
         self.allocs.append(acc)
@@ -176,22 +182,35 @@ def split_guard(conds, rename=None):
     return affine, data
 
 
-def reduction_nest(ctx, red, buf, indices, context, renames, guards=()):
+def reduction_nest(outer, red, buf, indices, guards=()):
     """Loops over the domain of ``red`` accumulating its source into ``buf[indices]``.
 
     The domain's bounds, the affine part of ``where`` and the constraints ``guards`` on
     outer values (under which the reduction is needed) become loops; the rest of
-    ``where`` is tested at each point. ``context`` holds what is known of outer values;
-    ``renames`` the loop variable of each outer variable (each loop of a kernel has its
-    own name).
+    ``where`` is tested at each point. ``outer`` is the lowering of the expression
+    around the reduction: its context (what is known of outer values), its loop names,
+    and its statements, which receive what the bounds need computed first.
     """
-    renames = dict(renames)
-    axes = []
+    ctx, context, renames = outer.ctx, outer.context, dict(outer.renames)
+    axes, saved = [], outer.renames
     for ax in red.axes:
-        bounds = ExprLowering(ctx, context, renames)
-        lo, end = widen(bounds(ax.lo), INDEX), widen(bounds(axis_end(ax)), INDEX)
+        before = len(outer.stmts)
+        outer.renames = renames  # later bounds may use earlier axes
+        try:
+            lo, end = widen(outer(ax.lo), INDEX), widen(outer(axis_end(ax)), INDEX)
+        finally:
+            outer.renames = saved
+        earlier = {v.name for v, _, _ in axes}
+        if len(outer.stmts) > before and any(
+                type(n) is Var and n.name in earlier for e in (lo, end) for n in walk_expr(e)):
+            raise TegradError(f"stage {ctx.stage!r}: the bounds of the reduce axis "
+                              f"{ax.name!r} need a reduction or a check that depends on "
+                              f"another reduce axis; not supported")
         renames[ax.name] = ctx.names.fresh(ax.name)
         axes.append((Var(renames[ax.name], INDEX), lo, end))
+        if any(type(n) is Load or (type(n) is Var and n.name in ctx.data_vars)
+               for e in (lo, end) for n in walk_expr(e)):
+            ctx.data_vars.add(renames[ax.name])
     where_affine, where_data = split_guard([] if red.where is None else [red.where],
                                            ExprLowering(ctx, context, renames))
     conditions = list(guards) + where_affine

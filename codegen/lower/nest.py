@@ -155,7 +155,10 @@ def domain_nest(axes, conditions, context, body, more=(), lets=True):
             free |= c.variables()
     params = sorted(free - set(names))
     ctx = [c for c in context if c.variables() <= set(params)]
-    tree = loop_ast.build_loops(names, params, systems, ctx)
+    try:
+        tree = loop_ast.build_loops(names, params, systems, ctx)
+    except ValueError:  # an AST isl builds that the tree does not express
+        return _plain_nest(axes, statements)
     return _stmt(tree, [b for _, b in statements], names, lets)
 
 

@@ -50,7 +50,7 @@ def lower_compute(t, buf, ctx):
     lowering = ExprLowering(ctx, context, renames)
     if type(body) is Reduce:
         init = lowering(body.init) if body.init is not None else body.reducer.identity(body.dtype)
-        nest = reduction_nest(ctx, body, buf, indices, context, renames)
+        nest = reduction_nest(lowering, body, buf, indices)
         stmt = lowering.wrap(block([Store(buf, indices, widen(init, buf.dtype)), nest]))
     else:
         value = widen(lowering(body), buf.dtype)

@@ -213,3 +213,19 @@ def test_errors_name_the_tensor():
         lower_program([A], [s])
     with pytest.raises(tg.TegradError, match="'s' is not a placeholder"):
         lower_program([s], [s])
+
+
+def test_data_dependent_reduction_extent_checks_the_reads_it_drives():
+    A, L = x((4, 5), "A"), x((4,), "L", "int32")
+
+    def ragged(i):
+        k = tg.reduce_axis((0, L[i]), name="k")
+        return tg.sum(A[i, k], axis=k)
+
+    S = tg.compute((4,), ragged, name="S")
+    feed = {L: np.array([0, 5, 2, 3], dtype="int32")}
+    kernel, iterations, cost, _ = evaluate_both([A, L], [S], feed)
+    assert iterations == cost == 4 + 10
+    assert [c.tensor for c in kinds(kernel, Check)] == ["A"]
+    with pytest.raises(tg.OutOfBoundsError, match="'A'"):
+        run(kernel, [np.ones((4, 5)), np.array([0, 6, 0, 0], dtype="int32")])
