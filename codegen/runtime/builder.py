@@ -78,7 +78,11 @@ def build(inputs, outputs, *, threads=None, name=None):
 
     ``outputs`` is a tensor, a list of tensors, or a :func:`tegrad.differentiate` result
     (its gradients), or a list mixing them. Returns a :class:`CompiledFunction`: call it
-    with one array per input; it returns a list of arrays, one per output.
+    with one array per input; it returns a list of arrays, one per output (a list even
+    for one output, so that a training step unpacks the same way whatever it returns).
+    ``threads`` is the number of threads parallel loops may use (None: every core); it
+    is part of the cache key, but parallel loops still run on the calling thread.
+    ``name`` names the kernel (default: from the outputs' names).
 
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((3,), dtype="float64", name="x")

@@ -110,3 +110,19 @@ def test_docstring_examples(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_pointer_table_path_when_the_python_abi_is_not_confirmed(monkeypatch):
+    from tegrad.codegen.runtime import executable
+    monkeypatch.setattr(executable, "python_abi", lambda: None)
+    build_module.clear_cache()
+    X = tg.placeholder((5,), dtype="float64", name="X")
+    k = tg.reduce_axis((0, 5), name="k")
+    M = tg.compute((), lambda: tg.max(X[k], axis=k), name="M")
+    Y = tg.compute((5,), lambda i: X[i] - M[()], name="Y")
+    f = tg.build([X], [Y])
+    x = np.array([1.0, 5.0, 2.0, -1.0, 0.0])
+    np.testing.assert_array_equal(f(x)[0], x - 5.0)
+    with pytest.raises(tg.TegradError, match="'Y' overlaps the argument 'X'"):
+        f(x, out=[x])
+    build_module.clear_cache()
