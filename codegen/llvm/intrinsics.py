@@ -1,6 +1,8 @@
 """One LLVM lowering per tegrad intrinsic (:data:`tegrad.ir.intrinsics.INTRINSICS`).
 
 Float intrinsics of float16 operands are computed in float32 and rounded, as numpy does.
+``exp`` (and so ``sigmoid``) is computed inline, without a library call, so that loops
+containing it vectorise (within 1 ulp of numpy's in float64, 2 in float32).
 Semantics follow the evaluator's numpy implementations: ``round`` ties to even
 (``llvm.roundeven``); ``sigmoid`` is ``1 / (1 + e)`` or ``e / (1 + e)`` with
 ``e = exp(-|x|)`` (no overflow); ``erf`` is the C library's double ``erf`` (what Python's
@@ -80,10 +82,54 @@ def exp_in_double(em, x):
     return bld.select(nan, x, y)
 
 
+_LN2_HIGH = 0.6931471803691238  # ln 2 with its last 32 bits cleared: n * _LN2_HIGH is exact
+_LN2_LOW = 1.9082149292705877e-10
+
+
+def exp_double(em, x):
+    """``exp`` of a double without a library call (loops containing it vectorise):
+    ``exp(x) = 2**n * exp(r)``, ``n = round(x / ln 2)``, ``r = x - n ln 2`` in two parts
+    (Cody and Waite), ``exp(r)`` from its Taylor series to ``r**13`` (truncation error
+    below 5e-18), scaled by two powers of two so that subnormal results round once.
+    Within 2 ulp of the correctly rounded value; the polynomial may be fused."""
+    bld = em.builder
+    f64, i64 = ir.DoubleType(), ir.IntType(64)
+
+    def contract(instr):
+        instr.flags.append("contract")
+        return instr
+
+    def c(v):
+        return ir.Constant(f64, v)
+
+    nan = bld.fcmp_unordered("uno", x, x)
+    big = bld.fcmp_ordered(">", x, c(709.782712893384))
+    small = bld.fcmp_ordered("<", x, c(-745.1332191019412))
+    xs = bld.select(bld.or_(nan, bld.or_(big, small)), c(0.0), x)
+    n = bld.call(em.intrinsic("llvm.roundeven", f64), [bld.fmul(xs, c(_LOG2E))])
+    r = contract(bld.fsub(contract(bld.fsub(xs, contract(bld.fmul(n, c(_LN2_HIGH))))),
+                          contract(bld.fmul(n, c(_LN2_LOW)))))
+    poly = c(1.0 / 6227020800.0)  # 1/13!
+    for k in range(12, -1, -1):
+        coefficient = 1.0
+        for j in range(2, k + 1):
+            coefficient /= j
+        poly = contract(bld.fadd(contract(bld.fmul(poly, r)), c(coefficient)))
+    ni = bld.fptosi(n, i64)
+    half = bld.ashr(ni, ir.Constant(i64, 1))
+
+    def power_of_two(k):
+        return bld.bitcast(bld.shl(bld.add(k, ir.Constant(i64, 1023)), ir.Constant(i64, 52)), f64)
+
+    y = bld.fmul(bld.fmul(poly, power_of_two(half)), power_of_two(bld.sub(ni, half)))
+    y = bld.select(big, c(float("inf")), bld.select(small, c(0.0), y))
+    return bld.select(nan, x, y)
+
+
 def _exp_value(em, x, dtype):
     if dtype in ("float32", "float16"):
         return exp_in_double(em, x)
-    return em.builder.call(em.intrinsic("llvm.exp", x.type), [x])
+    return exp_double(em, x)
 
 
 def _exp(em, args, dtype):
