@@ -91,9 +91,10 @@ def build_loops(variables: Sequence[str], parameters: Sequence[str], statements,
     ``context`` lists constraints over the parameters known to hold.
     """
     variables, parameters = list(variables), list(parameters)
-    schedule = None
+    schedule, domains = None, []
     for k, constraints in enumerate(statements):
         dom = _basic_set(variables, parameters, list(constraints)).set_tuple_name(f"S{k}")
+        domains.append(dom)
         m = isl.Map.identity(dom.get_space().map_from_set()).intersect_domain(dom)
         m = isl.UnionMap.from_map(m.reset_tuple_id(isl.dim_type.out))
         schedule = m if schedule is None else schedule.union(m)
@@ -102,33 +103,55 @@ def build_loops(variables: Sequence[str], parameters: Sequence[str], statements,
         node = isl.AstBuild.from_context(ctx).node_from_schedule_map(schedule)
     except isl.Error as err:
         raise ValueError(f"isl could not build loops: {err}") from None
-    return _node(node, {f"c{d}": v for d, v in enumerate(variables)})
+    fixed = {}
+    tree = _node(node, {f"c{d}": v for d, v in enumerate(variables)}, frozenset(), fixed)
+    for k, names in fixed.items():
+        for d, v in enumerate(variables):
+            if v in names and not _single_valued(domains[k], d):
+                # isl's AST builder can take a variable with several values for a fixed
+                # one (seen with islpy 2026.2); such loops would skip points
+                raise ValueError(f"isl fixed {v!r}, which has several values")
+    return tree
 
 
-def _node(n, names):
+def _single_valued(dom, d):
+    """Variable ``d`` of ``dom`` has one value for given parameters and earlier variables."""
+    n = dom.dim(_SET)
+    s = dom.project_out(_SET, d + 1, n - d - 1)
+    m = isl.Map.from_range(s).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, d)
+    return m.is_single_valued()
+
+
+def _node(n, names, loops, fixed):
+    """The tree of the isl AST ``n``; ``fixed[k]`` collects the variables statement ``k``
+    gets a value for without a loop over them (``loops``: the loops around ``n``)."""
     t = n.get_type()
     if t == isl.ast_node_type.for_:
         var = names[n.for_get_iterator().get_id().get_name()]
         lower = _expr(n.for_get_init(), names)
-        body = _node(n.for_get_body(), names)
         if n.for_is_degenerate():
+            body = _node(n.for_get_body(), names, loops, fixed)
             return Loop(var, lower, _plus_one(lower), 1, body)
+        body = _node(n.for_get_body(), names, loops | {var}, fixed)
         return Loop(var, lower, _upper(n.for_get_cond(), var, names), _int(n.for_get_inc()),
                     body)
     if t == isl.ast_node_type.if_:
-        otherwise = _node(n.if_get_else_node(), names) if n.if_has_else_node() else None
-        return Guard(_expr(n.if_get_cond(), names), _node(n.if_get_then_node(), names),
-                     otherwise)
+        otherwise = (_node(n.if_get_else_node(), names, loops, fixed)
+                     if n.if_has_else_node() else None)
+        return Guard(_expr(n.if_get_cond(), names),
+                     _node(n.if_get_then_node(), names, loops, fixed), otherwise)
     if t == isl.ast_node_type.block:
         children = n.block_get_children()
-        return Seq(tuple(_node(children.get_at(i), names) for i in range(children.n_ast_node())))
+        return Seq(tuple(_node(children.get_at(i), names, loops, fixed)
+                         for i in range(children.n_ast_node())))
     if t == isl.ast_node_type.user:
         call = n.user_get_expr()
         statement = int(call.get_op_arg(0).get_id().get_name()[1:])
         values = tuple(_expr(call.get_op_arg(j), names) for j in range(1, call.get_op_n_arg()))
+        fixed.setdefault(statement, set()).update(set(names.values()) - loops)
         return Point(statement, values)
     if t == isl.ast_node_type.mark:
-        return _node(n.mark_get_node(), names)
+        return _node(n.mark_get_node(), names, loops, fixed)
     raise ValueError(f"unexpected isl AST node {t}")
 
 
