@@ -48,17 +48,16 @@ class _KeyBuilder:
         if hit is not None and hit[0] is e:
             return hit[1]
         t = type(e)
-        if t is _ex.Var:
-            out = ("Var", e.name, e.dtype)
-        elif t is _ex.Const:
-            # repr keeps -0.0 apart from 0.0 (and NaN equal to itself)
-            out = ("Const", repr(e.value), e.dtype, e.weak)
-        elif t is _ex.Read:
-            out = ("Read", self.tensor(e.tensor), e.dtype, tuple(map(self.expr, e.indices)))
+        rule = _EXPR_KEYS.get(t)
+        if rule is not None:
+            out = rule(self, e)
         else:
             out = (t.__name__,) + tuple(map(self.value, e.children_values()))
         self.memo[key] = (e, out)
         return out
+
+    def reducer(self, r):
+        return r.name if BUILTIN_REDUCERS.get(r.name) is r else r  # a user's: by identity
 
     def value(self, v):
         if isinstance(v, _ex.Node):
@@ -67,10 +66,7 @@ class _KeyBuilder:
             return tuple(map(self.value, v))
         if isinstance(v, _ATOMS):
             return v
-        name = getattr(v, "name", None)
-        if BUILTIN_REDUCERS.get(name) is v:
-            return name
-        return v  # a user's reducer: by identity
+        return self.reducer(v)
 
     def stage(self, t):
         op = t.op
@@ -83,6 +79,40 @@ class _KeyBuilder:
             init = None if op.init is None else self.tensor(op.init)
             return head + ("scatter", self.value(op.axes), targets, init)
         return head + (type(op).__name__, id(op))
+
+
+def _key_rules():
+    """Keys of the common expression kinds, field by field (the generic rule walks
+    ``children_values``, several times slower)."""
+    x = _ex
+
+    def exprs(b, es):
+        return tuple(map(b.expr, es))
+
+    return {
+        x.Var: lambda b, e: ("Var", e.name, e.dtype),
+        # repr keeps -0.0 apart from 0.0 (and NaN equal to itself)
+        x.Const: lambda b, e: ("Const", repr(e.value), e.dtype, e.weak),
+        x.Read: lambda b, e: ("Read", b.tensor(e.tensor), e.dtype, exprs(b, e.indices)),
+        x.Binary: lambda b, e: (e.op, b.expr(e.a), b.expr(e.b), e.dtype),
+        x.Compare: lambda b, e: ("Compare", e.op, b.expr(e.a), b.expr(e.b)),
+        x.Neg: lambda b, e: ("Neg", b.expr(e.a), e.dtype),
+        x.Not: lambda b, e: ("Not", b.expr(e.a)),
+        x.And: lambda b, e: ("And", b.expr(e.a), b.expr(e.b)),
+        x.Or: lambda b, e: ("Or", b.expr(e.a), b.expr(e.b)),
+        x.Select: lambda b, e: ("Select", b.expr(e.cond), b.expr(e.true_value),
+                                b.expr(e.false_value), e.dtype),
+        x.Cast: lambda b, e: ("Cast", b.expr(e.a), e.dtype),
+        x.Call: lambda b, e: ("Call", e.name, exprs(b, e.args), e.dtype),
+        x.IterVar: lambda b, e: ("IterVar", b.expr(e.var), b.expr(e.lo), b.expr(e.extent),
+                                 e.kind),
+        x.Reduce: lambda b, e: ("Reduce", b.reducer(e.reducer), b.expr(e.source),
+                                exprs(b, e.axes), None if e.where is None else b.expr(e.where),
+                                None if e.init is None else b.expr(e.init), e.dtype),
+    }
+
+
+_EXPR_KEYS = _key_rules()
 
 
 def program_key(inputs, outputs):
