@@ -32,7 +32,15 @@ class CompiledFunction:
     def __call__(self, *arrays, out=None):
         if len(arrays) != self._n_in:
             check_count(self._in_specs, len(arrays))
-        args = [spec.argument(a) for spec, a in zip(self._in_specs, arrays)]
+        args = []
+        for spec, a in zip(self._in_specs, arrays):
+            # the common case inline: an array of exactly the right kind, used in place
+            if type(a) is np.ndarray and a.dtype is spec.dtype and a.shape == spec.shape:
+                flags = a.flags
+                if flags.c_contiguous and flags.aligned:
+                    args.append(a)
+                    continue
+            args.append(spec.argument(a))
         if out is None:
             outs = [np.empty(shape, dtype) for shape, dtype in self._empty]
         else:
