@@ -157,14 +157,16 @@ class ExprLowering(IdentityMapper):
                                     name))
 
     def map_reduce(self, e, *args):
+        # the evaluator's order: reduce from the identity, then combine with init
         acc = Buffer(self.ctx.names.fresh("acc"), (), e.dtype, "local")
-        init = (self(e.init) if e.init is not None else e.reducer.identity(e.dtype))
+        init = None if e.init is None else widen(self(e.init), e.dtype)
         affine, data = split_guard(self.guard)
         nest = reduction_nest(self, e, acc, (), affine)
-        stmt = block([Store(acc, (), widen(init, e.dtype)), nest])
+        stmt = block([Store(acc, (), e.reducer.identity(e.dtype)), nest])
         self.stmts.append(If(conjunction(data), stmt) if data else stmt)
         self.allocs.append(acc)
-        return Load(acc, (), e.dtype)
+        result = Load(acc, (), e.dtype)
+        return result if init is None else e.reducer.combine(init, result)
 
 
 def split_guard(conds, rename=None):

@@ -49,9 +49,12 @@ def lower_compute(t, buf, ctx):
     body = op.body
     lowering = ExprLowering(ctx, context, renames)
     if type(body) is Reduce:
-        init = lowering(body.init) if body.init is not None else body.reducer.identity(body.dtype)
+        # the evaluator's order: reduce from the identity, then combine with init
+        init = None if body.init is None else widen(lowering(body.init), buf.dtype)
+        start = Store(buf, indices, body.reducer.identity(buf.dtype))
         nest = reduction_nest(lowering, body, buf, indices)
-        stmt = lowering.wrap(block([Store(buf, indices, widen(init, buf.dtype)), nest]))
+        last = None if init is None else Accumulate(buf, indices, init, body.reducer)
+        stmt = lowering.wrap(block([start, nest, last]))
     else:
         value = widen(lowering(body), buf.dtype)
         stmt = lowering.wrap(Store(buf, indices, value))

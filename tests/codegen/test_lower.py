@@ -233,3 +233,21 @@ def test_data_dependent_reduction_extent_checks_the_reads_it_drives():
     assert [c.tensor for c in kinds(kernel, Check)] == ["A"]
     with pytest.raises(tg.OutOfBoundsError, match="'A'"):
         run(kernel, [np.ones((4, 5)), np.array([0, 6, 0, 0], dtype="int32")])
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_init_combines_with_the_reduced_value_even_over_an_empty_domain(local):
+    """``init`` is combined with the reduction (from the identity), as the evaluator does:
+    for absmax over no points the result is ``|init|``, not ``init``."""
+    A = x((4, 3))
+    absmax = tg.comm_reducer(lambda a, b: tg.max(tg.abs(a), tg.abs(b)), lambda d: 0.0,
+                             name="absmax")
+    k = tg.reduce_axis((0, 3), name="k")
+
+    def body(i):
+        r = absmax(A[i, k], axis=k, where=k < i, init=A[i, 0] - 5.0)  # empty at i == 0
+        return r + 0.0 * A[i, 1] if local else r
+
+    out = tg.compute((4,), body, name="out")
+    kernel, iterations, cost, _ = evaluate_both([A], [out])
+    assert iterations == cost
