@@ -33,7 +33,7 @@ from tegrad.reference.evaluator import _Scope, _StageEvaluator
 
 from tegrad.codegen.loops.mapper import stmt_children
 from tegrad.codegen.loops.printer import format_expr
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Store)
+from tegrad.codegen.loops.nodes import Accumulate, For, Let, Store
 
 
 class _LoadEvaluator(_StageEvaluator):

@@ -30,7 +30,7 @@ from tegrad.ir.tensor import PlaceholderOp, ScatterOp, Tensor
 
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import Buffer, Kernel, Load
-from tegrad.codegen.lower.expr import Names, StageContext, widen
+from tegrad.codegen.lower.expr import Names, StageContext
 from tegrad.codegen.lower.inline import inline_read_once
 from tegrad.codegen.lower.stage import copy_loops, lower_stage
 
@@ -122,4 +122,4 @@ def _accumulated_in_place(order, buffers):
     return out
 
 
-__all__ = ["lower_program", "prepare", "widen"]
+__all__ = ["lower_program", "prepare"]

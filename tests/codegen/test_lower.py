@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-from tegrad.ir.graph import placeholders, topological_order
+from tegrad.ir.graph import topological_order
 from tegrad.ir.tensor import ScatterOp
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import walk_stmts
-from tegrad.codegen.loops.nodes import Accumulate, Allocate, Check, For, If, Let, Store
+from tegrad.codegen.loops.nodes import Accumulate, Allocate, Check, For, If, Let
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.lower.program import lower_program, prepare
 
