@@ -13,7 +13,7 @@ from __future__ import annotations
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var)
-from tegrad.ir.mapper import IdentityMapper
+from tegrad.ir.mapper import IdentityMapper, fresh_name
 from tegrad.ir.printer import axis_end
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
 
@@ -45,10 +45,7 @@ class Names:
         self.taken = set(taken)
 
     def fresh(self, base):
-        name, n = base, 0
-        while name in self.taken:
-            n += 1
-            name = f"{base}_{n}"
+        name = fresh_name(base, self.taken)
         self.taken.add(name)
         return name
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from tegrad.analysis.cost import local_flops
 from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.graph import topological_order
-from tegrad.ir.mapper import IdentityMapper, children, substitute, walk
+from tegrad.ir.mapper import children, walk
 from tegrad.ir.rewrite import map_stage, retarget, stage_exprs
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
-from tegrad.zero_elim.inline import CHEAP_FLOPS
+from tegrad.zero_elim.inline import CHEAP_FLOPS, _Inliner  # one substitution of reads
 
 
 def _read_sites(order):
@@ -55,18 +55,6 @@ def _inlinable(outputs):
         if len(reads) == 1 and (not reads[0] or local_flops(t.op.body)[0] <= CHEAP_FLOPS):
             out.add(id(t))
     return out
-
-
-class _Inliner(IdentityMapper):
-    def __init__(self, inlined):
-        self.inlined = inlined
-
-    def map_read(self, e, *args):
-        e = super().map_read(e)
-        stage = self.inlined.get(id(e.tensor))
-        if stage is None:
-            return e
-        return substitute(stage.op.body, {ax.name: i for ax, i in zip(stage.op.axes, e.indices)})
 
 
 def inline_read_once(outputs):

@@ -74,10 +74,9 @@ def names_in(kernel):
 
 
 def fresh(base, taken):
-    name, n = base, 0
-    while name in taken:
-        n += 1
-        name = f"{base}_{n}"
+    """A name not in ``taken`` (added to it)."""
+    from tegrad.ir.mapper import fresh_name
+    name = fresh_name(base, taken)
     taken.add(name)
     return name
 
