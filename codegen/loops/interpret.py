@@ -7,8 +7,8 @@ loads. It is slow: for tests on small shapes.
 
 :func:`run` also counts ``iterations``, the points the kernel visits: each execution of
 a loop body (or of a :class:`Let`, a single-trip loop) whose statements store to a
-non-local buffer or accumulate, outside any inner loop, and each such statement run
-outside every loop. That is the count
+non-local buffer or accumulate, outside any inner loop, and each top-level statement of
+the kernel (a stage) that does so outside its loops. That is the count
 :func:`tegrad.cost` predicts for the lowered program.
 
 >>> import numpy as np
@@ -33,7 +33,7 @@ from tegrad.reference.evaluator import _Scope, _StageEvaluator
 
 from tegrad.codegen.loops.mapper import stmt_children
 from tegrad.codegen.loops.printer import format_expr
-from tegrad.codegen.loops.nodes import Accumulate, For, Let, Store
+from tegrad.codegen.loops.nodes import Accumulate, Block, For, Let, Store
 
 
 class _LoadEvaluator(_StageEvaluator):
@@ -73,7 +73,6 @@ class Interpreter:
         self.memory = memory
         self.ev = _LoadEvaluator(memory)
         self.iterations = 0
-        self.depth = 0
         self._point = {}
 
     def value(self, e, env):
@@ -96,23 +95,19 @@ class Interpreter:
     def run_For(self, s, env):
         begin, end = int(self.value(s.begin, env)), int(self.value(s.end, env))
         point = self.is_point(s.body)
-        self.depth += 1
         for v in range(begin, end, s.step):
             inner = dict(env)
             inner[s.var.name] = np.array(v, dtype=np.int64)
             if point:
                 self.iterations += 1
             self.run(s.body, inner)
-        self.depth -= 1
 
     def run_Let(self, s, env):
         inner = dict(env)
         inner[s.var.name] = self.value(s.value, env)
         if self.is_point(s.body):
             self.iterations += 1
-        self.depth += 1
         self.run(s.body, inner)
-        self.depth -= 1
 
     def run_If(self, s, env):
         if bool(self.value(s.cond, env)):
@@ -129,14 +124,10 @@ class Interpreter:
         return idx
 
     def run_Store(self, s, env):
-        if self.depth == 0 and s.buffer.scope != "local":
-            self.iterations += 1
         idx = self._index(s, env)
         self.memory[s.buffer][idx] = self.value(s.value, env)
 
     def run_Accumulate(self, s, env):
-        if self.depth == 0:
-            self.iterations += 1
         idx = self._index(s, env)
         buf = self.memory[s.buffer]
         x, y, body = s.reducer.combiner(s.buffer.dtype)
@@ -182,5 +173,8 @@ def run(kernel, inputs):
     interp = Interpreter(memory)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        interp.run(kernel.body, {})
+        for stage in (kernel.body.stmts if type(kernel.body) is Block else (kernel.body,)):
+            if _is_point(stage):
+                interp.iterations += 1
+            interp.run(stage, {})
     return [memory[b] for b in outs], interp.iterations

@@ -3,7 +3,7 @@
 The kernel's arguments are the inputs' buffers (scope ``input``, in the order given),
 then the outputs' (scope ``output``); elementwise stages read once are inlined
 (:mod:`.inline`), every other stage gets a ``temp`` buffer; stages run in topological
-order, each as the loop nest of :mod:`.stage`.
+order, each as the loop nest of :mod:`.stage`, one top-level statement per stage.
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.loops.printer import format_kernel
@@ -28,8 +28,7 @@ from tegrad.ir.mapper import tensors_read
 from tegrad.ir.rewrite import stage_exprs
 from tegrad.ir.tensor import PlaceholderOp, ScatterOp, Tensor
 
-from tegrad.codegen.loops.mapper import block
-from tegrad.codegen.loops.nodes import Buffer, Kernel, Load
+from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
 from tegrad.codegen.lower.expr import Names, StageContext
 from tegrad.codegen.lower.inline import inline_read_once
 from tegrad.codegen.lower.stage import copy_loops, lower_stage
@@ -97,7 +96,10 @@ def lower_program(inputs, outputs, *, name="kernel"):
         ctx = StageContext(buffers, names, t.name)
         stmts.append(lower_stage(t, buf, ctx, fill=id(t) not in in_place))
     temps.sort(key=lambda b: b.name)
-    return Kernel(name, tuple(args + out_bufs), tuple(temps), block(stmts + copies))
+    # one top-level statement per stage (schedules find stages there)
+    stmts = [s for s in stmts + copies if s is not None]
+    return Kernel(name, tuple(args + out_bufs), tuple(temps),
+                  stmts[0] if len(stmts) == 1 else Block(tuple(stmts)))
 
 
 def _accumulated_in_place(order, buffers):

@@ -54,6 +54,11 @@ def _loaded(s):
             for n in walk_expr(e) if type(n) is Load}
 
 
+def _stages(stmts):
+    """The kernel body of top-level statements, one per stage."""
+    return stmts[0] if len(stmts) == 1 else Block(tuple(stmts))
+
+
 class _Replace(ExprMapper):
     def __init__(self, buf, fn):
         self.buf, self.fn = buf, fn
@@ -101,7 +106,7 @@ def inline_stage(kernel, *, stage):
 
     rest = [StmtMapper(_Replace(buf, replace))(t) for t in stmts[:k] + stmts[k + 1:]]
     temps = tuple(b for b in kernel.temps if b != buf)
-    return Kernel(kernel.name, kernel.args, temps, block(rest))
+    return Kernel(kernel.name, kernel.args, temps, _stages(rest))
 
 
 def compute_at(kernel, *, stage, loop):
@@ -160,4 +165,4 @@ def compute_at(kernel, *, stage, loop):
 
     rest = stmts[:k] + [_Insert()(t) if j == consumer else t
                         for j, t in enumerate(stmts) if j > k]
-    return Kernel(kernel.name, kernel.args, kernel.temps, block(rest))
+    return Kernel(kernel.name, kernel.args, kernel.temps, _stages(rest))
