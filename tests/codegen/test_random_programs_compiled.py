@@ -8,8 +8,8 @@ axis, divisibility conditions that become strides) and scatters with data-depend
 targets. Each program is compiled with its zero-eliminated gradient, whose domains
 are the non-rectangular ones zero elimination produces.
 
-Compiling costs about half a second a program (differentiation and LLVM), so a CI run
-draws ``TEGRAD_RANDOM_PROGRAMS`` programs (default 100); set it higher for a long run.
+Each program costs a fraction of a second (differentiation and LLVM), so a CI run
+draws ``TEGRAD_RANDOM_PROGRAMS`` programs (default 200); set it higher for a long run.
 """
 import importlib.util
 import os
@@ -99,7 +99,7 @@ def programs(draw):
     return x, stages[-1]
 
 
-EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "100"))
+EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "200"))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
