@@ -1,1 +1,7 @@
-"""Lowering of tegrad programs to loop nests and native code (LLVM through llvmlite)."""
+"""Lowering of tegrad programs to loop nests and native code (LLVM through llvmlite).
+
+:func:`build` (``tegrad.build``) compiles a program into a :class:`CompiledFunction`.
+"""
+from tegrad.codegen.runtime import CompiledFunction, build
+
+__all__ = ["CompiledFunction", "build"]

@@ -74,6 +74,11 @@ class Load(Expr):
         if not self.dtype:
             object.__setattr__(self, "dtype", self.buffer.dtype)
 
+    def __str__(self):
+        # tegrad's expression printer does not know loads
+        from tegrad.codegen.loops.printer import format_expr
+        return format_expr(self)
+
 
 class Stmt(Node):
     """Base class of statements."""

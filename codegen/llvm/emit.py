@@ -1,0 +1,635 @@
+"""LLVM IR for a loop-IR :class:`~tegrad.codegen.loops.nodes.Kernel`.
+
+The kernel becomes ``i32 tegrad.NAME(ptr buffers)``: ``buffers`` is an array of data pointers,
+the kernel's arguments, then its temporaries, then its large local buffers (see
+:class:`KernelModule`). The body lives in an internal function taking one ``noalias``
+pointer per buffer (LLVM inlines it, keeping the no-alias facts). It returns 0, or the
+1-based index in :attr:`KernelModule.errors` of the failed check: a :class:`Check` node, a
+zero integer divisor, or a data-dependent index outside its buffer. Each of these stops
+the kernel before anything is read or written out of bounds.
+
+One lowering per statement kind (:data:`STMT_LOWERINGS`) and per expression kind
+(:data:`EXPR_LOWERINGS`); binary ops, comparisons, intrinsics and conversions have their
+own tables (:mod:`.arithmetic`, :mod:`.intrinsics`, :mod:`.conversions`).
+
+An expression's value has numpy's dtype for the evaluator's computation: loop variables
+are int64 (the evaluator's index arrays), binary operands are promoted as numpy promotes
+them, and a store converts to the buffer's dtype as ``astype`` does.
+
+>>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
+>>> A = Buffer("A", (4,), "float32", "input")
+>>> B = Buffer("B", (4,), "float32", "output")
+>>> i = Var("i", "int64")
+>>> k = Kernel("double", (A, B), (), For(i, Const(0, "int64"), Const(4, "int64"),
+...                                          Store(B, (i,), Load(A, (i,)) * 2)))
+>>> km = emit_kernel(k)
+>>> "define i32 @\\"tegrad.double\\"(ptr" in str(km.module), km.errors
+(True, ())
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from llvmlite import ir
+
+from tegrad.ir import dtypes as _dt
+from tegrad.ir import expr as _ex
+from tegrad.ir.reduction import sum as _SUM
+from tegrad.codegen.loops import nodes as _n
+from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
+from tegrad.codegen.llvm.conversions import convert
+from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
+from tegrad.codegen.llvm.types import (I1, I8, I32, I64, PTR, Value, constant, memory_type,
+                                       promote, register_type)
+
+#: local buffers larger than this many bytes live in storage the runtime owns (passed in
+#: the buffer array) instead of on the stack
+STACK_LIMIT_BYTES = 64 * 1024
+
+#: the alignment (bytes) of the storage the runtime allocates for temporaries and large
+#: local buffers, declared to LLVM
+STORAGE_ALIGNMENT = 64
+
+#: loops marked "unrolled" with at most this many iterations are unrolled when emitted
+UNROLL_LIMIT = 64
+
+
+_TYPE_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
+_INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2, "llvm.maximum": 2, "llvm.minimum": 2}
+
+
+@dataclass(frozen=True)
+class KernelModule:
+    """An LLVM module holding one kernel and what the runtime needs to call it.
+
+    ``name``: the kernel's symbol; ``buffers``: the buffers in the order of the pointer array (``kernel.args``,
+    ``kernel.temps``, then ``extra``, the local buffers too large for the stack);
+    ``errors``: ``(kind, tensor)`` per non-zero status code (code ``n`` is
+    ``errors[n - 1]``).
+    """
+
+    module: ir.Module
+    name: str
+    buffers: tuple
+    extra: tuple
+    errors: tuple
+
+
+def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None):
+    """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
+
+    With ``python_abi = (tuple_items_offset, array_data_offset)`` (byte offsets of the
+    items in a Python tuple object and of the data pointer in a numpy array object), the
+    module also has ``i32 NAME.py(ptr storage, ptr arrays)``, which takes a tuple of the
+    argument arrays and the other buffers' pointers in ``storage``: a call from Python
+    then passes two arguments and builds no pointer array. It first checks that no output
+    overlaps another argument (see :func:`overlap_pairs`).
+    """
+    km = _KernelEmitter(kernel, triple, data_layout).run()
+    if python_abi is not None:
+        _emit_python_entry(km, len(kernel.args), *python_abi)
+    return km
+
+
+def overlap_pairs(buffers):
+    """The pairs ``(output, other)`` of argument positions whose memory must not overlap
+    (an output and an input, or two outputs); a negative status ``-(k + 1)`` from the
+    Python entry reports that pair ``k`` overlaps."""
+    outputs = [k for k, b in enumerate(buffers) if b.scope == "output"]
+    return [(k, m) for k in outputs for m in range(len(buffers))
+            if m != k and (buffers[m].scope != "output" or m < k)]
+
+
+def _emit_python_entry(km, n_args, items_offset, data_offset):
+    kernel_fn = km.module.globals[km.name]
+    n = len(km.buffers)
+    fn = ir.Function(km.module, ir.FunctionType(I32, [PTR, PTR]), name=f"{km.name}.py")
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    table = b.alloca(PTR, size=n)
+    storage, arrays = fn.args
+
+    def slot(base, k):
+        return b.gep(base, [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
+
+    items = b.gep(arrays, [ir.Constant(I64, items_offset)], inbounds=True, source_etype=I8)
+    starts = []
+    for k in range(n_args):
+        obj = b.load(slot(items, k), typ=PTR)
+        field = b.gep(obj, [ir.Constant(I64, data_offset)], inbounds=True, source_etype=I8)
+        data = b.load(field, typ=PTR)
+        starts.append(b.ptrtoint(data, I64))
+        b.store(data, slot(table, k))
+    args = km.buffers[:n_args]
+    ends = [b.add(start, ir.Constant(I64, buf.size * np.dtype(buf.dtype).itemsize))
+            for start, buf in zip(starts, args)]
+    for pair, (k, m) in enumerate(overlap_pairs(args)):
+        overlap = b.and_(b.icmp_unsigned("<", starts[k], ends[m]),
+                         b.icmp_unsigned("<", starts[m], ends[k]))
+        with b.if_then(overlap, likely=False):
+            b.ret(ir.Constant(I32, -(pair + 1)))
+    for j in range(n - n_args):
+        b.store(b.load(slot(storage, j), typ=PTR), slot(table, n_args + j))
+    b.ret(b.call(kernel_fn, [table]))
+
+
+def _large_locals(stmt):
+    """Local buffers too large for the stack."""
+    out = []
+    for s in walk_stmts(stmt):
+        if isinstance(s, _n.Allocate):
+            b = s.buffer
+            if b.size * np.dtype(b.dtype).itemsize > STACK_LIMIT_BYTES and b not in out:
+                out.append(b)
+    return out
+
+
+def _first_target(stmt):
+    """The name of the first buffer ``stmt`` writes (names errors raised inside it)."""
+    for s in walk_stmts(stmt):
+        if isinstance(s, (_n.Store, _n.Accumulate)):
+            return s.buffer.name
+    return None
+
+
+class _KernelEmitter:
+    def __init__(self, kernel, triple, data_layout):
+        self.kernel = kernel
+        # never the name of a C function the kernel may call (a kernel named "exp")
+        self.symbol = f"tegrad.{kernel.name}"
+        self.module = ir.Module(name=kernel.name)
+        if triple:
+            self.module.triple = triple
+        if data_layout:
+            self.module.data_layout = data_layout
+        self.extra = tuple(_large_locals(kernel.body))
+        self.buffers = tuple(kernel.args) + tuple(kernel.temps) + self.extra
+        self.errors = []
+        self.env = {}
+        self.pointers = {}
+        self.memo = []
+        self.effects = {}
+        self.tensor = kernel.name
+        self._blocks = 0
+
+    # -- module structure ------------------------------------------------------------
+    def run(self):
+        body_ty = ir.FunctionType(I32, [PTR] * len(self.buffers))
+        body = ir.Function(self.module, body_ty, name=f"{self.symbol}.body")
+        body.linkage = "internal"
+        body.attributes.add("alwaysinline")
+        body.attributes.add("nounwind")
+        n_args = len(self.kernel.args)
+        for k, (arg, buf) in enumerate(zip(body.args, self.buffers)):
+            arg.name = buf.name
+            arg.add_attribute("noalias")
+            if k >= n_args:
+                # storage the runtime allocates; arguments are numpy arrays, whose data
+                # is only guaranteed element-aligned (a view may start anywhere)
+                arg.attributes.align = STORAGE_ALIGNMENT
+            self.pointers[buf] = arg
+        self.function = body
+        self.entry = body.append_basic_block("entry")
+        start = body.append_basic_block("start")
+        self.builder = ir.IRBuilder(start)
+        self.stmt(self.kernel.body)
+        if not self.builder.block.is_terminated:
+            self.builder.ret(ir.Constant(I32, 0))
+        ir.IRBuilder(self.entry).branch(start)
+
+        outer = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=self.symbol)
+        outer.attributes.add("nounwind")
+        b = ir.IRBuilder(outer.append_basic_block("entry"))
+        pointers = [b.load(b.gep(outer.args[0], [ir.Constant(I64, k)], inbounds=True,
+                                  source_etype=PTR), typ=PTR)
+                    for k in range(len(self.buffers))]
+        b.ret(b.call(body, pointers))
+        return KernelModule(self.module, self.symbol, self.buffers, self.extra,
+                            tuple(self.errors))
+
+    def new_block(self, name):
+        self._blocks += 1
+        return self.function.append_basic_block(f"{name}.{self._blocks}")
+
+    # -- services used by the op tables ----------------------------------------------
+    def intrinsic(self, name, ty, arity=None):
+        """The LLVM float intrinsic ``name`` on ``ty`` (e.g. ``llvm.exp.f32``), taking
+        ``arity`` operands of that type (by default as many as the intrinsic has)."""
+        arity = arity or _INTRINSIC_ARITY.get(name, 1)
+        full = f"{name}.{_TYPE_SUFFIX[str(ty)]}"
+        fn = self.module.globals.get(full)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * arity), name=full)
+        return fn
+
+    def libm(self, name, ret, args):
+        """A C library function (resolved from the process when the module is loaded)."""
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+            fn.attributes.add("nounwind")
+        return fn
+
+    def error_code(self, kind, tensor):
+        key = (kind, tensor)
+        if key not in self.errors:
+            self.errors.append(key)
+        return self.errors.index(key) + 1
+
+    def fail_unless(self, ok, kind, tensor):
+        """Return the status of ``(kind, tensor)`` unless the i1 ``ok`` holds."""
+        code = self.error_code(kind, tensor)
+        fail = self.new_block("fail")
+        cont = self.new_block("ok")
+        self.builder.cbranch(ok, cont, fail)
+        self.builder.position_at_end(fail)
+        self.builder.ret(ir.Constant(I32, code))
+        self.builder.position_at_end(cont)
+
+    def check_nonzero_divisor(self, is_zero, divisor):
+        if isinstance(divisor, ir.Constant):
+            return
+        self.fail_unless(self.builder.not_(is_zero), "division_by_zero", self.tensor)
+
+    # -- expressions -----------------------------------------------------------------
+    def value_dtype(self, e):
+        """The dtype of ``e``'s value (numpy's, as in the evaluator)."""
+        t = type(e)
+        if t is _ex.Var:
+            return self._lookup(e).dtype
+        if t is _n.Load:
+            return e.buffer.dtype
+        if t is _ex.Binary:
+            return promote(self.value_dtype(e.a), self.value_dtype(e.b))
+        if t is _ex.Neg:
+            return self.value_dtype(e.a)
+        if t in (_ex.Compare, _ex.And, _ex.Or, _ex.Not):
+            return "bool"
+        if t is _ex.Select:
+            return promote(self.value_dtype(e.true_value), self.value_dtype(e.false_value))
+        if t is _ex.Call:
+            dtype = self.value_dtype(e.args[0])
+            for a in e.args[1:]:
+                dtype = promote(dtype, self.value_dtype(a))
+            return dtype
+        return e.dtype
+
+    def _lookup(self, var):
+        try:
+            return self.env[var.name]
+        except KeyError:
+            raise _ex.TegradError(f"kernel {self.kernel.name!r}: the variable {var.name!r} "
+                                  f"is not bound here") from None
+
+    def expr(self, e, dtype=None):
+        """Emit ``e``; with ``dtype``, convert the value to it."""
+        for frame in reversed(self.memo):
+            v = frame.get(e)
+            if v is not None and _ex.structural_equal(v[0], e):
+                break
+        else:
+            v = (e, EXPR_LOWERINGS[type(e)](self, e))
+            if self.memo:
+                self.memo[-1][e] = v
+        return v[1] if dtype is None else convert(self, v[1], dtype)
+
+    def has_effects(self, e):
+        """True when evaluating ``e`` where it is not selected could fail or read out of
+        bounds (a load, an integer division by a non-constant): such arms get branches."""
+        key = id(e)
+        hit = self.effects.get(key)
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        t = type(e)
+        if t is _n.Load:
+            out = True
+        elif (t is _ex.Binary and e.op in ("floordiv", "floormod")
+              and not _dt.is_float(e.dtype) and not isinstance(e.b, _ex.Const)):
+            out = True
+        else:
+            from tegrad.ir.mapper import children
+            out = any(self.has_effects(c) for c in children(e))
+        self.effects[key] = (e, out)
+        return out
+
+    def branch_value(self, cond, arms, dtype):
+        """``cond ? arms[0]() : arms[1]()`` with only the chosen arm evaluated."""
+        bld = self.builder
+        then_bb, else_bb, merge = (self.new_block("then"), self.new_block("else"),
+                                   self.new_block("merge"))
+        bld.cbranch(cond, then_bb, else_bb)
+        incoming = []
+        for bb, arm in zip((then_bb, else_bb), arms):
+            bld.position_at_end(bb)
+            self.memo.append({})
+            v = arm()
+            self.memo.pop()
+            incoming.append((v, bld.block))
+            bld.branch(merge)
+        bld.position_at_end(merge)
+        phi = bld.phi(register_type(dtype))
+        for v, bb in incoming:
+            phi.add_incoming(v, bb)
+        return phi
+
+    def offset(self, buffer, indices):
+        """The linear element offset of ``buffer[indices]`` (C order), bounds-checked when
+        an index depends on loaded data."""
+        total = None
+        stride = 1
+        for index, extent in reversed(list(zip(indices, buffer.shape))):
+            i = self.expr(index, "int64").ir
+            if self.has_effects(index):
+                ok = self.builder.icmp_unsigned("<", i, ir.Constant(I64, extent))
+                self.fail_unless(ok, "index_out_of_range", buffer.name)
+            term = i if stride == 1 else self.builder.mul(i, ir.Constant(I64, stride))
+            total = term if total is None else self.builder.add(total, term)
+            stride *= extent
+        return ir.Constant(I64, 0) if total is None else total
+
+    def address(self, buffer, indices):
+        try:
+            base = self.pointers[buffer]
+        except KeyError:
+            raise _ex.TegradError(f"kernel {self.kernel.name!r}: buffer {buffer.name!r} is "
+                                  f"used outside its allocation") from None
+        return self.builder.gep(base, [self.offset(buffer, indices)], inbounds=True,
+                                source_etype=memory_type(buffer.dtype))
+
+    def load(self, buffer, address):
+        v = self.builder.load(address, typ=memory_type(buffer.dtype))
+        if buffer.dtype == "bool":
+            v = self.builder.trunc(v, I1)
+        return Value(v, buffer.dtype)
+
+    def store(self, buffer, address, value):
+        v = convert(self, value, buffer.dtype).ir
+        if buffer.dtype == "bool":
+            v = self.builder.zext(v, memory_type("bool"))
+        self.builder.store(v, address)
+
+    # -- statements ------------------------------------------------------------------
+    def stmt(self, s):
+        STMT_LOWERINGS[type(s)](self, s)
+
+    def statement_exprs(self, fn):
+        """Run ``fn`` with a fresh expression memo (values are not reused across
+        statements: a store may change what a load reads)."""
+        self.memo.append({})
+        try:
+            return fn()
+        finally:
+            self.memo.pop()
+
+    def emit_serial_for(self, s, begin, end, body):
+        bld = self.builder
+        pre = bld.block
+        head, loop, latch, done = (self.new_block("for.head"), self.new_block("for.body"),
+                                   self.new_block("for.latch"), self.new_block("for.end"))
+        bld.branch(head)
+        bld.position_at_end(head)
+        i = bld.phi(I64, name=s.var.name)
+        i.add_incoming(begin, pre)
+        bld.cbranch(bld.icmp_signed("<", i, end), loop, done)
+        bld.position_at_end(loop)
+        body(Value(i, "int64"))
+        if not bld.block.is_terminated:
+            bld.branch(latch)
+        bld.position_at_end(latch)
+        i.add_incoming(bld.add(i, ir.Constant(I64, s.step)), latch)
+        bld.branch(head)
+        bld.position_at_end(done)
+
+    def emit_parallel_for(self, s, begin, end, body):
+        """The one place a parallel loop is emitted; its iterations run in order here."""
+        self.emit_serial_for(s, begin, end, body)
+
+
+# ---------------------------------------------------------------------------------------
+# expression lowerings
+
+
+def _const(em, e):
+    return Value(constant(e.value, e.dtype), e.dtype)
+
+
+def _var(em, e):
+    return em._lookup(e)
+
+
+def _load(em, e):
+    return em.load(e.buffer, em.address(e.buffer, e.indices))
+
+
+def _binary(em, e):
+    dtype = em.value_dtype(e)
+    a, b = em.expr(e.a, dtype), em.expr(e.b, dtype)
+    return Value(BINARY_LOWERINGS[e.op](em, a.ir, b.ir, dtype), dtype)
+
+
+def _neg(em, e):
+    a = em.expr(e.a)
+    if _dt.is_float(a.dtype):
+        return Value(em.builder.fneg(a.ir), a.dtype)
+    return Value(em.builder.sub(ir.Constant(a.ir.type, 0), a.ir), a.dtype)
+
+
+def _compare(em, e):
+    dtype = promote(em.value_dtype(e.a), em.value_dtype(e.b))
+    a, b = em.expr(e.a, dtype), em.expr(e.b, dtype)
+    return Value(COMPARE_LOWERINGS[e.op](em, a.ir, b.ir, dtype), "bool")
+
+
+def _logical(op):
+    def lower(em, e):
+        a = em.expr(e.a, "bool").ir
+        if not em.has_effects(e.b):
+            b = em.expr(e.b, "bool").ir
+            return Value(em.builder.and_(a, b) if op == "and" else em.builder.or_(a, b), "bool")
+        # the evaluator evaluates b only where a does not decide the result
+        short = ir.Constant(I1, 0 if op == "and" else 1)
+        arms = (lambda: em.expr(e.b, "bool").ir, lambda: short)
+        if op == "or":
+            arms = arms[::-1]
+        return Value(em.branch_value(a, arms, "bool"), "bool")
+    return lower
+
+
+def _not(em, e):
+    return Value(em.builder.not_(em.expr(e.a, "bool").ir), "bool")
+
+
+def _select(em, e):
+    dtype = em.value_dtype(e)
+    cond = em.expr(e.cond, "bool").ir
+    if em.has_effects(e.true_value) or em.has_effects(e.false_value):
+        arms = (lambda: em.expr(e.true_value, dtype).ir, lambda: em.expr(e.false_value, dtype).ir)
+        return Value(em.branch_value(cond, arms, dtype), dtype)
+    t, f = em.expr(e.true_value, dtype), em.expr(e.false_value, dtype)
+    return Value(em.builder.select(cond, t.ir, f.ir), dtype)
+
+
+def _cast(em, e):
+    return em.expr(e.a, e.dtype)
+
+
+def _call(em, e):
+    dtype = em.value_dtype(e)
+    args = [em.expr(a, dtype).ir for a in e.args]
+    return Value(INTRINSIC_LOWERINGS[e.name](em, args, dtype), dtype)
+
+
+def _unlowered(em, e):
+    raise _ex.TegradError(f"kernel {em.kernel.name!r}: {type(e).__name__} {e} must be "
+                          f"lowered to loops before code generation")
+
+
+EXPR_LOWERINGS = {
+    _ex.Const: _const,
+    _ex.Var: _var,
+    _n.Load: _load,
+    _ex.Binary: _binary,
+    _ex.Neg: _neg,
+    _ex.Compare: _compare,
+    _ex.And: _logical("and"),
+    _ex.Or: _logical("or"),
+    _ex.Not: _not,
+    _ex.Select: _select,
+    _ex.Cast: _cast,
+    _ex.Call: _call,
+    _ex.Read: _unlowered,
+    _ex.Reduce: _unlowered,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# statement lowerings
+
+
+def _for(em, s):
+    def bounds():
+        return em.expr(s.begin, "int64").ir, em.expr(s.end, "int64").ir
+    begin, end = em.statement_exprs(bounds)
+
+    def body(i):
+        saved = em.env.get(s.var.name)
+        em.env[s.var.name] = i
+        em.stmt(s.body)
+        _restore(em.env, s.var.name, saved)
+
+    if (s.kind == "unrolled" and isinstance(begin, ir.Constant) and isinstance(end, ir.Constant)
+            and len(range(begin.constant, end.constant, s.step)) <= UNROLL_LIMIT):
+        for k in range(begin.constant, end.constant, s.step):
+            body(Value(ir.Constant(I64, k), "int64"))
+    elif s.kind == "parallel":
+        em.emit_parallel_for(s, begin, end, body)
+    else:
+        # "vectorized" loops are left to LLVM's loop vectorizer
+        em.emit_serial_for(s, begin, end, body)
+
+
+def _restore(env, name, saved):
+    if saved is None:
+        env.pop(name, None)
+    else:
+        env[name] = saved
+
+
+def _block(em, s):
+    for child in s.stmts:
+        if em.builder.block.is_terminated:
+            break
+        em.stmt(child)
+
+
+def _if(em, s):
+    cond = em.statement_exprs(lambda: em.expr(s.cond, "bool").ir)
+    bld = em.builder
+    then_bb, merge = em.new_block("if.then"), em.new_block("if.end")
+    else_bb = em.new_block("if.else") if s.otherwise is not None else merge
+    bld.cbranch(cond, then_bb, else_bb)
+    for bb, branch in ((then_bb, s.then), (else_bb, s.otherwise)):
+        if branch is None:
+            continue
+        bld.position_at_end(bb)
+        em.stmt(branch)
+        if not bld.block.is_terminated:
+            bld.branch(merge)
+    bld.position_at_end(merge)
+
+
+def _with_tensor(em, name, fn):
+    saved, em.tensor = em.tensor, name
+    try:
+        return em.statement_exprs(fn)
+    finally:
+        em.tensor = saved
+
+
+def _store(em, s):
+    def emit():
+        value = em.expr(s.value)
+        em.store(s.buffer, em.address(s.buffer, s.indices), value)
+    _with_tensor(em, s.buffer.name, emit)
+
+
+def _accumulate(em, s):
+    def emit():
+        value = em.expr(s.value, s.buffer.dtype)
+        address = em.address(s.buffer, s.indices)
+        old = em.load(s.buffer, address)
+        if s.reducer is _SUM and _dt.is_float(s.buffer.dtype):
+            # reassociation lets LLVM vectorise the sum (different rounding only)
+            total = em.builder.fadd(old.ir, value.ir)
+            total.flags.append("reassoc")
+            em.store(s.buffer, address, Value(total, s.buffer.dtype))
+            return
+        x, y, combined = s.reducer.combiner(s.buffer.dtype)
+        saved = em.env.get(x.name), em.env.get(y.name)
+        em.env[x.name], em.env[y.name] = old, value
+        em.memo.append({})
+        new = em.expr(combined)
+        em.memo.pop()
+        _restore(em.env, x.name, saved[0])
+        _restore(em.env, y.name, saved[1])
+        em.store(s.buffer, address, new)
+    _with_tensor(em, s.buffer.name, emit)
+
+
+def _let(em, s):
+    value = _with_tensor(em, _first_target(s.body) or em.tensor, lambda: em.expr(s.value))
+    saved = em.env.get(s.var.name)
+    em.env[s.var.name] = value
+    em.stmt(s.body)
+    _restore(em.env, s.var.name, saved)
+
+
+def _allocate(em, s):
+    b = s.buffer
+    if b not in em.pointers:
+        at_entry = ir.IRBuilder(em.entry)
+        em.pointers[b] = at_entry.alloca(memory_type(b.dtype), size=max(b.size, 1), name=b.name)
+    em.stmt(s.body)
+
+
+def _check(em, s):
+    ok = em.statement_exprs(lambda: em.expr(s.cond, "bool").ir)
+    em.fail_unless(ok, s.error, s.tensor)
+
+
+STMT_LOWERINGS = {
+    _n.For: _for,
+    _n.Block: _block,
+    _n.If: _if,
+    _n.Store: _store,
+    _n.Accumulate: _accumulate,
+    _n.Let: _let,
+    _n.Allocate: _allocate,
+    _n.Check: _check,
+}
+
+__all__ = ["KernelModule", "emit_kernel", "EXPR_LOWERINGS", "STMT_LOWERINGS",
+           "STACK_LIMIT_BYTES"]

@@ -1,0 +1,122 @@
+"""The host target, LLVM's O3 pipeline and the JIT that loads kernels into this process.
+
+Code is generated for the host's triple, CPU name and features; optimised with the new
+pass manager at O3 with loop and SLP vectorisation on; and loaded with MCJIT. The C
+library's math functions that generated code calls (``erf``, and the ones LLVM turns
+intrinsics into, such as ``expf``) are registered with the JIT from the process's libm.
+
+>>> tm = target_machine()
+>>> tm.triple == host_triple()
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import threading
+
+import llvmlite.binding as llvm
+
+#: the C library functions generated code may call, directly or through LLVM's libcalls
+LIBM_SYMBOLS = ("erf", "exp", "expf", "exp2", "exp2f", "log", "logf", "sin", "sinf", "cos",
+                "cosf", "tanh", "tanhf", "pow", "powf", "fmod", "fmodf", "sqrt", "sqrtf",
+                "floor", "floorf", "ceil", "ceilf", "trunc", "truncf", "roundeven",
+                "roundevenf", "fmax", "fmin", "fmaxf", "fminf")
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def _initialise():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    for name in LIBM_SYMBOLS:
+        fn = getattr(libm, name, None)
+        if fn is not None:
+            llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+    return True
+
+
+#: let LLVM use 512-bit vectors where the CPU has them (it prefers 256-bit ones otherwise)
+WIDE_VECTORS = True
+
+
+def host_features():
+    """The host CPU's features, as LLVM's feature string."""
+    _initialise()
+    features = llvm.get_host_cpu_features().flatten()
+    if WIDE_VECTORS and "+avx512f" in features.split(","):
+        features += ",-prefer-256-bit"
+    return features
+
+
+def host_triple():
+    _initialise()
+    return llvm.get_process_triple()
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine():
+    """The host's target machine (triple, CPU name and features, O3), for optimisation
+    and assembly output."""
+    return new_target_machine()
+
+
+def new_target_machine():
+    """A new host target machine (an execution engine takes ownership of its own)."""
+    _initialise()
+    target = llvm.Target.from_triple(host_triple())
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                        features=host_features(),
+                                        opt=3, codemodel="jitdefault", jit=True)
+
+
+@functools.lru_cache(maxsize=None)
+def data_layout():
+    """The host target's data layout string (read once: llvmlite's TargetData view of a
+    target machine must not outlive a garbage collection of it)."""
+    return str(target_machine().target_data)
+
+
+def optimise(module_ref):
+    """Run LLVM's O3 pipeline (loop and SLP vectorisation on, unrolling off) over ``module_ref``."""
+    options = llvm.create_pipeline_tuning_options(speed_level=3)
+    options.loop_vectorization = True
+    options.slp_vectorization = True
+    # LLVM's unroller fully unrolls every small constant-trip loop: 3-5x the compile time
+    # and code size; loops a schedule wants unrolled are marked "unrolled" and unrolled
+    # when emitted
+    options.loop_unrolling = False
+    builder = llvm.create_pass_builder(target_machine(), options)
+    builder.getModulePassManager().run(module_ref, builder)
+
+
+class LoadedModule:
+    """A module compiled to machine code in this process; keeps its engine alive."""
+
+    def __init__(self, ir_text, *, optimise_module=True):
+        _initialise()
+        with _lock:
+            module_ref = llvm.parse_assembly(ir_text)
+            module_ref.verify()
+            if optimise_module:
+                optimise(module_ref)
+            self.optimised_ir = str(module_ref)
+            self.engine = llvm.create_mcjit_compiler(module_ref, new_target_machine())
+            self.engine.finalize_object()
+
+    @functools.cached_property
+    def asm(self):
+        """The machine code as assembly (generated on first use: it costs as much as
+        compiling)."""
+        with _lock:
+            return target_machine().emit_assembly(llvm.parse_assembly(self.optimised_ir))
+
+    def address(self, name):
+        """The address of the function ``name``."""
+        return self.engine.get_function_address(name)
+
+
+__all__ = ["LIBM_SYMBOLS", "LoadedModule", "data_layout", "host_triple", "optimise", "target_machine"]

@@ -1,0 +1,180 @@
+"""A plain Python interpreter of the loop IR, the oracle for lowering and schedules.
+
+Statements run one at a time; expressions are evaluated with the reference evaluator's
+scalar semantics (:class:`tegrad.reference.evaluator._StageEvaluator` over 0-d arrays:
+floor ``//`` and ``%``, the intrinsic table, casts of non-finite floats), extended with
+loads. It is slow: for tests on small shapes.
+
+:func:`run` also counts ``iterations``, the points the kernel visits: each execution of
+a loop body (or of a :class:`Let`, a single-trip loop) whose statements store to a
+non-local buffer or accumulate, outside any inner loop, and each top-level statement of
+the kernel (a stage) that does so outside its loops. That is the count
+:func:`tegrad.cost` predicts for the lowered program.
+
+>>> import numpy as np
+>>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
+>>> A, B = Buffer("A", (3,), "float64", "input"), Buffer("B", (3,), "float64", "output")
+>>> i = Var("i", "int64")
+>>> k = Kernel("k", (A, B), (), For(i, Const(0, "int64"), Const(3, "int64"),
+...                                 Store(B, (i,), Load(A, (i,)) + 1.0)))
+>>> outs, count = run(k, [np.arange(3.0)])
+>>> outs[0].tolist(), count
+([1.0, 2.0, 3.0], 3)
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from tegrad.ir.errors import OutOfBoundsError, TegradError
+from tegrad.reference.evaluator import _Scope, _StageEvaluator
+
+from tegrad.codegen.loops.mapper import stmt_children
+from tegrad.codegen.loops.printer import format_expr
+from tegrad.codegen.loops.nodes import Accumulate, Block, For, Let, Store
+
+
+class _LoadEvaluator(_StageEvaluator):
+    """The evaluator's expression semantics on scalars, plus loads from buffers."""
+
+    def __init__(self, memory):
+        super().__init__({})
+        self.memory = memory
+
+    def ev_Load(self, e, scope):
+        data = self.memory[e.buffer]
+        idx = tuple(int(self(i, scope)) for i in e.indices)
+        for d, (ix, extent) in enumerate(zip(idx, e.buffer.shape)):
+            if not 0 <= ix < extent:
+                raise OutOfBoundsError(f"load of {e.buffer.name!r} (shape {e.buffer.shape}) at "
+                                       f"{idx} is out of bounds in dimension {d}")
+        return data[idx]
+
+
+def _is_point(body):
+    """The body stores to a non-local buffer or accumulates, outside any inner loop."""
+    stack = [body]
+    while stack:
+        s = stack.pop()
+        t = type(s)
+        if t is Accumulate or (t is Store and s.buffer.scope != "local"):
+            return True
+        if t not in (For, Let):
+            stack.extend(stmt_children(s))
+    return False
+
+
+class Interpreter:
+    """Runs statements over ``memory`` (buffer -> numpy array); counts iterations."""
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.ev = _LoadEvaluator(memory)
+        self.iterations = 0
+        self._point = {}
+
+    def value(self, e, env):
+        return self.ev(e, _Scope(env, 0, None))
+
+    def is_point(self, body):
+        hit = self._point.get(id(body))
+        if hit is None or hit[0] is not body:
+            hit = (body, _is_point(body))
+            self._point[id(body)] = hit
+        return hit[1]
+
+    def run(self, s, env):
+        getattr(self, "run_" + type(s).__name__)(s, env)
+
+    def run_Block(self, s, env):
+        for c in s.stmts:
+            self.run(c, env)
+
+    def run_For(self, s, env):
+        begin, end = int(self.value(s.begin, env)), int(self.value(s.end, env))
+        point = self.is_point(s.body)
+        for v in range(begin, end, s.step):
+            inner = dict(env)
+            inner[s.var.name] = np.array(v, dtype=np.int64)
+            if point:
+                self.iterations += 1
+            self.run(s.body, inner)
+
+    def run_Let(self, s, env):
+        inner = dict(env)
+        inner[s.var.name] = self.value(s.value, env)
+        if self.is_point(s.body):
+            self.iterations += 1
+        self.run(s.body, inner)
+
+    def run_If(self, s, env):
+        if bool(self.value(s.cond, env)):
+            self.run(s.then, env)
+        elif s.otherwise is not None:
+            self.run(s.otherwise, env)
+
+    def _index(self, s, env):
+        idx = tuple(int(self.value(i, env)) for i in s.indices)
+        for d, (ix, extent) in enumerate(zip(idx, s.buffer.shape)):
+            if not 0 <= ix < extent:
+                raise OutOfBoundsError(f"store to {s.buffer.name!r} (shape {s.buffer.shape}) "
+                                       f"at {idx} is out of bounds in dimension {d}")
+        return idx
+
+    def run_Store(self, s, env):
+        idx = self._index(s, env)
+        self.memory[s.buffer][idx] = self.value(s.value, env)
+
+    def run_Accumulate(self, s, env):
+        idx = self._index(s, env)
+        buf = self.memory[s.buffer]
+        x, y, body = s.reducer.combiner(s.buffer.dtype)
+        scope_env = dict(env)
+        scope_env[x.name] = np.asarray(buf[idx])
+        scope_env[y.name] = np.asarray(self.value(s.value, env)).astype(s.buffer.dtype)
+        buf[idx] = self.value(body, scope_env)
+
+    def run_Allocate(self, s, env):
+        self.memory[s.buffer] = np.zeros(s.buffer.shape, dtype=s.buffer.dtype)
+        try:
+            self.run(s.body, env)
+        finally:
+            del self.memory[s.buffer]
+
+    def run_Check(self, s, env):
+        if not bool(self.value(s.cond, env)):
+            if s.error == "index_out_of_range":
+                raise OutOfBoundsError(f"an index into {s.tensor!r} is out of range "
+                                       f"(check {format_expr(s.cond)})")
+            raise TegradError(f"integer division by zero in {s.tensor!r} "
+                              f"(check {format_expr(s.cond)})")
+
+
+def run(kernel, inputs):
+    """Run ``kernel`` on the input arrays; ``(outputs, iterations)``.
+
+    Outputs and temporaries start as zeros (the lowering writes every element it needs).
+    """
+    ins = [b for b in kernel.args if b.scope == "input"]
+    if len(inputs) != len(ins):
+        raise TegradError(f"kernel {kernel.name!r} takes {len(ins)} inputs, got {len(inputs)}")
+    memory = {}
+    for buf, arr in zip(ins, inputs):
+        arr = np.asarray(arr)
+        if arr.shape != tuple(buf.shape) or arr.dtype != np.dtype(buf.dtype):
+            raise TegradError(f"input {buf.name!r}: expected {buf.dtype}{list(buf.shape)}, got "
+                              f"{arr.dtype}{list(arr.shape)}")
+        memory[buf] = arr
+    outs = [b for b in kernel.args if b.scope == "output"]
+    for buf in outs + list(kernel.temps):
+        memory[buf] = np.zeros(buf.shape, dtype=buf.dtype)
+    interp = Interpreter(memory)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for stage in (kernel.body.stmts if type(kernel.body) is Block else (kernel.body,)):
+            if _is_point(stage):
+                interp.iterations += 1
+            interp.run(stage, {})
+    return [memory[b] for b in outs], interp.iterations

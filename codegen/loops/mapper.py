@@ -1,0 +1,183 @@
+"""Mappers over the loop IR: expressions with loads, and statements.
+
+:class:`ExprMapper` is tegrad's :class:`~tegrad.ir.mapper.IdentityMapper` that also knows
+:class:`~codegen.loops.nodes.Load`; :class:`StmtMapper` rebuilds statements bottom-up
+(returning the very same node where nothing changed) and applies an expression mapper
+to every expression in them, so a pass is a pair of mapper subclasses.
+
+>>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.codegen.loops.nodes import Buffer, For, Load, Store
+>>> A, B = Buffer("A", (4,), "float32", "input"), Buffer("B", (4,), "float32", "output")
+>>> i = Var("i", "int64")
+>>> s = For(i, Const(0, "int64"), Const(4, "int64"), Store(B, (i,), Load(A, (i,))))
+>>> StmtMapper()(s) is s
+True
+>>> [type(n).__name__ for n in walk_stmts(s)]
+['For', 'Store']
+"""
+from __future__ import annotations
+
+from tegrad.ir.expr import Var
+from tegrad.ir.mapper import IdentityMapper, Substitutor, children
+
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Load,
+                                        Store)
+
+
+class ExprMapper(IdentityMapper):
+    """Identity mapper over tegrad expressions and loads."""
+
+    _method_names = {**IdentityMapper._method_names, Load: "map_load"}
+
+    def map_load(self, e, *args):
+        new = tuple(self(i, *args) for i in e.indices)
+        if all(x is y for x, y in zip(new, e.indices)):
+            return e
+        return Load(e.buffer, new, e.dtype)
+
+
+class ExprSubstitutor(Substitutor, ExprMapper):
+    """Replace free variables (by name) in expressions that may contain loads."""
+
+    _method_names = ExprMapper._method_names
+
+
+def substitute_expr(e, mapping):
+    """``e`` with the variables named in ``mapping`` (name -> expression) replaced."""
+    return ExprSubstitutor(mapping)(e) if mapping else e
+
+
+def expr_children(e):
+    """The direct sub-expressions of ``e`` (a load's indices included)."""
+    if type(e) is Load:
+        return e.indices
+    return children(e)
+
+
+def walk_expr(e):
+    """Every node of ``e`` (loads and their indices included), pre-order."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(expr_children(node)))
+
+
+def loads(e):
+    """The loads in ``e``, outermost first."""
+    return [n for n in walk_expr(e) if type(n) is Load]
+
+
+class StmtMapper:
+    """Rebuild statements bottom-up; ``expr`` maps every expression (identity by default).
+
+    Override ``map_<node>`` methods for a pass; each returns a statement (or None for a
+    removed one, inside a block).
+    """
+
+    def __init__(self, expr=None):
+        self.expr = expr if expr is not None else (lambda e: e)
+
+    def __call__(self, s):
+        return getattr(self, "map_" + type(s).__name__.lower())(s)
+
+    def map_for(self, s):
+        begin, end, body = self.expr(s.begin), self.expr(s.end), self(s.body)
+        if begin is s.begin and end is s.end and body is s.body:
+            return s
+        return For(s.var, begin, end, body, s.kind, s.step)
+
+    def map_block(self, s):
+        stmts = tuple(x for x in (self(c) for c in s.stmts) if x is not None)
+        if len(stmts) == len(s.stmts) and all(a is b for a, b in zip(stmts, s.stmts)):
+            return s
+        return Block(stmts)
+
+    def map_if(self, s):
+        cond, then = self.expr(s.cond), self(s.then)
+        otherwise = None if s.otherwise is None else self(s.otherwise)
+        if cond is s.cond and then is s.then and otherwise is s.otherwise:
+            return s
+        return If(cond, then, otherwise)
+
+    def map_store(self, s):
+        indices, value = tuple(self.expr(i) for i in s.indices), self.expr(s.value)
+        if value is s.value and all(a is b for a, b in zip(indices, s.indices)):
+            return s
+        return Store(s.buffer, indices, value)
+
+    def map_accumulate(self, s):
+        indices, value = tuple(self.expr(i) for i in s.indices), self.expr(s.value)
+        if value is s.value and all(a is b for a, b in zip(indices, s.indices)):
+            return s
+        return Accumulate(s.buffer, indices, value, s.reducer)
+
+    def map_let(self, s):
+        value, body = self.expr(s.value), self(s.body)
+        if value is s.value and body is s.body:
+            return s
+        return Let(s.var, value, body)
+
+    def map_allocate(self, s):
+        body = self(s.body)
+        return s if body is s.body else Allocate(s.buffer, body)
+
+    def map_check(self, s):
+        cond = self.expr(s.cond)
+        return s if cond is s.cond else Check(cond, s.error, s.tensor)
+
+
+def substitute_stmt(s, mapping):
+    """``s`` with the variables named in ``mapping`` replaced in every expression.
+
+    Loop and let variables of ``s`` must not be among the replaced names.
+    """
+    if not mapping:
+        return s
+    sub = ExprSubstitutor({(k.name if isinstance(k, Var) else k): v for k, v in mapping.items()})
+    return StmtMapper(sub)(s)
+
+
+def stmt_children(s):
+    """The statements directly inside ``s``."""
+    t = type(s)
+    if t is Block:
+        return s.stmts
+    if t in (For, Let, Allocate):
+        return (s.body,)
+    if t is If:
+        return (s.then,) if s.otherwise is None else (s.then, s.otherwise)
+    return ()
+
+
+def walk_stmts(s):
+    """Every statement of ``s``, pre-order."""
+    stack = [s]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(stmt_children(node)))
+
+
+def stmt_exprs(s):
+    """The expressions directly held by the statement ``s`` (not by its children)."""
+    t = type(s)
+    if t is For:
+        return (s.begin, s.end)
+    if t is If or t is Check:
+        return (s.cond,)
+    if t in (Store, Accumulate):
+        return tuple(s.indices) + (s.value,)
+    if t is Let:
+        return (s.value,)
+    return ()
+
+
+def block(stmts):
+    """A block of ``stmts`` (nested blocks flattened); one statement stands alone."""
+    flat = []
+    for s in stmts:
+        if s is None:
+            continue
+        flat.extend(s.stmts if type(s) is Block else (s,))
+    return flat[0] if len(flat) == 1 else Block(tuple(flat))

@@ -1,0 +1,102 @@
+"""Readable pseudo-C for the loop IR (what ``f.loops`` shows).
+
+>>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
+>>> A, B = Buffer("A", (4,), "float32", "input"), Buffer("B", (4,), "float32", "output")
+>>> i = Var("i", "int64")
+>>> body = For(i, Const(0, "int64"), Const(4, "int64"), Store(B, (i,), Load(A, (i,)) * 2.0))
+>>> print(format_kernel(Kernel("double", (A, B), (), body)))
+kernel double(float32 A[4], float32 B[4]) {
+  for (i = 0; i < 4; i++) {
+    B[i] = A[i] * 2.0;
+  }
+}
+"""
+from __future__ import annotations
+
+from tegrad.ir.printer import _ATOM, _Printer
+
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel, Let,
+                                        Load, Store)
+
+_INDENT = "  "
+
+
+class ExprPrinter(_Printer):
+    """tegrad's expression printer, extended with loads (``A[i, j]``)."""
+
+    def text(self, e):
+        if type(e) is Load:
+            return _access(self, e.buffer, e.indices), _ATOM
+        return super().text(e)
+
+
+def format_expr(e):
+    """The text of an expression that may contain loads."""
+    return ExprPrinter()(e)
+
+
+def _decl(buf):
+    dims = "".join(f"[{d}]" for d in buf.shape)
+    return f"{buf.dtype} {buf.name}{dims}"
+
+
+def _access(p, buf, indices):
+    return f"{buf.name}[{', '.join(p(i) for i in indices)}]" if indices else buf.name
+
+
+def _lines(s, p, depth, out):
+    pad = _INDENT * depth
+    t = type(s)
+    if t is Block:
+        for c in s.stmts:
+            _lines(c, p, depth, out)
+    elif t is For:
+        v = p(s.var)
+        inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
+        kind = "" if s.kind == "serial" else f"{s.kind} "
+        out.append(f"{pad}{kind}for ({v} = {p(s.begin)}; {v} < {p(s.end)}; {inc}) {{")
+        _lines(s.body, p, depth + 1, out)
+        out.append(f"{pad}}}")
+    elif t is If:
+        out.append(f"{pad}if ({p(s.cond)}) {{")
+        _lines(s.then, p, depth + 1, out)
+        if s.otherwise is not None:
+            out.append(f"{pad}}} else {{")
+            _lines(s.otherwise, p, depth + 1, out)
+        out.append(f"{pad}}}")
+    elif t is Store:
+        out.append(f"{pad}{_access(p, s.buffer, s.indices)} = {p(s.value)};")
+    elif t is Accumulate:
+        op = {"sum": "+=", "prod": "*=", "max": "max=", "min": "min="}.get(
+            s.reducer.name, f"{s.reducer.name}=")
+        out.append(f"{pad}{_access(p, s.buffer, s.indices)} {op} {p(s.value)};")
+    elif t is Let:
+        out.append(f"{pad}{s.var.dtype} {p(s.var)} = {p(s.value)};")
+        _lines(s.body, p, depth, out)
+    elif t is Allocate:
+        out.append(f"{pad}local {_decl(s.buffer)};")
+        _lines(s.body, p, depth, out)
+    elif t is Check:
+        out.append(f"{pad}check({p(s.cond)}, {s.error}, {s.tensor!r});")
+    else:
+        raise TypeError(f"cannot print the statement {s!r}")
+
+
+def format_stmt(s, depth=0):
+    """Pseudo-C of one statement, indented by ``depth`` levels."""
+    out = []
+    _lines(s, ExprPrinter(), depth, out)
+    return "\n".join(out)
+
+
+def format_kernel(k):
+    """Pseudo-C of a kernel: its signature, its temporaries, its body."""
+    if type(k) is not Kernel:
+        return format_stmt(k)
+    out = [f"kernel {k.name}({', '.join(_decl(b) for b in k.args)}) {{"]
+    for buf in k.temps:
+        out.append(f"{_INDENT}temp {_decl(buf)};")
+    _lines(k.body, ExprPrinter(), 1, out)
+    out.append("}")
+    return "\n".join(out)

@@ -1,0 +1,232 @@
+"""Lowering of one stage expression to a loop-IR expression and the statements before it.
+
+Reads become loads of the tensors' buffers; axis variables become int64 loop variables
+(index arithmetic then runs in int64, as the reference evaluator's ``arange`` indices
+do; a sub-expression without variables keeps its dtype); each reduction becomes a
+shape-() accumulator computed by a loop nest before the statement that uses it, under
+the conditions of the selects around it (affine ones restrict its domain, others guard
+it). A read whose index depends on loaded data, and an integer ``//``/``%`` by a
+non-constant, is preceded by a :class:`Check` (under the same conditions).
+"""
+from __future__ import annotations
+
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import TegradError
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var)
+from tegrad.ir.mapper import IdentityMapper, fresh_name
+from tegrad.ir.printer import axis_end
+from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
+
+from tegrad.codegen.loops.mapper import block, walk_expr
+from tegrad.codegen.loops.nodes import Accumulate, Allocate, Buffer, Check, If, Load, Store
+from tegrad.codegen.lower.nest import INDEX, bound_constraints, const, domain_nest
+
+
+def widen(e, dtype):
+    """``e`` as ``dtype`` (a constant is retyped, anything else cast)."""
+    if e.dtype == dtype:
+        return e
+    if type(e) is Const:
+        return Const(e.value, dtype)
+    return Cast(e, dtype)
+
+
+def _unify(a, b):
+    """Integer operands of different widths meet at int64 (loop variables are int64)."""
+    if a.dtype != b.dtype and _dt.is_int(a.dtype) and _dt.is_int(b.dtype):
+        return widen(a, INDEX), widen(b, INDEX)
+    return a, b
+
+
+class Names:
+    """Fresh names for accumulators within one kernel."""
+
+    def __init__(self, taken=()):
+        self.taken = set(taken)
+
+    def fresh(self, base):
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        return name
+
+
+class StageContext:
+    """What lowering a stage needs: tensor -> buffer, fresh names, the stage's name, and
+    the loop variables whose bounds depend on data (indices using them are checked)."""
+
+    def __init__(self, buffers, names, stage):
+        self.buffers, self.names, self.stage = buffers, names, stage
+        self.data_vars = set()
+
+
+class ExprLowering(IdentityMapper):
+    """Maps a stage expression to a loop-IR expression; collects the statements before it.
+
+    ``context`` lists solver constraints known at this point (the enclosing loops);
+    ``guard`` the conditions under which the expression is evaluated.
+    """
+
+    def __init__(self, ctx, context, renames, guard=()):
+        self.ctx, self.context, self.guard = ctx, list(context), list(guard)
+        self.renames = renames
+        self.stmts, self.allocs = [], []
+
+    # -- helpers ---------------------------------------------------------------------
+    def _guarded(self, cond):
+        """``cond`` needed only where the guard holds: ``!guard || cond``."""
+        if not self.guard:
+            return cond
+        return Or(Not(conjunction(self.guard)), cond)
+
+    def _under(self, cond, e):
+        self.guard.append(cond)
+        try:
+            return self(e)
+        finally:
+            self.guard.pop()
+
+    def wrap(self, stmt):
+        """``stmt`` after the collected statements, inside the accumulators' allocations."""
+        out = block(self.stmts + [stmt])
+        for buf in reversed(self.allocs):
+            out = Allocate(buf, out)
+        return out
+
+    # -- expressions -----------------------------------------------------------------
+    def map_var(self, e, *args):
+        return Var(self.renames.get(e.name, e.name), INDEX) if _dt.is_int(e.dtype) else e
+
+    def map_binary(self, e, *args):
+        a, b = _unify(self(e.a), self(e.b))
+        if e.op in ("floordiv", "floormod") and _dt.is_int(a.dtype) and not (
+                type(b) is Const and b.value != 0):
+            self.stmts.append(Check(self._guarded(Compare("ne", b, Const(0, b.dtype))),
+                                    "division_by_zero", self.ctx.stage))
+        return Binary(e.op, a, b, a.dtype)
+
+    def map_neg(self, e, *args):
+        a = self(e.a)
+        return Neg(a, a.dtype)
+
+    def map_compare(self, e, *args):
+        a, b = _unify(self(e.a), self(e.b))
+        return Compare(e.op, a, b)
+
+    def map_and(self, e, *args):
+        a = self(e.a)
+        return And(a, self._under(a, e.b))
+
+    def map_or(self, e, *args):
+        a = self(e.a)
+        return Or(a, self._under(Not(a), e.b))
+
+    def map_select(self, e, *args):
+        c = self(e.cond)
+        t, f = _unify(self._under(c, e.true_value), self._under(Not(c), e.false_value))
+        return Select(c, t, f, t.dtype)
+
+    def map_cast(self, e, *args):
+        return widen(self(e.a), e.dtype)
+
+    def map_call(self, e, *args):
+        new = [self(a) for a in e.args]
+        if len(new) == 2:
+            new = list(_unify(*new))
+        return Call(e.name, tuple(new), new[0].dtype)
+
+    def map_read(self, e, *args):
+        indices = tuple(widen(self(i), INDEX) for i in e.indices)
+        buf = self.ctx.buffers[id(e.tensor)]
+        self.check_indices(buf, indices, e.tensor.name)
+        return Load(buf, indices, buf.dtype)
+
+    def check_indices(self, buf, indices, name):
+        """Checks ``0 <= index < extent`` for every index that depends on loaded data
+        (a load, or a loop variable whose bounds are loaded)."""
+        conds = []
+        data_vars = self.ctx.data_vars
+        for idx, extent in zip(indices, buf.shape):
+            if any(type(n) is Load or (type(n) is Var and n.name in data_vars)
+                   for n in walk_expr(idx)):
+                conds.append(And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent))))
+        if conds:
+            self.stmts.append(Check(self._guarded(conjunction(conds)), "index_out_of_range",
+                                    name))
+
+    def map_reduce(self, e, *args):
+        # the evaluator's order: reduce from the identity, then combine with init
+        acc = Buffer(self.ctx.names.fresh("acc"), (), e.dtype, "local")
+        init = None if e.init is None else widen(self(e.init), e.dtype)
+        affine, data = split_guard(self.guard)
+        nest = reduction_nest(self, e, acc, (), affine)
+        stmt = block([Store(acc, (), e.reducer.identity(e.dtype)), nest])
+        self.stmts.append(If(conjunction(data), stmt) if data else stmt)
+        self.allocs.append(acc)
+        result = Load(acc, (), e.dtype)
+        return result if init is None else e.reducer.combine(init, result)
+
+
+def split_guard(conds, rename=None):
+    """``(solver constraints, other conditions)`` of a list of conditions.
+
+    ``rename`` maps an affine condition's variables to their loop variables first.
+    """
+    affine, data = [], []
+    for c in conds:
+        for part in conjuncts(c):
+            if to_constraint(part) is None:
+                data.append(part)
+            else:
+                affine.append(to_constraint(rename(part) if rename is not None else part))
+    return affine, data
+
+
+def reduction_nest(outer, red, buf, indices, guards=()):
+    """Loops over the domain of ``red`` accumulating its source into ``buf[indices]``.
+
+    The domain's bounds, the affine part of ``where`` and the constraints ``guards`` on
+    outer values (under which the reduction is needed) become loops; the rest of
+    ``where`` is tested at each point. ``outer`` is the lowering of the expression
+    around the reduction: its context (what is known of outer values), its loop names,
+    and its statements, which receive what the bounds need computed first.
+    """
+    ctx, context, renames = outer.ctx, outer.context, dict(outer.renames)
+    axes, saved = [], outer.renames
+    for ax in red.axes:
+        before = len(outer.stmts)
+        outer.renames = renames  # later bounds may use earlier axes
+        try:
+            lo, end = widen(outer(ax.lo), INDEX), widen(outer(axis_end(ax)), INDEX)
+        finally:
+            outer.renames = saved
+        earlier = {v.name for v, _, _ in axes}
+        if len(outer.stmts) > before and any(
+                type(n) is Var and n.name in earlier for e in (lo, end) for n in walk_expr(e)):
+            raise TegradError(f"stage {ctx.stage!r}: the bounds of the reduce axis "
+                              f"{ax.name!r} need a reduction or a check that depends on "
+                              f"another reduce axis; not supported")
+        renames[ax.name] = ctx.names.fresh(ax.name)
+        axes.append((Var(renames[ax.name], INDEX), lo, end))
+        if any(type(n) is Load or (type(n) is Var and n.name in ctx.data_vars)
+               for e in (lo, end) for n in walk_expr(e)):
+            ctx.data_vars.add(renames[ax.name])
+    where_affine, where_data = split_guard([] if red.where is None else [red.where],
+                                           ExprLowering(ctx, context, renames))
+    conditions = list(guards) + where_affine
+    inner_context = list(context) + conditions
+    for v, lo, end in axes:
+        inner_context += bound_constraints(v, lo, end) or []
+
+    def body():
+        inner = ExprLowering(ctx, inner_context, renames)
+        if not where_data:
+            value = widen(inner(red.source), buf.dtype)
+            return inner.wrap(Accumulate(buf, indices, value, red.reducer))
+        cond = inner(conjunction(where_data))
+        before, inner.stmts = inner.stmts, []
+        value = widen(inner(red.source), buf.dtype)
+        guarded = If(cond, block(inner.stmts + [Accumulate(buf, indices, value, red.reducer)]))
+        inner.stmts = before
+        return inner.wrap(guarded)
+
+    return domain_nest(axes, conditions, context, body)

@@ -1,0 +1,177 @@
+"""Loop nests over integer domains: isl's loops, turned into loop-IR statements.
+
+A domain is a list of variables in loop order with bounds (expressions of outer values)
+and affine conditions. :func:`domain_nest` asks :func:`tegrad.solver.loop_ast.build_loops`
+for loops that visit exactly its points (bounds that depend on outer loops, strides from
+divisibility conditions, variables fixed by equalities become a :class:`Let`), so no
+condition the domain states is tested per iteration. Bounds that are not affine (they
+read data) fall back to plain loops with the conditions tested inside.
+
+>>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.solver.constraint import eq
+>>> from tegrad.solver.affine import Affine
+>>> from tegrad.codegen.loops.nodes import Buffer, Store
+>>> from tegrad.codegen.loops.printer import format_stmt
+>>> B = Buffer("B", (8,), "float64", "output")
+>>> k = Var("k", "int64")
+>>> s = domain_nest([(k, Const(0, "int64"), Const(8, "int64"))],
+...                 [eq(Affine.var("k") % 4, 1)], [], lambda: Store(B, (k,), Const(1.0, "float64")))
+>>> print(format_stmt(s))
+for (k = 1; k < 8; k += 4) {
+  B[k] = 1.0;
+}
+"""
+from __future__ import annotations
+
+from tegrad import solver
+from tegrad.solver import loop_ast
+from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Or, Select, Var
+from tegrad.analysis.affine import conjunction, from_constraint, to_affine
+
+from tegrad.codegen.loops.mapper import block, substitute_stmt
+from tegrad.codegen.loops.nodes import For, If, Let
+
+INDEX = "int64"
+
+
+def const(v):
+    return Const(int(v), INDEX)
+
+
+def _terms(e, op):
+    """The operands of a chain of ``op`` (min or max) as a list."""
+    if type(e) is Binary and e.op == op:
+        return _terms(e.a, op) + _terms(e.b, op)
+    return [e]
+
+
+def bound_constraints(var, lo, end):
+    """Constraints ``lo <= var < end`` (``max``/``min`` chains split), or None."""
+    out = []
+    v = solver.Affine.var(var.name)
+    for e in _terms(lo, "max"):
+        a = to_affine(e)
+        if a is None:
+            return None
+        out.append(solver.ge(v, a))
+    for e in _terms(end, "min"):
+        a = to_affine(e)
+        if a is None:
+            return None
+        out.append(solver.lt(v, a))
+    return out
+
+
+def tree_expr(e):
+    """The int64 (or bool) expression of a :mod:`solver.loop_ast` tree expression."""
+    op = e[0]
+    if op == "int":
+        return const(e[1])
+    if op == "var":
+        return Var(e[1], INDEX)
+    args = [tree_expr(a) for a in e[1:]]
+    if op == "neg":
+        return Neg(args[0], INDEX)
+    if op in ("add", "sub", "mul", "floordiv", "min", "max"):
+        out = args[0]
+        for a in args[1:]:
+            out = Binary(op, out, a, INDEX)
+        return out
+    if op == "mod":
+        return Binary("floormod", args[0], args[1], INDEX)
+    if op in ("eq", "le", "lt", "ge", "gt"):
+        return Compare(op, args[0], args[1])
+    if op in ("and", "or"):
+        out = args[0]
+        for a in args[1:]:
+            out = And(out, a) if op == "and" else Or(out, a)
+        return out
+    if op == "select":
+        return Select(args[0], args[1], args[2], args[1].dtype)
+    raise ValueError(f"unknown loop tree operation {op!r}")
+
+
+def _stmt(node, bodies, variables, lets):
+    if isinstance(node, loop_ast.Loop):
+        var = Var(node.var, INDEX)
+        lower, upper = tree_expr(node.lower), tree_expr(node.upper)
+        body = _stmt(node.body, bodies, variables, lets)
+        if _single_trip(node):
+            return Let(var, lower, body)
+        return For(var, lower, upper, body, "serial", node.step)
+    if isinstance(node, loop_ast.Guard):
+        otherwise = (None if node.otherwise is None
+                     else _stmt(node.otherwise, bodies, variables, lets))
+        return If(tree_expr(node.cond), _stmt(node.then, bodies, variables, lets), otherwise)
+    if isinstance(node, loop_ast.Seq):
+        return block([_stmt(c, bodies, variables, lets) for c in node.items])
+    return fixed_point(bodies[node.statement], {
+        name: tree_expr(value) for name, value in zip(variables, node.values)
+        if value != ("var", name)}, lets)
+
+
+def fixed_point(body, values, lets):
+    """``body()`` where some variables have one value each: lets, or constants substituted.
+
+    With ``lets`` every fixed variable is a :class:`Let` (a reduction's single-trip
+    loop, one point of its domain); otherwise constants are substituted.
+    """
+    consts = {} if lets else {n: v for n, v in values.items() if type(v) is Const}
+    stmt = substitute_stmt(body(), consts)
+    for name, value in reversed(list(values.items())):
+        if name not in consts:
+            stmt = Let(Var(name, INDEX), value, stmt)
+    return stmt
+
+
+def _single_trip(node):
+    lo, up = node.lower, node.upper
+    if lo[0] == "int" and up[0] == "int":
+        return up[1] - lo[1] == 1
+    return up == ("add", lo, ("int", 1))
+
+
+def domain_nest(axes, conditions, context, body, more=(), lets=True):
+    """Loops over ``axes`` (``(var, lo, end)``) where the solver ``conditions`` hold.
+
+    ``context`` lists solver constraints known to hold on the outer values; ``body()``
+    builds the statement run at each point. ``more`` adds statements over the same
+    axes: ``(conditions, body)`` pairs, each run where its own conditions hold. A
+    variable with a single value is a :class:`Let` (with ``lets``; else a constant
+    value is substituted).
+    """
+    statements = [(list(conditions), body)] + [(list(c), b) for c, b in more]
+    names = [v.name for v, _, _ in axes]
+    bounds = []
+    for v, lo, end in axes:
+        b = bound_constraints(v, lo, end)
+        if b is None:
+            return _plain_nest(axes, statements)
+        bounds += b
+    systems = [bounds + conds for conds, _ in statements]
+    free = set()
+    for system in systems:
+        for c in system:
+            free |= c.variables()
+    params = sorted(free - set(names))
+    ctx = [c for c in context if c.variables() <= set(params)]
+    try:
+        tree = loop_ast.build_loops(names, params, systems, ctx)
+    except ValueError:  # an AST isl builds that the tree does not express
+        return _plain_nest(axes, statements)
+    return _stmt(tree, [b for _, b in statements], names, lets)
+
+
+def _plain_nest(axes, statements):
+    """Loops straight from the bounds, conditions tested at each point."""
+    parts = []
+    for conds, body in statements:
+        stmt = body()
+        if conds:
+            stmt = If(conjunction([from_constraint(c, INDEX) for c in conds]), stmt)
+        parts.append(stmt)
+    stmt = block(parts)
+    for v, lo, end in reversed(axes):
+        stmt = For(v, lo, end, stmt)
+    return stmt
+

@@ -1,0 +1,127 @@
+"""A whole program as one kernel: ``lower_program(inputs, outputs)``.
+
+The kernel's arguments are the inputs' buffers (scope ``input``, in the order given),
+then the outputs' (scope ``output``); elementwise stages read once are inlined
+(:mod:`.inline`), every other stage gets a ``temp`` buffer; stages run in topological
+order, each as the loop nest of :mod:`.stage`, one top-level statement per stage.
+
+>>> import tegrad as tg
+>>> from tegrad.codegen.loops.printer import format_kernel
+>>> A = tg.placeholder((4, 3), dtype="float64", name="A")
+>>> k = tg.reduce_axis((0, 3), name="k")
+>>> S = tg.compute((4,), lambda i: tg.sum(tg.exp(A[i, k]), axis=k), name="S")
+>>> print(format_kernel(lower_program([A], [S], name="rowsum")))
+kernel rowsum(float64 A[4][3], float64 S[4]) {
+  for (i = 0; i < 4; i++) {
+    S[i] = 0.0;
+    for (k = 0; k < 3; k++) {
+      S[i] += exp(A[i, k]);
+    }
+  }
+}
+"""
+from __future__ import annotations
+
+from tegrad.ir.errors import TegradError
+from tegrad.ir.graph import topological_order
+from tegrad.ir.mapper import tensors_read
+from tegrad.ir.rewrite import stage_exprs
+from tegrad.ir.tensor import PlaceholderOp, ScatterOp, Tensor
+
+from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
+from tegrad.codegen.lower.expr import Names, StageContext
+from tegrad.codegen.lower.inline import inline_read_once
+from tegrad.codegen.lower.stage import copy_loops, lower_stage
+
+
+def _tensor_list(tensors, what):
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TegradError(f"lower_program: {what} must be tensors, got {t!r}")
+    return tensors
+
+
+def prepare(outputs):
+    """The program as it is lowered: elementwise stages read once inlined."""
+    return inline_read_once(_tensor_list(outputs, "outputs"))
+
+
+def lower_program(inputs, outputs, *, name="kernel"):
+    """The kernel computing ``outputs`` from ``inputs`` (placeholders), see module doc."""
+    inputs = _tensor_list(inputs, "inputs")
+    outputs = _tensor_list(outputs, "outputs")
+    for t in inputs:
+        if not isinstance(t.op, PlaceholderOp):
+            raise TegradError(f"lower_program: input {t.name!r} is not a placeholder")
+    if len({id(t) for t in inputs}) != len(inputs):
+        raise TegradError("lower_program: an input is given twice")
+    prepared = prepare(outputs)
+    names = Names()
+    buffers, args = {}, []
+    for t in inputs:
+        buf = Buffer(names.fresh(t.name), t.shape, t.dtype, "input")
+        buffers[id(t)] = buf
+        args.append(buf)
+    out_bufs, copies = [], []
+    for t in prepared:
+        buf = Buffer(names.fresh(t.name), t.shape, t.dtype, "output")
+        out_bufs.append(buf)
+        if id(t) in buffers:  # an input, or an output given twice: copy it
+            src = buffers[id(t)]
+            copies.append(copy_loops(buf, lambda idx, src=src: Load(src, idx, src.dtype),
+                                     t.shape, names))
+        else:
+            buffers[id(t)] = buf
+    order = topological_order(prepared)
+    in_place = _accumulated_in_place(order, buffers)
+    temps, stmts = [], []
+
+    def buffer_of(t):
+        if id(t) not in buffers:
+            buffers[id(t)] = Buffer(names.fresh(t.name), t.shape, t.dtype, "temp")
+            temps.append(buffers[id(t)])
+        return buffers[id(t)]
+
+    for t in reversed(order):
+        if id(t) in in_place:
+            buffers[id(t.op.init)] = buffer_of(t)
+    for t in order:
+        if isinstance(t.op, PlaceholderOp):
+            if id(t) not in buffers:
+                raise TegradError(f"lower_program: the outputs depend on the placeholder "
+                                  f"{t.name!r}, which is not among the inputs")
+            continue
+        buf = buffer_of(t)
+        ctx = StageContext(buffers, names, t.name)
+        stmts.append(lower_stage(t, buf, ctx, fill=id(t) not in in_place))
+    temps.sort(key=lambda b: b.name)
+    # one top-level statement per stage (schedules find stages there)
+    stmts = [s for s in stmts + copies if s is not None]
+    return Kernel(name, tuple(args + out_bufs), tuple(temps),
+                  stmts[0] if len(stmts) == 1 else Block(tuple(stmts)))
+
+
+def _accumulated_in_place(order, buffers):
+    """Ids of the scatter stages that can accumulate into their ``init``'s buffer.
+
+    That is when ``init`` is a computed stage, no argument, read by nothing else: it is
+    then computed straight into the scatter's buffer, which needs no copy.
+    """
+    uses = {}
+    for t in order:
+        for e in stage_exprs(t.op):
+            for r in tensors_read(e):
+                uses[id(r)] = uses.get(id(r), 0) + 2
+        if isinstance(t.op, ScatterOp) and t.op.init is not None:
+            uses[id(t.op.init)] = uses.get(id(t.op.init), 0) + 1
+    out = set()
+    for t in order:
+        init = t.op.init if isinstance(t.op, ScatterOp) else None
+        if (init is not None and not isinstance(init.op, PlaceholderOp)
+                and id(init) not in buffers and uses.get(id(init)) == 1):
+            out.add(id(t))
+    return out
+
+
+__all__ = ["lower_program", "prepare"]

@@ -1,0 +1,120 @@
+"""One stage as loop-IR statements: compute stages and scatter-add stages.
+
+A compute stage loops over its shape and stores its body at each point; a body that is
+one reduction accumulates straight into the output element. A scatter stage fills its
+output (a copy of ``init``, or zeros), then makes one pass over its domain, each target
+accumulating where its condition holds (affine conditions bound the loops).
+"""
+from __future__ import annotations
+
+from tegrad import solver
+from tegrad.ir.expr import Const, Reduce, Var
+from tegrad.ir.reduction import sum as sum_reducer
+from tegrad.ir.tensor import ComputeOp, ScatterOp
+
+from tegrad.codegen.loops.mapper import block, substitute_stmt
+from tegrad.codegen.loops.nodes import Accumulate, For, If, Load, Store
+from tegrad.codegen.lower.expr import ExprLowering, reduction_nest, split_guard, widen
+from tegrad.codegen.lower.nest import INDEX, const, domain_nest
+from tegrad.analysis.affine import conjunction
+
+
+def box_loops(variables, shape, body):
+    """``for v in range(n)`` around ``body`` for each variable (``v = 0`` substituted for
+    ``n == 1``: a stage axis of extent one is not a loop)."""
+    single = {v.name: const(0) for v, n in zip(variables, shape) if n == 1}
+    body = substitute_stmt(body, single)
+    for v, n in reversed(list(zip(variables, shape))):
+        if n != 1:
+            body = For(v, const(0), const(n), body)
+    return body
+
+
+def box_context(variables, shape):
+    """Solver constraints ``0 <= v < n``."""
+    out = []
+    for v, n in zip(variables, shape):
+        a = solver.Affine.var(v.name)
+        out += [solver.ge(a, 0), solver.lt(a, n)]
+    return out
+
+
+def lower_compute(t, buf, ctx):
+    """Statements computing every element of ``t`` (a compute stage) into ``buf``."""
+    op = t.op
+    renames = {ax.name: ctx.names.fresh(ax.name) for ax in op.axes}
+    variables = [Var(renames[ax.name], INDEX) for ax in op.axes]
+    context = box_context(variables, t.shape)
+    indices = tuple(variables)
+    body = op.body
+    lowering = ExprLowering(ctx, context, renames)
+    if type(body) is Reduce:
+        # the evaluator's order: reduce from the identity, then combine with init
+        init = None if body.init is None else widen(lowering(body.init), buf.dtype)
+        start = Store(buf, indices, body.reducer.identity(buf.dtype))
+        nest = reduction_nest(lowering, body, buf, indices)
+        last = None if init is None else Accumulate(buf, indices, init, body.reducer)
+        stmt = lowering.wrap(block([start, nest, last]))
+    else:
+        value = widen(lowering(body), buf.dtype)
+        stmt = lowering.wrap(Store(buf, indices, value))
+    return box_loops(variables, t.shape, stmt)
+
+
+def copy_loops(dst, src_value, shape, names):
+    """``dst[x] = src_value(x)`` for every ``x`` of ``shape``."""
+    variables = [Var(names.fresh(f"i{d}"), INDEX) for d in range(len(shape))]
+    return box_loops(variables, shape, Store(dst, tuple(variables), src_value(tuple(variables))))
+
+
+def lower_scatter(t, buf, ctx, fill=True):
+    """Statements computing the scatter stage ``t`` into ``buf``.
+
+    Without ``fill``, ``buf`` already holds the initial values (``init`` was computed
+    into it).
+    """
+    op = t.op
+    if not fill:
+        fill = None
+    elif op.init is not None:
+        src = ctx.buffers[id(op.init)]
+        fill = copy_loops(buf, lambda idx: widen(Load(src, idx, src.dtype), buf.dtype),
+                          t.shape, ctx.names)
+    else:
+        fill = copy_loops(buf, lambda idx: Const(0, buf.dtype), t.shape, ctx.names)
+    renames = {ax.name: ctx.names.fresh(ax.name) for ax in op.axes}
+    variables = [Var(renames[ax.name], INDEX) for ax in op.axes]
+    shape = tuple(ax.extent.value for ax in op.axes)
+    context = box_context(variables, shape)
+    axes = [(v, const(0), const(n)) for v, n in zip(variables, shape)]
+    statements = []
+    for target in op.targets:
+        affine, data = split_guard([] if target.where is None else [target.where],
+                                   ExprLowering(ctx, context, renames))
+        statements.append((affine, _target_body(target, data, buf, ctx, context + affine,
+                                                renames)))
+    first, more = statements[0], statements[1:]
+    return block([fill, domain_nest(axes, first[0], [], first[1], more, lets=False)])
+
+
+def _target_body(target, data, buf, ctx, context, renames):
+    def body():
+        lowering = ExprLowering(ctx, context, renames)
+        cond = lowering(conjunction(data)) if data else None
+        before, lowering.stmts = lowering.stmts, []
+        indices = tuple(widen(lowering(i), INDEX) for i in target.indices)
+        value = widen(lowering(target.value), buf.dtype)
+        lowering.check_indices(buf, indices, ctx.stage)
+        update = block(lowering.stmts + [Accumulate(buf, indices, value, sum_reducer)])
+        lowering.stmts = before
+        return lowering.wrap(If(cond, update) if cond is not None else update)
+    return body
+
+
+def lower_stage(t, buf, ctx, fill=True):
+    """Statements computing ``t`` into ``buf`` (see :func:`lower_scatter` for ``fill``)."""
+    if isinstance(t.op, ComputeOp):
+        return lower_compute(t, buf, ctx)
+    if isinstance(t.op, ScatterOp):
+        return lower_scatter(t, buf, ctx, fill)
+    raise TypeError(f"cannot lower the stage of {t.name!r}: {type(t.op).__name__}")

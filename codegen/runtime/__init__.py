@@ -1,0 +1,5 @@
+"""Compiled functions: ``build`` (public as ``tegrad.build``), argument checks, caching."""
+from tegrad.codegen.runtime.builder import build, clear_cache
+from tegrad.codegen.runtime.compiled import CompiledFunction
+
+__all__ = ["CompiledFunction", "build", "clear_cache"]

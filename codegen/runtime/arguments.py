@@ -1,0 +1,100 @@
+"""Checks and conversions of the arrays a compiled function is called with.
+
+An argument must be an array of its placeholder's shape and dtype. A C-contiguous, aligned
+numpy array is used in place; any other array of the right dtype is copied; a Python
+list or scalar is converted only when the conversion is lossless. An ``out`` array must
+be a writeable, aligned, C-contiguous numpy array of the output's shape and dtype; that
+it overlaps no argument and no other ``out`` array is checked by the compiled code.
+
+>>> import numpy as np
+>>> spec = ArraySpec("x", (2,), "float32")
+>>> spec.argument([1, 2]).dtype
+dtype('float32')
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tegrad.ir.errors import DTypeError, FeedError, ShapeError, TegradError
+
+
+class ArraySpec:
+    """The shape and dtype an argument or output of a compiled function must have."""
+
+    __slots__ = ("name", "shape", "dtype")
+
+    def __init__(self, name, shape, dtype):
+        self.name, self.shape, self.dtype = name, tuple(shape), np.dtype(dtype)
+
+    def describe(self):
+        return f"{self.name!r} (shape {self.shape}, {self.dtype})"
+
+    def argument(self, value):
+        """``value`` as a C-contiguous aligned array of this spec (copied when needed)."""
+        if type(value) is np.ndarray:
+            if value.dtype != self.dtype:
+                raise DTypeError(f"argument {self.describe()} was given an array of dtype "
+                                 f"{value.dtype}; convert it with .astype({str(self.dtype)!r})")
+            if value.shape != self.shape:
+                raise ShapeError(f"argument {self.describe()} was given an array of shape "
+                                 f"{value.shape}")
+            flags = value.flags
+            if flags.c_contiguous and flags.aligned:
+                return value
+            return np.array(value, order="C", copy=True)
+        if isinstance(value, np.ndarray):
+            return self.argument(np.asarray(value))
+        return self._converted(value)
+
+    def _converted(self, value):
+        try:
+            raw = np.asarray(value)
+        except (TypeError, ValueError) as err:
+            raise FeedError(f"argument {self.describe()}: cannot convert {type(value).__name__} "
+                            f"to an array: {err}") from None
+        if raw.dtype == object or raw.dtype.kind not in "biuf":
+            raise FeedError(f"argument {self.describe()}: cannot convert a "
+                            f"{type(value).__name__} of {raw.dtype} values")
+        if raw.shape != self.shape:
+            raise ShapeError(f"argument {self.describe()} was given a value of shape "
+                             f"{raw.shape}")
+        if raw.dtype == self.dtype:
+            return np.ascontiguousarray(raw)
+        if (raw.dtype.kind == "f" and self.dtype.kind in "biu") or \
+                (raw.dtype.kind in "iuf" and self.dtype.kind == "b"):
+            raise DTypeError(f"argument {self.describe()}: {raw.dtype} values do not convert "
+                             f"losslessly to {self.dtype}; convert them explicitly")
+        with np.errstate(all="ignore"):
+            converted = raw.astype(self.dtype)
+            back = converted.astype(raw.dtype)
+        if not np.array_equal(back, raw, equal_nan=raw.dtype.kind == "f"):
+            raise DTypeError(f"argument {self.describe()}: the values do not convert "
+                             f"losslessly to {self.dtype}; convert them explicitly")
+        return np.ascontiguousarray(converted)
+
+    def out(self, value):
+        """Check that ``value`` can receive this output in place."""
+        if not isinstance(value, np.ndarray):
+            raise TegradError(f"out array for {self.describe()} must be a numpy array, got "
+                              f"{type(value).__name__}")
+        if value.dtype != self.dtype:
+            raise DTypeError(f"out array for {self.describe()} has dtype {value.dtype}")
+        if value.shape != self.shape:
+            raise ShapeError(f"out array for {self.describe()} has shape {value.shape}")
+        flags = value.flags
+        if not (flags.c_contiguous and flags.aligned):
+            raise TegradError(f"out array for {self.describe()} must be C-contiguous and "
+                              f"aligned")
+        if not flags.writeable:
+            raise TegradError(f"out array for {self.describe()} is not writeable")
+        return value
+
+
+def check_count(in_specs, got, what="arguments"):
+    if got != len(in_specs):
+        names = ", ".join(s.name for s in in_specs)
+        raise FeedError(f"the compiled function takes {len(in_specs)} {what} ({names}), "
+                        f"got {got}")
+
+
+__all__ = ["ArraySpec", "check_count"]

@@ -1,0 +1,129 @@
+"""``tegrad.build``: compile a program to a native function, with a cache.
+
+Compiled code is cached by the program's structural key (:mod:`.program_key`) and the
+options, so building an equal program again (even from new tensor objects) reuses it;
+building the very same tensors again is a dictionary lookup.
+"""
+from __future__ import annotations
+
+import collections
+import numbers
+import re
+import threading
+
+from tegrad.ir.errors import TegradError
+from tegrad.ir.tensor import PlaceholderOp, Tensor
+from tegrad.codegen.runtime.compiled import CompiledFunction
+from tegrad.codegen.runtime.executable import Executable
+from tegrad.codegen.runtime.program_key import program_key
+
+#: how many compiled programs the cache keeps (least recently used ones are dropped)
+CACHE_SIZE = 256
+
+_executables = collections.OrderedDict()
+_functions = collections.OrderedDict()
+_lock = threading.Lock()
+
+
+def _flatten_outputs(outputs):
+    from tegrad.autodiff.result import DifferentiationResult
+    if isinstance(outputs, (Tensor, DifferentiationResult)):
+        outputs = [outputs]
+    flat = []
+    for item in outputs:
+        if isinstance(item, DifferentiationResult):
+            flat.extend(item.result)
+        elif isinstance(item, Tensor):
+            flat.append(item)
+        else:
+            raise TegradError(f"build: outputs must be tensors or differentiate() results, "
+                              f"got {item!r}")
+    if not flat:
+        raise TegradError("build: no outputs to compute")
+    return flat
+
+
+def _check_inputs(inputs, outputs):
+    if isinstance(inputs, Tensor):
+        inputs = [inputs]
+    inputs = list(inputs)
+    seen = set()
+    for t in inputs:
+        if not isinstance(t, Tensor) or not isinstance(t.op, PlaceholderOp):
+            raise TegradError(f"build: inputs must be placeholders, got {t!r}")
+        if id(t) in seen:
+            raise TegradError(f"build: the placeholder {t.name!r} is given twice as an input")
+        seen.add(id(t))
+    return inputs  # placeholders the outputs need and the inputs lack: see program_key
+
+
+def _kernel_name(name, outputs):
+    if name is None:
+        name = "_".join(t.name for t in outputs)[:48] or "kernel"
+    if not isinstance(name, str):
+        raise TegradError(f"build: name must be a string, got {name!r}")
+    cleaned = re.sub(r"\W", "_", name)
+    return cleaned if cleaned[:1].isalpha() or cleaned[:1] == "_" else f"k_{cleaned}"
+
+
+def _remember(cache, key, value):
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+def build(inputs, outputs, *, threads=None, name=None):
+    """Compile the program computing ``outputs`` from the placeholders ``inputs``.
+
+    ``outputs`` is a tensor, a list of tensors, or a :func:`tegrad.differentiate` result
+    (its gradients), or a list mixing them. Returns a :class:`CompiledFunction`: call it
+    with one array per input; it returns a list of arrays, one per output (a list even
+    for one output, so that a training step unpacks the same way whatever it returns).
+    ``threads`` is the number of threads parallel loops may use (None: every core); it
+    is part of the cache key, but parallel loops still run on the calling thread.
+    ``name`` names the kernel (default: from the outputs' names).
+
+    >>> import numpy as np, tegrad as tg
+    >>> x = tg.placeholder((3,), dtype="float64", name="x")
+    >>> y = tg.compute((3,), lambda i: x[i] * x[i], name="y")
+    >>> f = tg.build([x], [y, tg.differentiate(y, [x])])
+    >>> [a.tolist() for a in f(np.array([1.0, 2.0, 3.0]))]
+    [[1.0, 4.0, 9.0], [2.0, 4.0, 6.0]]
+    """
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
+                                or threads < 1):
+        raise TegradError(f"build: threads must be a positive integer or None, got {threads!r}")
+    outputs = _flatten_outputs(outputs)
+    inputs = _check_inputs(inputs, outputs)
+    kernel_name = _kernel_name(name, outputs)
+    options = (threads, kernel_name)
+    identity = (tuple(map(id, inputs)), tuple(map(id, outputs)), options)
+    with _lock:
+        f = _functions.get(identity)
+    if f is not None and all(a is b for a, b in zip(f.inputs, inputs)) \
+            and all(a is b for a, b in zip(f.outputs, outputs)):
+        return f
+    key = (program_key(inputs, outputs), options)
+    with _lock:
+        executable = _executables.get(key)
+    if executable is None:
+        from tegrad.codegen.lower.program import lower_program
+        kernel = lower_program(inputs, outputs, name=kernel_name)
+        executable = Executable(kernel, threads=threads)
+        with _lock:
+            _remember(_executables, key, executable)
+    f = CompiledFunction(inputs, outputs, executable)
+    with _lock:
+        _remember(_functions, identity, f)
+    return f
+
+
+def clear_cache():
+    """Forget every compiled program (the next builds compile again)."""
+    with _lock:
+        _executables.clear()
+        _functions.clear()
+
+
+__all__ = ["build", "clear_cache"]

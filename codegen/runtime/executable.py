@@ -1,0 +1,137 @@
+"""A loop-IR kernel compiled to machine code, with the storage it owns, callable on
+numpy arrays.
+
+The kernel's temporaries (and local buffers too large for the stack) are allocated once
+and reused across calls; a lock serialises calls that share them, so two Python threads
+calling at once both get correct results (ctypes releases the GIL during the native
+call). A non-zero status from the kernel becomes the error its check describes.
+
+>>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
+>>> A, B = Buffer("A", (3,), "float64", "input"), Buffer("B", (3,), "float64", "output")
+>>> i = Var("i", "int64")
+>>> exe = Executable(Kernel("twice", (A, B), (), For(i, Const(0, "int64"),
+...                  Const(3, "int64"), Store(B, (i,), Load(A, (i,)) * 2.0))))
+>>> a, b = np.arange(3.0), np.zeros(3)
+>>> exe.run([a, b]); b.tolist()
+[0.0, 2.0, 4.0]
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import numpy as np
+
+from tegrad.ir.errors import OutOfBoundsError, TegradError
+from tegrad.codegen.llvm.emit import STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
+from tegrad.codegen.llvm.target import LoadedModule, data_layout, host_triple
+
+
+
+@functools.lru_cache(maxsize=None)
+def python_abi():
+    """``(tuple_items_offset, array_data_offset)``: where a Python tuple keeps its items
+    and a numpy array its data pointer, confirmed on probe objects; None when they cannot
+    be confirmed (then pointers are passed through ctypes instead)."""
+    word = ctypes.sizeof(ctypes.c_void_p)
+    items_offset, data_offset = 3 * word, 2 * word  # after the (variable) object header
+    probes = tuple(np.empty(k + 1, dtype=np.float64) for k in range(4))
+    try:
+        tuple_ok = all(ctypes.c_void_p.from_address(id(probes) + items_offset + word * k).value
+                       == id(a) for k, a in enumerate(probes))
+        array_ok = all(ctypes.c_void_p.from_address(id(a) + data_offset).value == a.ctypes.data
+                       for a in probes)
+    except (ValueError, OverflowError):
+        return None
+    return (items_offset, data_offset) if tuple_ok and array_ok else None
+
+
+def aligned_empty(shape, dtype, alignment=STORAGE_ALIGNMENT):
+    """An uninitialised C-contiguous array whose data starts on an ``alignment`` boundary."""
+    dtype = np.dtype(dtype)
+    n = max(int(np.prod(shape, dtype=np.int64)), 1)
+    raw = np.empty(n * dtype.itemsize + alignment, dtype=np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + n * dtype.itemsize].view(dtype)[:int(np.prod(shape))].reshape(shape)
+
+
+def status_error(kind, tensor):
+    """The exception a kernel's status ``(kind, tensor)`` stands for."""
+    if kind == "index_out_of_range":
+        return OutOfBoundsError(f"{tensor!r}: a data-dependent index is out of bounds (an "
+                                f"index read from data addresses outside the tensor)")
+    if kind == "division_by_zero":
+        return TegradError(f"{tensor!r}: integer division or modulo by zero")
+    return TegradError(f"{tensor!r}: run-time check {kind!r} failed")
+
+
+class Executable:
+    """``kernel`` compiled for this CPU. ``run(arrays)`` takes the kernel's arguments (C-
+    contiguous aligned numpy arrays of the buffers' shapes and dtypes, already checked)."""
+
+    def __init__(self, kernel, *, threads=None):
+        self.kernel = kernel
+        self.threads = threads
+        abi = python_abi()
+        km = emit_kernel(kernel, triple=host_triple(), data_layout=data_layout(),
+                         python_abi=abi)
+        self.emitted_ir = str(km.module)
+        self.loaded = LoadedModule(self.emitted_ir)
+        self.errors = km.errors
+        self._overlaps = overlap_pairs(kernel.args)
+        n_args = len(kernel.args)
+        self.storage_arrays = [aligned_empty(b.shape, "uint8" if b.dtype == "bool" else b.dtype)
+                               for b in km.buffers[n_args:]]
+        pointers = [a.ctypes.data for a in self.storage_arrays]
+        self._storage = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        self._lock = threading.Lock() if pointers else None
+        if abi is not None:
+            proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.py_object)
+            entry = proto(self.loaded.address(f"{km.name}.py"))
+            storage = self._storage
+            self._call = lambda arrays: entry(storage, tuple(arrays))
+        else:
+            kernel_fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(
+                self.loaded.address(km.name))
+            n = len(km.buffers)
+
+            def call(arrays):
+                starts = [a.ctypes.data for a in arrays]
+                for pair, (k, m) in enumerate(self._overlaps):
+                    if np.may_share_memory(arrays[k], arrays[m]):
+                        return -(pair + 1)
+                table = (ctypes.c_void_p * n)(*starts, *pointers)
+                return kernel_fn(table)
+            self._call = call
+
+    @property
+    def llvm_ir(self):
+        """The optimised LLVM IR."""
+        return self.loaded.optimised_ir
+
+    @property
+    def asm(self):
+        """The machine code, as assembly."""
+        return self.loaded.asm
+
+    def run(self, arrays):
+        """Run the kernel on ``arrays`` (its arguments, in order); raise on a failed check."""
+        if self._lock is None:
+            status = self._call(arrays)
+        else:
+            with self._lock:
+                status = self._call(arrays)
+        if status > 0:
+            kind, tensor = self.errors[status - 1]
+            raise status_error(kind, tensor)
+        if status < 0:
+            k, m = self._overlaps[-status - 1]
+            args = self.kernel.args
+            what = "another out array" if args[m].scope == "output" else "the argument"
+            raise TegradError(f"out array for {args[k].name!r} overlaps {what} "
+                              f"{args[m].name!r}")
+
+
+__all__ = ["Executable", "aligned_empty", "python_abi", "status_error"]

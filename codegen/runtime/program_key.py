@@ -1,0 +1,137 @@
+"""The structural key of a program: equal for programs built the same way.
+
+Tensors are numbered in the order a walk from the outputs discovers them (placeholders by
+their position among the inputs), and each stage contributes its structure (name, shape,
+dtype, axes, expressions with reads naming tensors by number). Rebuilding a model with
+fresh tensor objects therefore gives the same key; user-defined reducers compare by
+identity. The walk also finds placeholders that are not among the inputs.
+
+>>> import tegrad as tg
+>>> def program():
+...     x = tg.placeholder((3,), name="x")
+...     return [x], [tg.compute((3,), lambda i: x[i] * 2, name="y")]
+>>> program_key(*program()) == program_key(*program())
+True
+"""
+from __future__ import annotations
+
+import gc
+
+from tegrad.ir import expr as _ex
+from tegrad.ir.errors import FeedError
+from tegrad.ir.reduction import BUILTIN_REDUCERS
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+class _KeyBuilder:
+    def __init__(self, inputs):
+        self.refs = {id(t): ("input", k) for k, t in enumerate(inputs)}
+        self.pending = []
+        self.memo = {}
+
+    def tensor(self, t):
+        ref = self.refs.get(id(t))
+        if ref is None:
+            if isinstance(t.op, PlaceholderOp):
+                raise FeedError(f"build: the outputs depend on the placeholder {t.name!r}, "
+                                f"which is not among the inputs")
+            ref = ("stage", len(self.pending))
+            self.refs[id(t)] = ref
+            self.pending.append(t)
+        return ref
+
+    def expr(self, e):
+        key = id(e)
+        hit = self.memo.get(key)
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        t = type(e)
+        rule = _EXPR_KEYS.get(t)
+        if rule is not None:
+            out = rule(self, e)
+        else:
+            out = (t.__name__,) + tuple(map(self.value, e.children_values()))
+        self.memo[key] = (e, out)
+        return out
+
+    def reducer(self, r):
+        return r.name if BUILTIN_REDUCERS.get(r.name) is r else r  # a user's: by identity
+
+    def value(self, v):
+        if isinstance(v, _ex.Node):
+            return self.expr(v)
+        if isinstance(v, tuple):
+            return tuple(map(self.value, v))
+        if isinstance(v, _ATOMS):
+            return v
+        return self.reducer(v)
+
+    def stage(self, t):
+        op = t.op
+        head = (t.name, t.shape, t.dtype)
+        if isinstance(op, ComputeOp):
+            return head + ("compute", self.value(op.axes), self.expr(op.body))
+        if isinstance(op, ScatterOp):
+            targets = tuple((self.value(tg.indices), self.expr(tg.value), self.value(tg.where))
+                            for tg in op.targets)
+            init = None if op.init is None else self.tensor(op.init)
+            return head + ("scatter", self.value(op.axes), targets, init)
+        return head + (type(op).__name__, id(op))
+
+
+def _key_rules():
+    """Keys of the common expression kinds, field by field (the generic rule walks
+    ``children_values``, several times slower)."""
+    x = _ex
+
+    def exprs(b, es):
+        return tuple(map(b.expr, es))
+
+    return {
+        x.Var: lambda b, e: ("Var", e.name, e.dtype),
+        # repr keeps -0.0 apart from 0.0 (and NaN equal to itself)
+        x.Const: lambda b, e: ("Const", repr(e.value), e.dtype, e.weak),
+        x.Read: lambda b, e: ("Read", b.tensor(e.tensor), e.dtype, exprs(b, e.indices)),
+        x.Binary: lambda b, e: (e.op, b.expr(e.a), b.expr(e.b), e.dtype),
+        x.Compare: lambda b, e: ("Compare", e.op, b.expr(e.a), b.expr(e.b)),
+        x.Neg: lambda b, e: ("Neg", b.expr(e.a), e.dtype),
+        x.Not: lambda b, e: ("Not", b.expr(e.a)),
+        x.And: lambda b, e: ("And", b.expr(e.a), b.expr(e.b)),
+        x.Or: lambda b, e: ("Or", b.expr(e.a), b.expr(e.b)),
+        x.Select: lambda b, e: ("Select", b.expr(e.cond), b.expr(e.true_value),
+                                b.expr(e.false_value), e.dtype),
+        x.Cast: lambda b, e: ("Cast", b.expr(e.a), e.dtype),
+        x.Call: lambda b, e: ("Call", e.name, exprs(b, e.args), e.dtype),
+        x.IterVar: lambda b, e: ("IterVar", b.expr(e.var), b.expr(e.lo), b.expr(e.extent),
+                                 e.kind),
+        x.Reduce: lambda b, e: ("Reduce", b.reducer(e.reducer), b.expr(e.source),
+                                exprs(b, e.axes), None if e.where is None else b.expr(e.where),
+                                None if e.init is None else b.expr(e.init), e.dtype),
+    }
+
+
+_EXPR_KEYS = _key_rules()
+
+
+def program_key(inputs, outputs):
+    """A hashable key of the program computing ``outputs`` from ``inputs`` (raises
+    ``FeedError`` for a placeholder the outputs need that is not an input)."""
+    builder = _KeyBuilder(inputs)
+    # the key is thousands of small tuples: a cyclic collection triggered midway would
+    # cost ten times the walk (none of them can be part of a cycle)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        out_refs = tuple(builder.tensor(t) for t in outputs)
+        stages = []
+        while len(stages) < len(builder.pending):
+            stages.append(builder.stage(builder.pending[len(stages)]))
+    finally:
+        if collecting:
+            gc.enable()
+    return (tuple(stages), out_refs)
+
+
+__all__ = ["program_key"]

@@ -1,0 +1,12 @@
+"""Schedule transformations: pure functions from kernels to kernels computing the same.
+
+Loops are named by their variable (each loop of a lowered kernel has its own); stages
+by their buffer. See :mod:`.loops` (split, reorder, fuse, unroll, vectorize,
+parallelize) and :mod:`.stages` (inline a stage, compute a stage at a loop).
+"""
+from tegrad.codegen.schedule.loops import (fuse, parallelize, reorder, split, unroll,
+                                           vectorize)
+from tegrad.codegen.schedule.stages import compute_at, inline_stage
+
+__all__ = ["split", "reorder", "fuse", "unroll", "vectorize", "parallelize", "inline_stage",
+           "compute_at"]

@@ -1,0 +1,156 @@
+"""What the schedule transformations share: finding loops, replacing them, errors."""
+from __future__ import annotations
+
+from tegrad.ir.errors import TegradError
+from tegrad.ir.expr import Const
+
+from tegrad.codegen.loops.mapper import StmtMapper, walk_expr, walk_stmts, stmt_exprs
+from tegrad.codegen.loops.nodes import Accumulate, For, Kernel, Store
+
+
+class ScheduleError(TegradError):
+    """A schedule transformation that does not apply to the kernel as asked."""
+
+
+def find_loop(kernel, name):
+    """The loop of ``kernel`` whose variable is ``name``."""
+    found = [s for s in walk_stmts(kernel.body) if type(s) is For and s.var.name == name]
+    if not found:
+        raise ScheduleError(f"kernel {kernel.name!r} has no loop {name!r}")
+    if len(found) > 1:
+        raise ScheduleError(f"kernel {kernel.name!r} has {len(found)} loops named {name!r}")
+    return found[0]
+
+
+class _ReplaceLoop(StmtMapper):
+    def __init__(self, name, fn):
+        super().__init__()
+        self.name, self.fn = name, fn
+
+    def map_for(self, s):
+        if s.var.name == self.name:
+            return self.fn(s)
+        return super().map_for(s)
+
+
+def replace_loop(kernel, name, fn):
+    """``kernel`` with its loop ``name`` replaced by ``fn(loop)``."""
+    find_loop(kernel, name)
+    return Kernel(kernel.name, kernel.args, kernel.temps, _ReplaceLoop(name, fn)(kernel.body))
+
+
+def constant_trip_count(loop):
+    """The number of iterations of ``loop`` when its bounds are constants, else None."""
+    if type(loop.begin) is Const and type(loop.end) is Const:
+        return max(0, -(-(loop.end.value - loop.begin.value) // loop.step))
+    return None
+
+
+def uses_var(e, name):
+    return any(getattr(n, "name", None) == name and type(n).__name__ == "Var"
+               for n in walk_expr(e))
+
+
+def stmt_uses_var(s, name):
+    """``s`` (with its children) reads the variable ``name``."""
+    return any(uses_var(e, name) for node in walk_stmts(s) for e in stmt_exprs(node))
+
+
+def writes(s):
+    """The Store and Accumulate statements in ``s``."""
+    return [n for n in walk_stmts(s) if type(n) in (Store, Accumulate)]
+
+
+def names_in(kernel):
+    """Every loop, let and buffer name of ``kernel`` (fresh names avoid them)."""
+    from tegrad.codegen.loops.nodes import Allocate, Let
+    out = {b.name for b in kernel.args + kernel.temps}
+    for s in walk_stmts(kernel.body):
+        if type(s) in (For, Let):
+            out.add(s.var.name)
+        elif type(s) is Allocate:
+            out.add(s.buffer.name)
+    return out
+
+
+def fresh(base, taken):
+    """A name not in ``taken`` (added to it)."""
+    from tegrad.ir.mapper import fresh_name
+    name = fresh_name(base, taken)
+    taken.add(name)
+    return name
+
+
+def bound_names(s):
+    """Variables bound inside ``s`` (its loops and lets) and buffers it allocates."""
+    from tegrad.codegen.loops.nodes import Allocate, Let
+    names, local = set(), set()
+    for n in walk_stmts(s):
+        if type(n) in (For, Let):
+            names.add(n.var.name)
+        elif type(n) is Allocate:
+            local.add(n.buffer)
+    return names, local
+
+
+def _pins(indices, name, inner):
+    """Some index is ``c * name + rest`` (``c != 0``) with ``rest`` free of ``inner``."""
+    from tegrad.analysis.affine import to_affine
+    for idx in indices:
+        aff = to_affine(idx)
+        if aff is None:
+            continue
+        found, ok = False, True
+        for atom, c in aff.terms:
+            if type(atom) is str:
+                found |= atom == name
+                ok &= atom not in inner
+            else:
+                ok &= not (atom.variables() & (inner | {name}))
+        if found and ok:
+            return True
+    return False
+
+
+def independence_problem(body, names, accumulate_ok):
+    """Why iterations over the loop variables ``names`` around ``body`` may not run in any
+    order or at once (None when they may).
+
+    Each write to a buffer not allocated inside ``body`` must pin every one of ``names``
+    (an index ``c * v + rest`` with ``rest`` free of variables bound inside), so that
+    different iterations write different elements, and such a buffer is loaded only at
+    the indices it is written at. With ``accumulate_ok``, accumulations need not pin
+    (they commute, up to rounding) if their buffer is not loaded.
+    """
+    inner, local = bound_names(body)
+    inner = inner | set(names)
+    written = {}
+    for w in writes(body):
+        if w.buffer in local:
+            continue
+        written.setdefault(w.buffer, []).append(w)
+        if accumulate_ok and type(w) is Accumulate:
+            continue
+        for v in names:
+            if not _pins(w.indices, v, inner - {v}):
+                return (f"the write to {w.buffer.name!r} at {_text(w.indices)} is "
+                        f"the same element in different iterations of {v!r}")
+    from tegrad.codegen.loops.nodes import Load
+    for node in walk_stmts(body):
+        for e in stmt_exprs(node):
+            for ld in walk_expr(e):
+                if type(ld) is not Load or ld.buffer not in written:
+                    continue
+                ws = written[ld.buffer]
+                if any(type(w) is Accumulate for w in ws) or not any(
+                        len(w.indices) == len(ld.indices)
+                        and all(bool(a == b) for a, b in zip(w.indices, ld.indices))
+                        for w in ws):
+                    return (f"{ld.buffer.name!r} is read at {_text(ld.indices)} "
+                            f"and written in other iterations")
+    return None
+
+
+def _text(indices):
+    from tegrad.codegen.loops.printer import format_expr
+    return "[" + ", ".join(format_expr(i) for i in indices) + "]"

@@ -1,0 +1,128 @@
+"""``tg.build``: what it accepts, what the compiled function returns and shows, and the
+cache of compiled programs."""
+import numpy as np
+import pytest
+
+import tegrad as tg
+from tegrad.codegen.runtime import builder as build_module
+
+
+def mlp(dtype="float64", hidden=5, zero=0.0):
+    x = tg.placeholder((4, 3), dtype=dtype, name="x")
+    w = tg.placeholder((3, hidden), dtype=dtype, name="w")
+    k = tg.reduce_axis((0, 3), name="k")
+    h = tg.compute((4, hidden), lambda i, j: tg.max(tg.sum(x[i, k] * w[k, j], axis=k), zero),
+                   name="h")
+    r = tg.reduce_axis((0, 4), name="r")
+    s = tg.reduce_axis((0, hidden), name="s")
+    loss = tg.compute((), lambda: tg.sum(h[r, s] * h[r, s], axis=[r, s]), name="loss")
+    return x, w, loss
+
+
+def test_forward_and_gradient_in_one_function():
+    x, w, loss = mlp()
+    f = tg.build([x, w], [loss, tg.differentiate(loss, [x, w]).optimized()])
+    rng = np.random.default_rng(0)
+    xv, wv = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+    got = f(xv, wv)
+    assert isinstance(got, list) and len(got) == 3
+    want = tg.evaluate(f.outputs, {x: xv, w: wv})
+    for g, v in zip(got, want):
+        np.testing.assert_allclose(g, v, rtol=1e-12)
+    assert f.inputs == [x, w] and f.outputs[0] is loss
+
+
+def test_one_output_is_a_list_of_one_array():
+    x, w, loss = mlp()
+    got = tg.build([x, w], loss)(np.ones((4, 3)), np.ones((3, 5)))
+    assert isinstance(got, list) and got[0].shape == () and float(got[0]) == 4 * 5 * 9
+
+
+def test_loops_llvm_ir_and_asm_are_shown():
+    x, w, loss = mlp()
+    f = tg.build([x, w], [loss], name="mlp loss")
+    assert "kernel mlp_loss(" in f.loops and "for (" in f.loops
+    assert "define" in f.llvm_ir and "tegrad.mlp_loss" in f.llvm_ir
+    assert "ret" in f.asm
+    assert "mlp_loss" in repr(f)
+
+
+def test_bad_inputs_and_options_are_errors():
+    x, w, loss = mlp()
+    with pytest.raises(tg.FeedError, match="'w'"):
+        tg.build([x], [loss])
+    with pytest.raises(tg.TegradError, match="placeholders"):
+        tg.build([x, w, loss], [loss])
+    with pytest.raises(tg.TegradError, match="twice"):
+        tg.build([x, w, x], [loss])
+    with pytest.raises(tg.TegradError, match="threads"):
+        tg.build([x, w], [loss], threads=0)
+    with pytest.raises(tg.TegradError, match="outputs"):
+        tg.build([x, w], [np.zeros(3)])
+
+
+def test_equal_programs_share_compiled_code(monkeypatch):
+    x, w, loss = mlp()
+    f = tg.build([x, w], [loss])
+    assert tg.build([x, w], [loss]) is f  # the same tensors
+    calls = []
+    import tegrad.codegen.lower.program as lowering
+    monkeypatch.setattr(lowering, "lower_program",
+                        lambda *a, **k: calls.append(a) or pytest.fail("compiled again"))
+    x2, w2, loss2 = mlp()  # new tensor objects, the same program
+    g = tg.build([x2, w2], [loss2])
+    assert g is not f and g.inputs == [x2, w2]
+    assert g._executable is f._executable
+    np.testing.assert_allclose(g(np.ones((4, 3)), np.ones((3, 5)))[0], 180.0)
+    assert not calls
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "constant", "signed zero", "order",
+                                    "threads", "name"])
+def test_different_programs_or_options_do_not_share_compiled_code(change):
+    x, w, loss = mlp()
+    f = tg.build([x, w], [loss])
+    x2, w2, loss2 = mlp(hidden=6 if change == "shape" else 5,
+                        dtype="float32" if change == "dtype" else "float64",
+                        zero={"constant": 0.5, "signed zero": -0.0}.get(change, 0.0))
+    inputs = [w2, x2] if change == "order" else [x2, w2]
+    g = tg.build(inputs, [loss2], threads=2 if change == "threads" else None,
+                 name="other" if change == "name" else None)
+    assert g._executable is not f._executable
+
+
+def test_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(build_module, "CACHE_SIZE", 2)
+    for hidden in (2, 3, 4):
+        x, w, loss = mlp(hidden=hidden)
+        tg.build([x, w], [loss])
+    assert len(build_module._executables) <= 2 and len(build_module._functions) <= 2
+
+
+@pytest.mark.parametrize("module", [
+    "tegrad.codegen.llvm.types", "tegrad.codegen.llvm.conversions",
+    "tegrad.codegen.llvm.arithmetic", "tegrad.codegen.llvm.intrinsics",
+    "tegrad.codegen.llvm.emit", "tegrad.codegen.llvm.target",
+    "tegrad.codegen.runtime.arguments", "tegrad.codegen.runtime.executable",
+    "tegrad.codegen.runtime.program_key", "tegrad.codegen.runtime.builder"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_pointer_table_path_when_the_python_abi_is_not_confirmed(monkeypatch):
+    from tegrad.codegen.runtime import executable
+    monkeypatch.setattr(executable, "python_abi", lambda: None)
+    build_module.clear_cache()
+    X = tg.placeholder((5,), dtype="float64", name="X")
+    k = tg.reduce_axis((0, 5), name="k")
+    M = tg.compute((), lambda: tg.max(X[k], axis=k), name="M")
+    Y = tg.compute((5,), lambda i: X[i] - M[()], name="Y")
+    f = tg.build([X], [Y])
+    x = np.array([1.0, 5.0, 2.0, -1.0, 0.0])
+    np.testing.assert_array_equal(f(x)[0], x - 5.0)
+    with pytest.raises(tg.TegradError, match="'Y' overlaps the argument 'X'"):
+        f(x, out=[x])
+    build_module.clear_cache()

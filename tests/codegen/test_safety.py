@@ -1,0 +1,224 @@
+"""The promises a compiled function makes to its caller (issue #10, item 5): argument and
+``out`` checks naming the tensor, copies of non-contiguous inputs, bounds checks of
+data-dependent indices, integer division by zero as an error, NaN and inf propagation,
+and correct results for two threads calling at once. Checks where a bug would crash the
+process run in a subprocess."""
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import tegrad as tg
+
+
+def matmul_program(dtype="float32"):
+    A = tg.placeholder((4, 3), dtype=dtype, name="A")
+    B = tg.placeholder((3, 5), dtype=dtype, name="B")
+    k = tg.reduce_axis((0, 3), name="k")
+    C = tg.compute((4, 5), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+@pytest.fixture(scope="module")
+def matmul():
+    A, B, C = matmul_program()
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 3)).astype("float32")
+    b = rng.standard_normal((3, 5)).astype("float32")
+    return tg.build([A, B], [C]), a, b, a @ b
+
+
+def test_wrong_number_of_arguments_names_the_inputs(matmul):
+    f, a, b, _ = matmul
+    with pytest.raises(tg.FeedError, match="'A'.*'B'|A, B"):
+        f(a)
+    with pytest.raises(tg.FeedError):
+        f(a, b, b)
+
+
+def test_wrong_shape_names_the_tensor(matmul):
+    f, a, b, _ = matmul
+    with pytest.raises(tg.ShapeError, match="'B'"):
+        f(a, b.T.copy())
+    with pytest.raises(tg.ShapeError, match="'A'"):
+        f(a[:2], b)
+
+
+def test_wrong_dtype_names_the_tensor(matmul):
+    f, a, b, _ = matmul
+    with pytest.raises(tg.DTypeError, match="'A'.*float64"):
+        f(a.astype("float64"), b)
+
+
+def test_lists_convert_only_losslessly(matmul):
+    f, a, b, want = matmul
+    (c,) = f(a.tolist(), b)  # float64 values that are float32 values
+    np.testing.assert_allclose(c, want, rtol=1e-5)
+    with pytest.raises(tg.DTypeError, match="'A'"):
+        f((a.astype("float64") + 1e-12).tolist(), b)
+    x = tg.placeholder((3,), dtype="int8", name="x")
+    g = tg.build([x], [tg.compute((3,), lambda i: x[i] * 2, name="y")])
+    assert g([1, 2, 3])[0].tolist() == [2, 4, 6]
+    with pytest.raises(tg.DTypeError, match="'x'"):
+        g([1, 2, 300])
+    with pytest.raises(tg.DTypeError, match="'x'"):
+        g([1.5, 2, 3])
+    with pytest.raises(tg.FeedError, match="'x'"):
+        g(["a", "b", "c"])
+
+
+def test_non_contiguous_and_unaligned_inputs_are_copied(matmul):
+    f, a, b, want = matmul
+    a_strided = np.asfortranarray(a)
+    b_view = np.zeros((3, 10), dtype="float32")[:, ::2]
+    b_view[...] = b
+    (c,) = f(a_strided, b_view)
+    np.testing.assert_allclose(c, want, rtol=1e-5)
+    raw = np.zeros(a.nbytes + 1, dtype=np.uint8)
+    unaligned = raw[1:].view(np.float32).reshape(a.shape)
+    unaligned[...] = a
+    assert not unaligned.flags.aligned
+    np.testing.assert_allclose(f(unaligned, b)[0], want, rtol=1e-5)
+
+
+def test_out_arrays_are_checked(matmul):
+    f, a, b, want = matmul
+    c = np.empty((4, 5), dtype="float32")
+    assert f(a, b, out=[c])[0] is c
+    np.testing.assert_allclose(c, want, rtol=1e-5)
+    with pytest.raises(tg.DTypeError, match="'C'"):
+        f(a, b, out=[np.empty((4, 5))])
+    with pytest.raises(tg.ShapeError, match="'C'"):
+        f(a, b, out=[np.empty((5, 4), dtype="float32")])
+    with pytest.raises(tg.TegradError, match="'C'.*contiguous"):
+        f(a, b, out=[np.empty((5, 4), dtype="float32").T])
+    ro = np.empty((4, 5), dtype="float32")
+    ro.flags.writeable = False
+    with pytest.raises(tg.TegradError, match="'C'.*writeable"):
+        f(a, b, out=[ro])
+    with pytest.raises(tg.FeedError):
+        f(a, b, out=[c, c])
+
+
+def test_out_may_not_overlap_an_input_or_another_out():
+    X = tg.placeholder((6,), dtype="float64", name="X")
+    Y = tg.compute((6,), lambda i: X[i] + 1.0, name="Y")
+    Z = tg.compute((6,), lambda i: X[i] * 2.0, name="Z")
+    f = tg.build([X], [Y, Z])
+    x = np.arange(6.0)
+    with pytest.raises(tg.TegradError, match="'Y'.*overlaps.*'X'"):
+        f(x, out=[x, np.empty(6)])
+    both = np.empty(12)
+    with pytest.raises(tg.TegradError, match="overlap"):
+        f(x, out=[both[:6], both[3:9]])
+    y, z = f(x, out=[both[:6], both[6:]])
+    np.testing.assert_array_equal(both, np.concatenate([x + 1, x * 2]))
+
+
+def test_nan_and_inf_propagate():
+    X = tg.placeholder((5,), dtype="float32", name="X")
+    k = tg.reduce_axis((0, 5), name="k")
+    S = tg.compute((), lambda: tg.sum(X[k], axis=k), name="S")
+    M = tg.compute((), lambda: tg.max(X[k], axis=k), name="M")
+    E = tg.compute((5,), lambda i: tg.exp(X[i]) / X[i], name="E")
+    f = tg.build([X], [S, M, E])
+    for x in ([1, np.nan, 2, 3, 4], [1, np.inf, -np.inf, 0, 2], [0, 1e30, 1e30, -1, 89]):
+        x = np.array(x, dtype="float32")
+        got = f(x)
+        want = tg.evaluate([S, M, E], {X: x})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6, equal_nan=True)
+
+
+def test_two_threads_calling_at_once_both_get_correct_results():
+    # a reduction into a temporary the compiled function owns, shared by the two calls
+    X = tg.placeholder((64, 256), dtype="float64", name="X")
+    k = tg.reduce_axis((0, 256), name="k")
+    M = tg.compute((64,), lambda i: tg.max(X[i, k], axis=k), name="M")
+    k2 = tg.reduce_axis((0, 256), name="k2")
+    S = tg.compute((64, 256), lambda i, j: tg.exp(X[i, j] - M[i]), name="S")
+    T = tg.compute((64,), lambda i: tg.sum(S[i, k2], axis=k2), name="T")
+    f = tg.build([X], [T])
+    assert f._executable.storage_arrays, "the program should own a temporary"
+    rng = np.random.default_rng(1)
+    data = [rng.standard_normal((64, 256)) * (s + 1) for s in range(2)]
+    want = [tg.evaluate(T, {X: d}) for d in data]
+    errors = []
+
+    def worker(d, w):
+        for _ in range(200):
+            (got,) = f(d)
+            if not np.allclose(got, w, rtol=1e-12):
+                errors.append("mismatch")
+                return
+
+    threads = [threading.Thread(target=worker, args=(d, w)) for d, w in zip(data, want)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def run_isolated(code):
+    """Run ``code`` in a fresh interpreter; return its output (fails on a crash)."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_crash_prone_calls_raise_in_a_subprocess():
+    out = run_isolated("""
+        import numpy as np, tegrad as tg
+
+        def expect(error, fn, name):
+            try:
+                fn()
+            except error as err:
+                assert name in str(err), (name, str(err))
+                print("raised", type(err).__name__, name)
+            else:
+                raise AssertionError(f"no error for {name}")
+
+        # a gather with data-dependent indices, far outside the tensor
+        A = tg.placeholder((1000,), dtype="float32", name="table")
+        I = tg.placeholder((4,), dtype="int64", name="I")
+        G = tg.compute((4,), lambda i: A[I[i]], name="gathered")
+        f = tg.build([A, I], [G])
+        a = np.arange(1000, dtype="float32")
+        assert f(a, np.array([0, 5, 999, 3]))[0].tolist() == [0, 5, 999, 3]
+        for bad in (1000, -1, 2**40, -2**62, 2**63 - 1):
+            expect(tg.OutOfBoundsError, lambda: f(a, np.array([0, bad, 1, 2])), "table")
+
+        # a scatter with data-dependent targets
+        V = tg.placeholder((4,), dtype="float32", name="V")
+        S = tg.scatter_add((8,), (4,), lambda i: (I[i],), lambda i: V[i], name="hist")
+        g = tg.build([I, V], [S])
+        v = np.ones(4, dtype="float32")
+        assert g(np.array([1, 1, 7, 0]), v)[0].tolist() == [1, 2, 0, 0, 0, 0, 0, 1]
+        for bad in (8, -1, 10**12):
+            expect(tg.OutOfBoundsError, lambda: g(np.array([1, bad, 7, 0]), v), "hist")
+
+        # integer division and modulo by a run-time zero, and the one overflowing quotient
+        for dtype in ("int8", "int32", "int64", "uint8", "uint64"):
+            P = tg.placeholder((3,), dtype=dtype, name="P")
+            Q = tg.placeholder((3,), dtype=dtype, name="Q")
+            D = tg.compute((3,), lambda i: P[i] // Q[i], name="quotient")
+            R = tg.compute((3,), lambda i: P[i] % Q[i], name="remainder")
+            h = tg.build([P, Q], [D, R])
+            p = np.array([7, 5, 3], dtype=dtype)
+            expect(tg.TegradError, lambda: h(p, np.array([1, 0, 2], dtype=dtype)), "quotient")
+            if dtype.startswith("int"):
+                low = np.iinfo(dtype).min
+                d, r = h(np.array([low, -7, 7], dtype=dtype), np.array([-1, 2, -2], dtype=dtype))
+                with np.errstate(all="ignore"):
+                    assert d.tolist() == [low, -4, -4] and r.tolist() == [0, 1, -1], (d, r)
+        print("done")
+    """)
+    assert out.strip().endswith("done")
+    assert out.count("raised OutOfBoundsError") == 8
+    assert out.count("raised TegradError") == 5
