@@ -8,7 +8,8 @@ name to its file.
 Each entry of ``OPERATOR_CASES`` builds one operator of :mod:`tegrad.ops` or
 :mod:`tegrad.nn` on tiny float64 placeholders (values away from kinks and ties). A test
 taking the argument ``operator_name`` runs once per entry; the fixture ``operator_case``
-gives ``(case, output)`` for it and ``operator_cases`` the whole table.
+gives ``(case, output)`` for it, ``operator_case_of(name, dtype)`` builds an entry with
+float placeholders of another dtype, and ``operator_cases`` is the whole table.
 """
 import pathlib
 import zlib
@@ -25,13 +26,14 @@ F64 = "float64"
 class Case:
     """Placeholders with feeds, built by an entry of the table."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, dtype=F64):
         self.rng = np.random.default_rng(seed)
         self.feed = {}
         self.inputs = []
+        self.dtype = dtype  # of the float placeholders
 
     def x(self, shape, name="x", lo=-1.0, hi=1.0, diff=True):
-        t = tg.placeholder(shape, dtype=F64, name=name)
+        t = tg.placeholder(shape, dtype=self.dtype, name=name)
         self.feed[t] = self.rng.uniform(lo, hi, size=shape)
         if diff:
             self.inputs.append(t)
@@ -43,8 +45,8 @@ class Case:
         return t
 
     def mask(self, shape, name="mask"):
-        t = tg.placeholder(shape, dtype=F64, name=name)
-        self.feed[t] = (self.rng.uniform(size=shape) > 0.4).astype(F64)
+        t = tg.placeholder(shape, dtype=self.dtype, name=name)
+        self.feed[t] = (self.rng.uniform(size=shape) > 0.4).astype(self.dtype)
         return t
 
 
@@ -64,13 +66,13 @@ OPERATOR_CASES = {
     "negative": lambda c: ops.negative(c.x((2, 3))),
     "abs": lambda c: ops.abs(c.x((2, 3))),
     "copy": lambda c: ops.copy(c.x((2, 3))),
-    "cast": lambda c: ops.cast(c.x((2, 3)), F64),
+    "cast": lambda c: ops.cast(c.x((2, 3)), c.dtype),
     "clip": lambda c: ops.clip(c.x((3, 4), lo=-2, hi=2), -0.7, 0.9),
     "floor": lambda c: ops.floor(c.x((2, 3), lo=0.1, hi=0.9)),
     "ceil": lambda c: ops.ceil(c.x((2, 3), lo=0.1, hi=0.9)),
     "round": lambda c: ops.round(c.x((2, 3), lo=0.1, hi=0.4)),
     "trunc": lambda c: ops.trunc(c.x((2, 3), lo=0.1, hi=0.9)),
-    "full_tensor_value": lambda c: ops.full((2, 3), c.x((), "v"), dtype=F64),
+    "full_tensor_value": lambda c: ops.full((2, 3), c.x((), "v"), dtype=c.dtype),
     "full_like_tensor_value": lambda c: ops.full_like(c.x((2, 3), diff=False), c.x((), "v")),
     # --- tegrad.ops.binary (broadcasting)
     "add": lambda c: ops.add(c.x((2, 3)), c.x((3,), "y")),
@@ -213,11 +215,23 @@ def tegrad_module_files():
     return MODULE_FILES
 
 
+def build_operator_case(name, dtype=F64):
+    """``(case, output)``: the entry ``name`` built on the placeholders of a case seeded
+    by the name, its float placeholders of ``dtype``."""
+    case = Case(zlib.crc32(name.encode()), dtype)
+    return case, first_output(OPERATOR_CASES[name](case))
+
+
 @pytest.fixture
 def operator_case(operator_name):
     """``(case, output)``: the operator built on the placeholders of a seeded case."""
-    case = Case(zlib.crc32(operator_name.encode()))
-    return case, first_output(OPERATOR_CASES[operator_name](case))
+    return build_operator_case(operator_name)
+
+
+@pytest.fixture
+def operator_case_of():
+    """:func:`build_operator_case`: an entry built with float placeholders of a dtype."""
+    return build_operator_case
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """A plain Python interpreter of the loop IR, the oracle for lowering and schedules.
 
 Statements run one at a time; expressions are evaluated with the reference evaluator's
-scalar semantics (:class:`tegrad.reference.evaluator._StageEvaluator` over 0-d arrays:
+scalar semantics (:class:`tegrad.reference.evaluator.ExprEvaluator` at one point:
 floor ``//`` and ``%``, the intrinsic table, casts of non-finite floats), extended with
 loads. It is slow: for tests on small shapes.
 
@@ -29,21 +29,23 @@ import warnings
 import numpy as np
 
 from tegrad.ir.errors import OutOfBoundsError, TegradError
-from tegrad.reference.evaluator import _Scope, _StageEvaluator
+from tegrad.reference.evaluator import ExprEvaluator
 
 from tegrad.codegen.loops.mapper import stmt_children
 from tegrad.codegen.loops.printer import format_expr
-from tegrad.codegen.loops.nodes import Accumulate, Block, For, Let, Store
+from tegrad.codegen.loops.nodes import Accumulate, Block, For, Let, Load, Store
 
 
-class _LoadEvaluator(_StageEvaluator):
+class _LoadEvaluator(ExprEvaluator):
     """The evaluator's expression semantics on scalars, plus loads from buffers."""
+
+    _method_names = {Load: "map_load"}
 
     def __init__(self, memory):
         super().__init__({})
         self.memory = memory
 
-    def ev_Load(self, e, scope):
+    def map_load(self, e, scope):
         data = self.memory[e.buffer]
         idx = tuple(int(self(i, scope)) for i in e.indices)
         for d, (ix, extent) in enumerate(zip(idx, e.buffer.shape)):
@@ -76,7 +78,7 @@ class Interpreter:
         self._point = {}
 
     def value(self, e, env):
-        return self.ev(e, _Scope(env, 0, None))
+        return self.ev.at_point(e, env)
 
     def is_point(self, body):
         hit = self._point.get(id(body))

@@ -18,16 +18,28 @@ True
 from __future__ import annotations
 
 from tegrad.ir.expr import Var
-from tegrad.ir.mapper import IdentityMapper, Substitutor, children
+from tegrad.ir.mapper import ChildrenMapper, IdentityMapper, Substitutor
 
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Load,
                                         Store)
 
 
+class LoadChildren(ChildrenMapper):
+    """The direct sub-expressions of a node, a load's indices included."""
+
+    _method_names = {Load: "map_load"}
+
+    def map_load(self, e):
+        return e.indices
+
+
+LOAD_CHILDREN = LoadChildren()
+
+
 class ExprMapper(IdentityMapper):
     """Identity mapper over tegrad expressions and loads."""
 
-    _method_names = {**IdentityMapper._method_names, Load: "map_load"}
+    _method_names = {Load: "map_load"}
 
     def map_load(self, e, *args):
         new = tuple(self(i, *args) for i in e.indices)
@@ -39,8 +51,6 @@ class ExprMapper(IdentityMapper):
 class ExprSubstitutor(Substitutor, ExprMapper):
     """Replace free variables (by name) in expressions that may contain loads."""
 
-    _method_names = ExprMapper._method_names
-
 
 def substitute_expr(e, mapping):
     """``e`` with the variables named in ``mapping`` (name -> expression) replaced."""
@@ -49,9 +59,7 @@ def substitute_expr(e, mapping):
 
 def expr_children(e):
     """The direct sub-expressions of ``e`` (a load's indices included)."""
-    if type(e) is Load:
-        return e.indices
-    return children(e)
+    return LOAD_CHILDREN(e)
 
 
 def walk_expr(e):

@@ -14,26 +14,41 @@ kernel double(float32 A[4], float32 B[4]) {
 """
 from __future__ import annotations
 
-from tegrad.ir.printer import _ATOM, _Printer
+from tegrad.ir.printer import ATOM, ExprText
 
+from tegrad.codegen.loops.mapper import LOAD_CHILDREN
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel, Let,
                                         Load, Store)
 
 _INDENT = "  "
 
 
-class ExprPrinter(_Printer):
+class ExprPrinter(ExprText):
     """tegrad's expression printer, extended with loads (``A[i, j]``)."""
 
-    def text(self, e):
-        if type(e) is Load:
-            return _access(self, e.buffer, e.indices), _ATOM
-        return super().text(e)
+    _method_names = {Load: "map_load"}
+    children_of = LOAD_CHILDREN
+
+    def map_load(self, e, *indices):
+        if not indices:
+            return e.buffer.name, ATOM
+        parts = []
+        for k, i in enumerate(indices):
+            parts += [", ", i[0]] if k else [i[0]]
+        return (e.buffer.name, "[", tuple(parts), "]"), ATOM
 
 
 def format_expr(e):
-    """The text of an expression that may contain loads."""
-    return ExprPrinter()(e)
+    """The text of an expression that may contain loads.
+
+    >>> from tegrad.ir.expr import Var
+    >>> from tegrad.codegen.loops.nodes import Buffer, Load
+    >>> A = Buffer("A", (4, 4), "float32", "input")
+    >>> i = Var("i", "int64")
+    >>> format_expr(Load(A, (i, i + 1)) * 2.0)
+    'A[i, i + 1] * 2.0'
+    """
+    return ExprPrinter().text(e)
 
 
 def _decl(buf):
@@ -42,7 +57,7 @@ def _decl(buf):
 
 
 def _access(p, buf, indices):
-    return f"{buf.name}[{', '.join(p(i) for i in indices)}]" if indices else buf.name
+    return f"{buf.name}[{', '.join(p.text(i) for i in indices)}]" if indices else buf.name
 
 
 def _lines(s, p, depth, out):
@@ -52,33 +67,33 @@ def _lines(s, p, depth, out):
         for c in s.stmts:
             _lines(c, p, depth, out)
     elif t is For:
-        v = p(s.var)
+        v = p.text(s.var)
         inc = f"{v}++" if s.step == 1 else f"{v} += {s.step}"
         kind = "" if s.kind == "serial" else f"{s.kind} "
-        out.append(f"{pad}{kind}for ({v} = {p(s.begin)}; {v} < {p(s.end)}; {inc}) {{")
+        out.append(f"{pad}{kind}for ({v} = {p.text(s.begin)}; {v} < {p.text(s.end)}; {inc}) {{")
         _lines(s.body, p, depth + 1, out)
         out.append(f"{pad}}}")
     elif t is If:
-        out.append(f"{pad}if ({p(s.cond)}) {{")
+        out.append(f"{pad}if ({p.text(s.cond)}) {{")
         _lines(s.then, p, depth + 1, out)
         if s.otherwise is not None:
             out.append(f"{pad}}} else {{")
             _lines(s.otherwise, p, depth + 1, out)
         out.append(f"{pad}}}")
     elif t is Store:
-        out.append(f"{pad}{_access(p, s.buffer, s.indices)} = {p(s.value)};")
+        out.append(f"{pad}{_access(p, s.buffer, s.indices)} = {p.text(s.value)};")
     elif t is Accumulate:
         op = {"sum": "+=", "prod": "*=", "max": "max=", "min": "min="}.get(
             s.reducer.name, f"{s.reducer.name}=")
-        out.append(f"{pad}{_access(p, s.buffer, s.indices)} {op} {p(s.value)};")
+        out.append(f"{pad}{_access(p, s.buffer, s.indices)} {op} {p.text(s.value)};")
     elif t is Let:
-        out.append(f"{pad}{s.var.dtype} {p(s.var)} = {p(s.value)};")
+        out.append(f"{pad}{s.var.dtype} {p.text(s.var)} = {p.text(s.value)};")
         _lines(s.body, p, depth, out)
     elif t is Allocate:
         out.append(f"{pad}local {_decl(s.buffer)};")
         _lines(s.body, p, depth, out)
     elif t is Check:
-        out.append(f"{pad}check({p(s.cond)}, {s.error}, {s.tensor!r});")
+        out.append(f"{pad}check({p.text(s.cond)}, {s.error}, {s.tensor!r});")
     else:
         raise TypeError(f"cannot print the statement {s!r}")
 

@@ -15,14 +15,28 @@ from tegrad.analysis.cost import local_flops
 from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import children, walk
-from tegrad.ir.rewrite import map_stage, retarget, stage_exprs
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
-from tegrad.zero_elim.inline import CHEAP_FLOPS, _Inliner  # one substitution of reads
+from tegrad.ir.stages import StageMapper, compute_body, stage_exprs
+from tegrad.zero_elim.inline import CHEAP_FLOPS, inline_stages
+
+
+class _WholeReads(StageMapper):
+    """The expressions of a stage read outside its body (a compute's axis extents) and
+    the tensors it uses whole (a scatter's ``init``)."""
+
+    def map_placeholder(self, t):
+        return (), ()
+
+    def map_compute(self, t):
+        return tuple(ax.extent for ax in t.op.axes), ()
+
+    def map_scatter(self, t):
+        return (), (() if t.op.init is None else (t.op.init,))
 
 
 def _read_sites(order):
     """``{id(tensor): [inside a reduction, ...]}`` for every read of every tensor."""
     sites = {}
+    extra = _WholeReads()
 
     def visit(e, inside):
         if type(e) is Read:
@@ -31,13 +45,11 @@ def _read_sites(order):
             visit(c, inside or type(e) is Reduce)
 
     for t in order:
-        for e in stage_exprs(t.op):
+        extents, whole = extra(t)
+        for e in list(stage_exprs(t)) + list(extents):
             visit(e, False)
-        if isinstance(t.op, ComputeOp):
-            for ax in t.op.axes:
-                visit(ax.extent, False)
-        if isinstance(t.op, ScatterOp) and t.op.init is not None:
-            sites.setdefault(id(t.op.init), []).extend([False, False])
+        for w in whole:  # a whole tensor is never inlined: count it as two reads
+            sites.setdefault(id(w), []).extend([False, False])
     return sites
 
 
@@ -47,12 +59,13 @@ def _inlinable(outputs):
     wanted = {id(t) for t in outputs}
     out = set()
     for t in order:
-        if id(t) in wanted or not isinstance(t.op, ComputeOp):
+        body = compute_body(t)
+        if id(t) in wanted or body is None:
             continue
-        if any(type(n) is Reduce for n in walk(t.op.body)):
+        if any(type(n) is Reduce for n in walk(body)):
             continue
         reads = sites.get(id(t), [])
-        if len(reads) == 1 and (not reads[0] or local_flops(t.op.body)[0] <= CHEAP_FLOPS):
+        if len(reads) == 1 and (not reads[0] or local_flops(body)[0] <= CHEAP_FLOPS):
             out.add(id(t))
     return out
 
@@ -60,17 +73,4 @@ def _inlinable(outputs):
 def inline_read_once(outputs):
     """The outputs with their elementwise stages read once computed inline."""
     outputs = list(outputs)
-    ids = _inlinable(outputs)
-    if not ids:
-        return outputs
-    mapping, inlined = {}, {}
-    inliner = _Inliner(inlined)
-    for t in topological_order(outputs):
-        if isinstance(t.op, PlaceholderOp):
-            mapping[id(t)] = t
-            continue
-        new = map_stage(retarget(t, mapping), inliner)
-        mapping[id(t)] = new
-        if id(t) in ids:
-            inlined[id(new)] = new
-    return [mapping[id(t)] for t in outputs]
+    return inline_stages(outputs, _inlinable(outputs), simplified=False)

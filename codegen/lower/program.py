@@ -25,8 +25,8 @@ from __future__ import annotations
 from tegrad.ir.errors import TegradError
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import tensors_read
-from tegrad.ir.rewrite import stage_exprs
-from tegrad.ir.tensor import PlaceholderOp, ScatterOp, Tensor
+from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
+from tegrad.ir.tensor import Tensor
 
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
 from tegrad.codegen.lower.expr import Names, StageContext
@@ -52,7 +52,7 @@ def lower_program(inputs, outputs, *, name="kernel"):
     inputs = _tensor_list(inputs, "inputs")
     outputs = _tensor_list(outputs, "outputs")
     for t in inputs:
-        if not isinstance(t.op, PlaceholderOp):
+        if not is_placeholder(t):
             raise TegradError(f"lower_program: input {t.name!r} is not a placeholder")
     if len({id(t) for t in inputs}) != len(inputs):
         raise TegradError("lower_program: an input is given twice")
@@ -87,7 +87,7 @@ def lower_program(inputs, outputs, *, name="kernel"):
         if id(t) in in_place:
             buffers[id(t.op.init)] = buffer_of(t)
     for t in order:
-        if isinstance(t.op, PlaceholderOp):
+        if is_placeholder(t):
             if id(t) not in buffers:
                 raise TegradError(f"lower_program: the outputs depend on the placeholder "
                                   f"{t.name!r}, which is not among the inputs")
@@ -110,18 +110,34 @@ def _accumulated_in_place(order, buffers):
     """
     uses = {}
     for t in order:
-        for e in stage_exprs(t.op):
+        for e in stage_exprs(t):
             for r in tensors_read(e):
                 uses[id(r)] = uses.get(id(r), 0) + 2
-        if isinstance(t.op, ScatterOp) and t.op.init is not None:
-            uses[id(t.op.init)] = uses.get(id(t.op.init), 0) + 1
+        init = _INIT(t)
+        if init is not None:
+            uses[id(init)] = uses.get(id(init), 0) + 1
     out = set()
     for t in order:
-        init = t.op.init if isinstance(t.op, ScatterOp) else None
-        if (init is not None and not isinstance(init.op, PlaceholderOp)
+        init = _INIT(t)
+        if (init is not None and not is_placeholder(init)
                 and id(init) not in buffers and uses.get(id(init)) == 1):
             out.add(id(t))
     return out
+
+
+class _ScatterInit(StageMapper):
+    """The tensor a scatter stage starts from (None for no ``init`` or another stage)."""
+
+    def map_placeholder(self, t):
+        return None
+
+    map_compute = map_placeholder
+
+    def map_scatter(self, t):
+        return t.op.init
+
+
+_INIT = _ScatterInit()
 
 
 __all__ = ["lower_program", "prepare"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tegrad import solver
 from tegrad.ir.expr import Const, Reduce, Var
 from tegrad.ir.reduction import sum as sum_reducer
-from tegrad.ir.tensor import ComputeOp, ScatterOp
+from tegrad.ir.stages import StageMapper
 
 from tegrad.codegen.loops.mapper import block, substitute_stmt
 from tegrad.codegen.loops.nodes import Accumulate, For, If, Load, Store
@@ -113,8 +113,15 @@ def _target_body(target, data, buf, ctx, context, renames):
 
 def lower_stage(t, buf, ctx, fill=True):
     """Statements computing ``t`` into ``buf`` (see :func:`lower_scatter` for ``fill``)."""
-    if isinstance(t.op, ComputeOp):
+    return _LowerStage()(t, buf, ctx, fill)
+
+
+class _LowerStage(StageMapper):
+    def map_placeholder(self, t, buf, ctx, fill):
+        raise TypeError(f"cannot lower the stage of {t.name!r}: it is a placeholder")
+
+    def map_compute(self, t, buf, ctx, fill):
         return lower_compute(t, buf, ctx)
-    if isinstance(t.op, ScatterOp):
+
+    def map_scatter(self, t, buf, ctx, fill):
         return lower_scatter(t, buf, ctx, fill)
-    raise TypeError(f"cannot lower the stage of {t.name!r}: {type(t.op).__name__}")

@@ -11,8 +11,10 @@ import numbers
 import re
 import threading
 
+from tegrad.autodiff.result import Gradients
 from tegrad.ir.errors import TegradError
-from tegrad.ir.tensor import PlaceholderOp, Tensor
+from tegrad.ir.stages import is_placeholder
+from tegrad.ir.tensor import Tensor
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
@@ -26,12 +28,11 @@ _lock = threading.Lock()
 
 
 def _flatten_outputs(outputs):
-    from tegrad.autodiff.result import DifferentiationResult
-    if isinstance(outputs, (Tensor, DifferentiationResult)):
+    if isinstance(outputs, (Tensor, Gradients)):
         outputs = [outputs]
     flat = []
     for item in outputs:
-        if isinstance(item, DifferentiationResult):
+        if isinstance(item, Gradients):
             flat.extend(item.result)
         elif isinstance(item, Tensor):
             flat.append(item)
@@ -49,7 +50,7 @@ def _check_inputs(inputs, outputs):
     inputs = list(inputs)
     seen = set()
     for t in inputs:
-        if not isinstance(t, Tensor) or not isinstance(t.op, PlaceholderOp):
+        if not isinstance(t, Tensor) or not is_placeholder(t):
             raise TegradError(f"build: inputs must be placeholders, got {t!r}")
         if id(t) in seen:
             raise TegradError(f"build: the placeholder {t.name!r} is given twice as an input")

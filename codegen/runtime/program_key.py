@@ -20,7 +20,7 @@ import gc
 from tegrad.ir import expr as _ex
 from tegrad.ir.errors import FeedError
 from tegrad.ir.reduction import BUILTIN_REDUCERS
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+from tegrad.ir.stages import StageMapper, is_placeholder
 
 _ATOMS = (str, int, float, bool, type(None))
 
@@ -30,11 +30,12 @@ class _KeyBuilder:
         self.refs = {id(t): ("input", k) for k, t in enumerate(inputs)}
         self.pending = []
         self.memo = {}
+        self.stage = _StageKey(self)
 
     def tensor(self, t):
         ref = self.refs.get(id(t))
         if ref is None:
-            if isinstance(t.op, PlaceholderOp):
+            if is_placeholder(t):
                 raise FeedError(f"build: the outputs depend on the placeholder {t.name!r}, "
                                 f"which is not among the inputs")
             ref = ("stage", len(self.pending))
@@ -68,17 +69,26 @@ class _KeyBuilder:
             return v
         return self.reducer(v)
 
-    def stage(self, t):
-        op = t.op
-        head = (t.name, t.shape, t.dtype)
-        if isinstance(op, ComputeOp):
-            return head + ("compute", self.value(op.axes), self.expr(op.body))
-        if isinstance(op, ScatterOp):
-            targets = tuple((self.value(tg.indices), self.expr(tg.value), self.value(tg.where))
-                            for tg in op.targets)
-            init = None if op.init is None else self.tensor(op.init)
-            return head + ("scatter", self.value(op.axes), targets, init)
-        return head + (type(op).__name__, id(op))
+
+class _StageKey(StageMapper):
+    """The key of one stage: its head (name, shape, dtype) and its structure."""
+
+    def __init__(self, builder):
+        self.b = builder
+
+    def map_placeholder(self, t):
+        return (t.name, t.shape, t.dtype, "placeholder", id(t.op))
+
+    def map_compute(self, t):
+        b, op = self.b, t.op
+        return (t.name, t.shape, t.dtype, "compute", b.value(op.axes), b.expr(op.body))
+
+    def map_scatter(self, t):
+        b, op = self.b, t.op
+        targets = tuple((b.value(tg.indices), b.expr(tg.value), b.value(tg.where))
+                        for tg in op.targets)
+        init = None if op.init is None else b.tensor(op.init)
+        return (t.name, t.shape, t.dtype, "scatter", b.value(op.axes), targets, init)
 
 
 def _key_rules():

@@ -21,7 +21,8 @@ _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/
                   "floormod": "%"}
 _BINARY_PREC = {"add": 5, "sub": 5, "mul": 6, "div": 6, "floordiv": 6, "floormod": 6}
 _COMPARE_SYMBOL = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_ATOM = 9
+#: the precedence of an atom (never parenthesised)
+ATOM = 9
 
 
 def _const_text(value):
@@ -80,14 +81,14 @@ class ExprText(CombineMapper):
 
     def map_const(self, e):
         text = _const_text(e.value)
-        return text, (7 if text.startswith("-") else _ATOM)
+        return text, (7 if text.startswith("-") else ATOM)
 
     def map_var(self, e):
-        return e.name, _ATOM
+        return e.name, ATOM
 
     def map_binary(self, e, a, b):
         if e.op in ("min", "max"):
-            return (e.op, "(", a[0], ", ", b[0], ")"), _ATOM
+            return (e.op, "(", a[0], ", ", b[0], ")"), ATOM
         op = e.op
         if op in ("add", "sub") and type(e.b) is Const and e.b.value < 0:
             # x + -c prints as x - c
@@ -116,14 +117,14 @@ class ExprText(CombineMapper):
         return (_paren(c, 4), " ? ", _paren(t, 1), " : ", _paren(f, 0)), 0
 
     def map_cast(self, e, a):
-        return (e.dtype, "(", a[0], ")"), _ATOM
+        return (e.dtype, "(", a[0], ")"), ATOM
 
     def map_call(self, e, *args):
-        return (e.name, "(", _join([a[0] for a in args], ", "), ")"), _ATOM
+        return (e.name, "(", _join([a[0] for a in args], ", "), ")"), ATOM
 
     def map_read(self, e, *indices):
         return (self.tensor_name(e.tensor), "[", _join([i[0] for i in indices], ", "), "]"), \
-            _ATOM
+            ATOM
 
     def map_reduce(self, e, source, *rest):
         parts = [source[0]] + [self.axis(ax) for ax in e.axes]
@@ -133,7 +134,7 @@ class ExprText(CombineMapper):
             n += 1
         if e.init is not None:
             parts.append(("init ", rest[n][0]))
-        return (e.reducer.name, "(", _join(parts, ", "), ")"), _ATOM
+        return (e.reducer.name, "(", _join(parts, ", "), ")"), ATOM
 
     def axis(self, ax):
         """``k in [lo, end)``."""

@@ -61,9 +61,25 @@ class _Scope:
         return _Scope(self.env, self.ndim, mask)
 
 
-class _StageEvaluator(Mapper):
+class ExprEvaluator(Mapper):
+    """The numpy value of an expression over a stage's index space (``self(e, scope)``).
+
+    ``values`` maps ``id(tensor)`` to the array of each tensor read. A subclass adding a
+    node kind (a code generator's load) lists it in ``_method_names`` and evaluates its
+    children with ``self(child, scope)``; :meth:`at_point` evaluates at one point.
+
+    >>> from tegrad.ir.expr import Var
+    >>> int(ExprEvaluator({}).at_point(Var("i", "int64") // -2, {"i": np.int64(3)}))
+    -2
+    """
+
     def __init__(self, values):
         self.values = values
+
+    def at_point(self, e, env):
+        """The value of ``e`` (a 0-d array) where each variable named in ``env`` has the
+        scalar value given there."""
+        return self(e, _Scope(env, 0, None))
 
     def __call__(self, e, scope):
         hit = scope.memo.get(e)
@@ -241,7 +257,7 @@ def _index_arrays(axes, ndim, rows=None):
 
 def _evaluate_compute(t, values):
     op = t.op
-    ev = _StageEvaluator(values)
+    ev = ExprEvaluator(values)
     ndim = len(t.shape)
     work = _reduction_work(op.body) * max(int(np.prod(t.shape[1:], dtype=np.int64)), 1)
     rows_per_chunk = max(1, CHUNK_ELEMENTS // work)
@@ -261,7 +277,7 @@ def _evaluate_compute(t, values):
 
 def _evaluate_scatter(t, values):
     op = t.op
-    ev = _StageEvaluator(values)
+    ev = ExprEvaluator(values)
     ndim = len(op.axes)
     domain = tuple(ax.extent.value for ax in op.axes)
     out = (np.zeros(t.shape, dtype=t.dtype) if op.init is None

@@ -88,7 +88,26 @@ def _simplified_if_changed(old, new):
 def inline_elementwise(tensors, keep=()):
     """The tensors with their elementwise intermediate stages computed inline."""
     tensors = list(tensors)
-    ids = _inlinable(tensors, keep)
+    return inline_stages(tensors, _inlinable(tensors, keep), keep=keep)
+
+
+def inline_stages(tensors, ids, *, keep=(), simplified=True):
+    """The tensors with each compute stage whose id is in ``ids`` (elementwise, no
+    reduction) substituted into the stages that read it: a read ``S[e]`` becomes
+    ``S``'s body at ``e``, so ``inline_stages(ts, ids)[k]`` computes ``ts[k]``'s values.
+
+    The stages in ``keep`` are left as they are; a rewritten expression is simplified
+    unless ``simplified`` is false.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((4,), name="x")
+    >>> h = tg.compute((4,), lambda i: x[i] * 2.0, name="h")
+    >>> y = tg.compute((4,), lambda i: h[i] + 1.0, name="y")
+    >>> print(tg.format(inline_stages([y], {id(h)})[0]))
+    x = placeholder((4,), float32)
+    y[i] = x[i] * 2.0 + 1.0
+    """
+    tensors = list(tensors)
     if not ids:
         return tensors
     keep_ids = {id(t) for t in keep}
@@ -98,7 +117,8 @@ def inline_elementwise(tensors, keep=()):
         if is_placeholder(t) or id(t) in keep_ids:
             mapping[id(t)] = t
             continue
-        new = _inline_into(retarget(t, mapping), inliner)
+        t_new = retarget(t, mapping)
+        new = _inline_into(t_new, inliner) if simplified else map_stage(t_new, inliner)
         mapping[id(t)] = new
         if id(t) in ids:
             inlined[id(new)] = new

@@ -1,42 +1,25 @@
 """Every operator of the library with its optimised gradient, lowered to loops.
 
-For each entry of the operator-gradient table (tiny float64 shapes), the forward and
-the zero-eliminated gradient of every input with a random head are lowered into one
-kernel and run by the loop-IR interpreter: the results equal ``tg.evaluate``'s, and the
-points the loops visit equal ``tg.cost``'s ``iterations`` of the lowered program (the
-cost model does not count filling a scatter's output before it accumulates, so that is
-added).
+For each entry of the operator-gradient table of tests/conftest.py (tiny float64
+shapes), the forward and the zero-eliminated gradient of every input with a random head
+are lowered into one kernel and run by the loop-IR interpreter: the results equal
+``tg.evaluate``'s, and the points the loops visit equal ``tg.cost``'s ``iterations`` of
+the lowered program (the cost model does not count filling a scatter's output before it
+accumulates, so that is added).
 """
-import importlib.util
-import pathlib
-import zlib
-
 import numpy as np
-import pytest
 
 import tegrad as tg
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.mapper import tensors_read
-from tegrad.ir.rewrite import stage_exprs
+from tegrad.ir.stages import stage_exprs
 from tegrad.ir.tensor import ScatterOp
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.lower.program import lower_program, prepare
 
 
-def _table():
-    path = pathlib.Path(__file__).parents[1] / "autodiff" / "test_operator_gradients.py"
-    spec = importlib.util.spec_from_file_location("_operator_gradient_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-TABLE = _table()
-
-
-def lowered_program(name):
-    case = TABLE.Case(zlib.crc32(name.encode()))
-    out = TABLE._first(TABLE.OPS[name](case))
+def lowered_program(operator_case):
+    case, out = operator_case
     head = tg.placeholder(out.shape, dtype=out.dtype, name="head")
     case.feed[head] = case.rng.standard_normal(out.shape)
     res = tg.differentiate(out, case.inputs, head=head)
@@ -52,7 +35,7 @@ def scatter_fill(inputs, outputs):
     """Elements of the scatters' outputs filled before they accumulate (zeros, or a copy
     of an ``init`` that is an argument or read elsewhere)."""
     order = topological_order(outputs)
-    reads = [r for t in order for e in stage_exprs(t.op) for r in tensors_read(e)]
+    reads = [r for t in order for e in stage_exprs(t) for r in tensors_read(e)]
     args = {id(t) for t in inputs} | {id(t) for t in outputs}
     fill = 0
     for t in order:
@@ -66,10 +49,9 @@ def scatter_fill(inputs, outputs):
     return fill
 
 
-@pytest.mark.parametrize("name", sorted(TABLE.OPS))
-def test_lowered_operator_and_gradient_match_evaluator_and_cost(name):
-    inputs, outputs, feed = lowered_program(name)
-    kernel = lower_program(inputs, outputs, name=name)
+def test_lowered_operator_and_gradient_match_evaluator_and_cost(operator_name, operator_case):
+    inputs, outputs, feed = lowered_program(operator_case)
+    kernel = lower_program(inputs, outputs, name=operator_name)
     got, iterations = run(kernel, [feed[t] for t in inputs])
     want = tg.evaluate(outputs, feed)
     for t, g, w in zip(outputs, got, want):

@@ -1,10 +1,8 @@
 """Every operator of tegrad.ops and tegrad.nn compiled with ``tg.build`` agrees with
 ``tg.evaluate``: the forward and the optimised gradient of every differentiable operator
 in one compiled function, in float64 and float32 (the entries of the operator-gradient
-table, tests/autodiff/test_operator_gradients.py, built once with each dtype), and the
-operators without a gradient on integer and bool operands."""
-import importlib.util
-import pathlib
+table in tests/conftest.py, built with each dtype), and the operators without a gradient
+on integer and bool operands."""
 import zlib
 
 import numpy as np
@@ -13,27 +11,15 @@ import pytest
 import tegrad as tg
 from tegrad import nn, ops
 from tegrad.ir.graph import placeholders
+from tegrad.tools.explain_op import NOT_DIFFERENTIABLE
 
-
-def _table(dtype):
-    path = pathlib.Path(__file__).parents[1] / "autodiff" / "test_operator_gradients.py"
-    spec = importlib.util.spec_from_file_location(f"_operator_table_{dtype}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.F64 = dtype  # the table's entries read the dtype when they are built
-    return module
-
-
-TABLES = {"float64": _table("float64"), "float32": _table("float32")}
-OPS = TABLES["float64"].OPS
 
 #: tolerance of a comparison with the evaluator (sums are added in another order)
 TOLERANCE = {"float64": dict(rtol=1e-9, atol=1e-12), "float32": dict(rtol=2e-4, atol=2e-5)}
 
 
-def forward_and_gradient(table, name):
-    case = table.Case(zlib.crc32(name.encode()))
-    out = table._first(table.OPS[name](case))
+def forward_and_gradient(operator_case_of, name, dtype):
+    case, out = operator_case_of(name, dtype)
     head = tg.placeholder(out.shape, dtype=out.dtype, name="head")
     case.feed[head] = case.rng.standard_normal(out.shape)
     outputs = [out] + list(tg.differentiate(out, case.inputs, head=head).optimized())
@@ -58,9 +44,8 @@ def assert_agrees(inputs, outputs, feed, dtype=None):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", sorted(OPS))
-def test_operator_and_its_gradient(name, dtype):
-    inputs, outputs, feed = forward_and_gradient(TABLES[dtype], name)
+def test_operator_and_its_gradient(operator_name, dtype, operator_case_of):
+    inputs, outputs, feed = forward_and_gradient(operator_case_of, operator_name, dtype)
     assert outputs[0].dtype == dtype
     assert_agrees(inputs, outputs, feed, dtype)
 
@@ -139,9 +124,10 @@ def test_integer_and_bool_program(name):
     assert_agrees(inputs, [out], case.feed)
 
 
-def test_every_operator_is_compiled():
-    not_differentiable = TABLES["float64"].NOT_DIFFERENTIABLE
+def test_every_operator_is_compiled(operator_cases):
+    not_differentiable = NOT_DIFFERENTIABLE
     names = set(ops.__all__) | set(nn.__all__)
-    covered = {n for n in names for entry in OPS if entry == n or entry.startswith(n + "_")}
+    covered = {n for n in names for entry in operator_cases
+               if entry == n or entry.startswith(n + "_")}
     assert not_differentiable <= set(INTEGER_AND_BOOL)
     assert names - covered <= not_differentiable
