@@ -36,6 +36,7 @@ from llvmlite import ir
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
+from tegrad.ir.mapper import children
 from tegrad.ir.reduction import sum as _SUM
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import walk_stmts
@@ -310,7 +311,6 @@ class _KernelEmitter:
               and not _dt.is_float(e.dtype) and not isinstance(e.b, _ex.Const)):
             out = True
         else:
-            from tegrad.ir.mapper import children
             out = any(self.has_effects(c) for c in children(e))
         self.effects[key] = (e, out)
         return out

@@ -17,6 +17,7 @@ True
 """
 from __future__ import annotations
 
+from tegrad.analysis.affine import AffineForm
 from tegrad.ir.expr import Var
 from tegrad.ir.mapper import ChildrenMapper, IdentityMapper, Substitutor
 
@@ -34,6 +35,27 @@ class LoadChildren(ChildrenMapper):
 
 
 LOAD_CHILDREN = LoadChildren()
+
+
+class _LoadAffineForm(AffineForm):
+    _method_names = {Load: "map_load"}
+    children_of = LOAD_CHILDREN
+
+    def map_load(self, e, *indices):
+        return None  # a value read from memory is not an affine form of the loop variables
+
+
+def to_affine(e):
+    """The :class:`solver.Affine` equal to the integer expression ``e`` of the loop IR, or
+    None (not quasi-affine: a load, a float, a division by a variable).
+
+    >>> from tegrad.ir.expr import Var
+    >>> from tegrad.codegen.loops.nodes import Buffer, Load
+    >>> i, L = Var("i", "int64"), Buffer("L", (4,), "int64", "input")
+    >>> str(to_affine(i * 2 + 1)), to_affine(Load(L, (i,)) + i)
+    ('2*i + 1', None)
+    """
+    return _LoadAffineForm()(e)
 
 
 class ExprMapper(IdentityMapper):

@@ -62,6 +62,11 @@ class Buffer(Node):
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
 
 
+#: ``TEXT["expr"](e)`` is the text of an expression with loads (set by :mod:`.printer`,
+#: which the package imports: the nodes import nothing above them)
+TEXT = {"expr": lambda e: object.__repr__(e)}
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Load(Expr):
     """``buffer[indices]``: an expression; indices are int64 expressions."""
@@ -75,9 +80,8 @@ class Load(Expr):
             object.__setattr__(self, "dtype", self.buffer.dtype)
 
     def __str__(self):
-        # tegrad's expression printer does not know loads
-        from tegrad.codegen.loops.printer import format_expr
-        return format_expr(self)
+        # tegrad's expression printer does not know loads; the loop IR's installs itself
+        return TEXT["expr"](self)
 
 
 class Stmt(Node):

@@ -17,8 +17,8 @@ from __future__ import annotations
 from tegrad.ir.printer import ATOM, ExprText
 
 from tegrad.codegen.loops.mapper import LOAD_CHILDREN
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel, Let,
-                                        Load, Store)
+from tegrad.codegen.loops.nodes import (TEXT, Accumulate, Allocate, Block, Check, For, If, Kernel,
+                                        Let, Load, Store)
 
 _INDENT = "  "
 
@@ -115,3 +115,6 @@ def format_kernel(k):
     _lines(k.body, ExprPrinter(), 1, out)
     out.append("}")
     return "\n".join(out)
+
+
+TEXT.update(expr=format_expr)

@@ -26,9 +26,9 @@ from __future__ import annotations
 from tegrad import solver
 from tegrad.solver import loop_ast
 from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Or, Select, Var
-from tegrad.analysis.affine import conjunction, from_constraint, to_affine
+from tegrad.analysis.affine import conjunction, from_constraint
 
-from tegrad.codegen.loops.mapper import block, substitute_stmt
+from tegrad.codegen.loops.mapper import block, substitute_stmt, to_affine
 from tegrad.codegen.loops.nodes import For, If, Let
 
 INDEX = "int64"

@@ -15,6 +15,7 @@ from tegrad.autodiff.result import Gradients
 from tegrad.ir.errors import TegradError
 from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
+from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
@@ -109,7 +110,6 @@ def build(inputs, outputs, *, threads=None, name=None):
     with _lock:
         executable = _executables.get(key)
     if executable is None:
-        from tegrad.codegen.lower.program import lower_program
         kernel = lower_program(inputs, outputs, name=kernel_name)
         executable = Executable(kernel, threads=threads)
         with _lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from tegrad.ir.errors import TegradError
+from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, check_count
 
 
@@ -62,7 +63,6 @@ class CompiledFunction:
     @property
     def loops(self):
         """The loop nests, as readable pseudo-C."""
-        from tegrad.codegen.loops.printer import format_kernel
         return format_kernel(self._executable.kernel)
 
     @property

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import Const
+from tegrad.ir.mapper import fresh_name
 
-from tegrad.codegen.loops.mapper import StmtMapper, walk_expr, walk_stmts, stmt_exprs
-from tegrad.codegen.loops.nodes import Accumulate, For, Kernel, Store
+from tegrad.codegen.loops.mapper import StmtMapper, stmt_exprs, to_affine, walk_expr, walk_stmts
+from tegrad.codegen.loops.nodes import Accumulate, Allocate, For, Kernel, Let, Load, Store
+from tegrad.codegen.loops.printer import format_expr
 
 
 class ScheduleError(TegradError):
@@ -63,7 +65,6 @@ def writes(s):
 
 def names_in(kernel):
     """Every loop, let and buffer name of ``kernel`` (fresh names avoid them)."""
-    from tegrad.codegen.loops.nodes import Allocate, Let
     out = {b.name for b in kernel.args + kernel.temps}
     for s in walk_stmts(kernel.body):
         if type(s) in (For, Let):
@@ -75,7 +76,6 @@ def names_in(kernel):
 
 def fresh(base, taken):
     """A name not in ``taken`` (added to it)."""
-    from tegrad.ir.mapper import fresh_name
     name = fresh_name(base, taken)
     taken.add(name)
     return name
@@ -83,7 +83,6 @@ def fresh(base, taken):
 
 def bound_names(s):
     """Variables bound inside ``s`` (its loops and lets) and buffers it allocates."""
-    from tegrad.codegen.loops.nodes import Allocate, Let
     names, local = set(), set()
     for n in walk_stmts(s):
         if type(n) in (For, Let):
@@ -95,7 +94,6 @@ def bound_names(s):
 
 def _pins(indices, name, inner):
     """Some index is ``c * name + rest`` (``c != 0``) with ``rest`` free of ``inner``."""
-    from tegrad.analysis.affine import to_affine
     for idx in indices:
         aff = to_affine(idx)
         if aff is None:
@@ -135,7 +133,6 @@ def independence_problem(body, names, accumulate_ok):
             if not _pins(w.indices, v, inner - {v}):
                 return (f"the write to {w.buffer.name!r} at {_text(w.indices)} is "
                         f"the same element in different iterations of {v!r}")
-    from tegrad.codegen.loops.nodes import Load
     for node in walk_stmts(body):
         for e in stmt_exprs(node):
             for ld in walk_expr(e):
@@ -152,5 +149,4 @@ def independence_problem(body, names, accumulate_ok):
 
 
 def _text(indices):
-    from tegrad.codegen.loops.printer import format_expr
     return "[" + ", ".join(format_expr(i) for i in indices) + "]"

@@ -24,11 +24,14 @@ INDEX_DTYPE = _dt.INDEX_DTYPE
 
 def to_affine(e):
     """The :class:`solver.Affine` equal to the integer expression ``e``, or None."""
-    return _AffineForm()(e)
+    return AffineForm()(e)
 
 
-class _AffineForm(IntegerForm):
-    """The affine form of each integer node (None: not quasi-affine)."""
+class AffineForm(IntegerForm):
+    """The affine form of each integer node (None: not quasi-affine).
+
+    A code generator with node kinds of its own subclasses it (listing them in
+    ``_method_names`` and their children in ``children_of``)."""
 
     def const(self, value):
         return solver.Affine.const(value)

@@ -182,7 +182,7 @@ class ExprEvaluator(Mapper):
             lo = self(ax.lo, inner)
             extent = self(ax.extent, inner)
             active_extent = extent if inner.mask is None else np.where(inner.mask, extent, 0)
-            n = max(int(np.max(active_extent)), 0)
+            n = max(int(np.max(active_extent, initial=0)), 0)  # no active point: empty
             red_shape[scope.ndim + pos] = n
             shape = [1] * ndim
             shape[scope.ndim + pos] = n
