@@ -29,11 +29,13 @@ import warnings
 import numpy as np
 
 from tegrad.ir.errors import OutOfBoundsError, TegradError
+from tegrad.ir.mapper import Dispatcher
 from tegrad.reference.evaluator import ExprEvaluator
 
 from tegrad.codegen.loops.mapper import stmt_children
 from tegrad.codegen.loops.printer import format_expr
-from tegrad.codegen.loops.nodes import Accumulate, Block, For, Let, Load, Store
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Load,
+                                        Store)
 
 
 class _LoadEvaluator(ExprEvaluator):
@@ -68,8 +70,12 @@ def _is_point(body):
     return False
 
 
-class Interpreter:
+class Interpreter(Dispatcher):
     """Runs statements over ``memory`` (buffer -> numpy array); counts iterations."""
+
+    _method_names = {Block: "run_Block", For: "run_For", Let: "run_Let", If: "run_If",
+                     Store: "run_Store", Accumulate: "run_Accumulate",
+                     Allocate: "run_Allocate", Check: "run_Check"}
 
     def __init__(self, memory):
         self.memory = memory
@@ -88,7 +94,7 @@ class Interpreter:
         return hit[1]
 
     def run(self, s, env):
-        getattr(self, "run_" + type(s).__name__)(s, env)
+        self.method_for(type(s), s)(s, env)
 
     def run_Block(self, s, env):
         for c in s.stmts:

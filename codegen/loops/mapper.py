@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tegrad.analysis.affine import AffineForm
 from tegrad.ir.expr import Var
-from tegrad.ir.mapper import ChildrenMapper, IdentityMapper, Substitutor
+from tegrad.ir.mapper import ChildrenMapper, Dispatcher, IdentityMapper, Substitutor
 
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Load,
                                         Store)
@@ -98,18 +98,23 @@ def loads(e):
     return [n for n in walk_expr(e) if type(n) is Load]
 
 
-class StmtMapper:
+class StmtMapper(Dispatcher):
     """Rebuild statements bottom-up; ``expr`` maps every expression (identity by default).
 
     Override ``map_<node>`` methods for a pass; each returns a statement (or None for a
-    removed one, inside a block).
+    removed one, inside a block). Dispatch goes through ``_method_names``, as for
+    expression mappers.
     """
+
+    _method_names = {For: "map_for", Block: "map_block", If: "map_if", Store: "map_store",
+                     Accumulate: "map_accumulate", Let: "map_let", Allocate: "map_allocate",
+                     Check: "map_check"}
 
     def __init__(self, expr=None):
         self.expr = expr if expr is not None else (lambda e: e)
 
     def __call__(self, s):
-        return getattr(self, "map_" + type(s).__name__.lower())(s)
+        return self.method_for(type(s), s)(s)
 
     def map_for(self, s):
         begin, end, body = self.expr(s.begin), self.expr(s.end), self(s.body)

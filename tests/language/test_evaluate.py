@@ -291,3 +291,16 @@ def test_scatter_with_several_targets_accumulates_each():
     # one pass over the domain: 4 points, 4 + 3 accumulations and 3 products
     c = tg.cost(out)
     assert (c.iterations, c.flops) == (4, 10)
+
+
+def test_nested_reduction_with_no_active_point_in_its_outer_axis():
+    # where the select holds (i == 0) k has no iterations, so j's extent is never needed
+    A = tg.placeholder((4, 4), dtype="float64", name="A")
+
+    def body(i):
+        k = tg.reduce_axis((0, i), name="k")
+        j = tg.reduce_axis((0, k), name="j")
+        return tg.if_then_else(i < 1, tg.sum(A[k, j], axis=[k, j]), tg.const(2.0, "float64"))
+
+    S = tg.compute((4,), body, name="S")
+    assert tg.evaluate(S, {A: np.ones((4, 4))}).tolist() == [0.0, 2.0, 2.0, 2.0]
