@@ -160,7 +160,15 @@ class ExprLowering(IdentityMapper):
         affine, data = split_guard(self.guard)
         nest = reduction_nest(self, e, acc, (), affine)
         stmt = block([Store(acc, (), e.reducer.identity(e.dtype)), nest])
-        self.stmts.append(If(conjunction(data), stmt) if data else stmt)
+        if data:
+            # a data condition is tested only where the conditions outside it hold (they
+            # may keep its loads in bounds), in their order; later affine ones restrict
+            # the nest's domain
+            parts = [p for c in self.guard for p in conjuncts(c)]
+            last = max(k for k, p in enumerate(parts) if to_constraint(p) is None)
+            for part in reversed(parts[:last + 1]):
+                stmt = If(part, stmt)
+        self.stmts.append(stmt)
         self.allocs.append(acc)
         result = Load(acc, (), e.dtype)
         return result if init is None else e.reducer.combine(init, result)

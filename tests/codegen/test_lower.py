@@ -251,3 +251,22 @@ def test_init_combines_with_the_reduced_value_even_over_an_empty_domain(local):
     out = tg.compute((4,), body, name="out")
     kernel, iterations, cost, _ = evaluate_both([A], [out])
     assert iterations == cost
+
+
+def test_reduction_under_a_data_condition_is_tested_only_where_the_outer_guard_holds():
+    # the gradient of a max over a moving window: its reduction sits under a data test
+    # (x[i0, i0] == s0[i0, 0]) that reads s0 in bounds only where i0 == i1 && 0 >= i0
+    a = x((2, 2))
+
+    def window_max(i, j):
+        k = tg.reduce_axis((i, i + 2), name="k0")
+        return tg.max(a[i, i], axis=k)
+
+    s0 = tg.compute((1, 1), window_max, name="s0")
+    head = x((1, 1), "head")
+    outputs = [s0] + list(tg.differentiate(s0, [a], head=head))
+    kernel, _, _, _ = evaluate_both([a, head], outputs)
+    f = tg.build([a, head], outputs)
+    feed = {a: np.arange(4.0).reshape(2, 2), head: np.ones((1, 1))}
+    for g, w in zip(f(feed[a], feed[head]), tg.evaluate(outputs, feed)):
+        np.testing.assert_array_equal(g, w)
