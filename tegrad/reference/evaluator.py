@@ -286,35 +286,81 @@ def _evaluate_scatter(t, values):
     return out
 
 
-def _feed_value(t, feed):
+def _feed_value(t, feed, same_name=()):
     if t in feed:
         value = feed[t]
     elif t.name in feed and isinstance(t.name, str):
+        if same_name:
+            others = ", ".join(_describe(o) for o in same_name)
+            raise FeedError(f"the feed key {t.name!r} is ambiguous: the placeholders "
+                            f"{_describe(t)} and {others} share that name; key the feed by "
+                            f"the placeholder tensors instead")
         value = feed[t.name]
     else:
         raise FeedError(f"no value fed for the placeholder {t.name!r} (shape {t.shape}, "
                         f"{t.dtype})")
-    if isinstance(value, np.ndarray):
-        if value.dtype != np.dtype(t.dtype):
-            raise FeedError(f"placeholder {t.name!r} is {t.dtype} but was fed an array of "
-                            f"dtype {value.dtype}; convert it with .astype({t.dtype!r})")
-    else:
-        try:
-            value = np.asarray(value, dtype=t.dtype)
-        except (TypeError, ValueError) as err:
-            raise FeedError(f"placeholder {t.name!r}: cannot convert the feed to "
-                            f"{t.dtype}: {err}") from None
+    value = feed_array(t, value)
     if value.shape != t.shape:
         raise FeedError(f"placeholder {t.name!r} has shape {t.shape} but was fed an array of "
                         f"shape {value.shape}")
     return value
 
 
+def _describe(t):
+    return f"{t.name!r} (shape {t.shape}, {t.dtype})"
+
+
+def feed_array(t, value):
+    """``value`` as an array of the placeholder ``t``'s dtype, converted only losslessly.
+
+    One rule for every container (array, numpy scalar, Python number, nested lists): the
+    feed is converted to ``t``'s dtype when every value converts back to itself (NaN to
+    NaN), and refused with a :class:`FeedError` naming the placeholder otherwise: a
+    fraction fed to an integer placeholder, an integer out of its range, a float64 value
+    that float32 rounds, a bool fed to a number or a number to a bool.
+
+    >>> import tegrad as tg
+    >>> n = tg.placeholder((2,), dtype="int32", name="n")
+    >>> feed_array(n, [1.0, 2.0]).tolist()
+    [1, 2]
+    >>> feed_array(n, [1.5, 2.7])
+    Traceback (most recent call last):
+    ...
+    tegrad.ir.errors.FeedError: placeholder 'n' is int32 but the feed holds the float64 value 1.5, which int32 cannot hold exactly (it would become 1); feed exact values or convert them explicitly
+    """
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise FeedError(f"placeholder {t.name!r}: cannot read the feed as an array of "
+                        f"{t.dtype}: {err}") from None
+    dst = np.dtype(t.dtype)
+    if arr.dtype == dst:
+        return arr
+    src = arr.dtype
+    if src.kind not in "biuf" or (src.kind == "b") != (dst.kind == "b"):
+        raise FeedError(f"placeholder {t.name!r} is {t.dtype} but the feed holds {src} "
+                        f"values; feed {t.dtype} values")
+    out = arr.astype(dst)
+    back = out.astype(src)
+    same = back == arr
+    if src.kind == "f":
+        same |= np.isnan(arr) & np.isnan(back)
+    if not np.all(same):
+        pos = tuple(int(a[0]) for a in np.nonzero(np.atleast_1d(~same)))
+        bad, got = np.atleast_1d(arr)[pos].item(), np.atleast_1d(out)[pos].item()
+        raise FeedError(f"placeholder {t.name!r} is {t.dtype} but the feed holds the {src} "
+                        f"value {bad!r}, which {t.dtype} cannot hold exactly (it would become {got!r}); "
+                        f"feed exact values or convert them explicitly")
+    return out
+
+
 def evaluate(outputs, feed=None):
     """Compute ``outputs`` (a tensor or a list of tensors) with numpy.
 
-    ``feed`` maps each placeholder the outputs depend on (or its name) to an array of
-    its shape and dtype. Returns an array, or a list of arrays for a list of outputs.
+    ``feed`` maps each placeholder the outputs depend on (or its name, when no other
+    placeholder of the program has it) to an array of its shape; values of another
+    dtype are converted only when no value changes (see :func:`feed_array`). Returns an
+    array, or a list of arrays for a list of outputs.
     """
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
@@ -323,11 +369,17 @@ def evaluate(outputs, feed=None):
         raise FeedError(f"feed must be a dict from placeholders to arrays, got "
                         f"{type(feed).__name__}")
     values = {}
+    order = topological_order(outs)
+    by_name = {}
+    for t in order:
+        if isinstance(t.op, PlaceholderOp):
+            by_name.setdefault(t.name, []).append(t)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for t in topological_order(outs):
+        for t in order:
             if isinstance(t.op, PlaceholderOp):
-                values[id(t)] = _feed_value(t, feed)
+                same_name = [o for o in by_name[t.name] if o is not t]
+                values[id(t)] = _feed_value(t, feed, same_name)
             elif isinstance(t.op, ComputeOp):
                 values[id(t)] = _evaluate_compute(t, values)
             elif isinstance(t.op, ScatterOp):

@@ -107,7 +107,7 @@ def test_feed_errors(A):
     with pytest.raises(tg.FeedError, match=r"'Amat'.*shape \(4, 5\).*\(5, 4\)"):
         tg.evaluate(B, {A: np.zeros((5, 4), dtype="float32")})
     with pytest.raises(tg.FeedError, match=r"'Amat'.*float32.*float64"):
-        tg.evaluate(B, {A: np.zeros((4, 5), dtype="float64")})
+        tg.evaluate(B, {A: np.full((4, 5), 0.1, dtype="float64")})
     with pytest.raises(tg.FeedError, match=r"no value fed.*'Amat'"):
         tg.evaluate(B, {})
     with pytest.raises(tg.FeedError, match="dict"):
