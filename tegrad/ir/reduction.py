@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import numbers
 
@@ -198,7 +199,22 @@ def comm_reducer(combine, identity, name="reducer"):
     """
     if not callable(combine) or not callable(identity):
         raise TegradError("comm_reducer needs a callable combine(a, b) and identity(dtype)")
+    _check_arity(name, "combine", combine, 2, "combine(a, b)")
+    _check_arity(name, "identity", identity, 1, "identity(dtype)")
     return Reducer(name, combine, identity)
+
+
+def _check_arity(name, what, fn, n, form):
+    """``fn`` must accept ``n`` positional arguments (when its signature is known)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*([None] * n))
+    except TypeError:
+        raise TegradError(f"comm_reducer {name!r}: {what} must take {n} argument(s), as "
+                          f"{form}, but its signature is {what}{signature}") from None
 
 
 __all__ = ["reduce_axis", "Reducer", "sum", "prod", "max", "min", "comm_reducer"]

@@ -354,6 +354,20 @@ def feed_array(t, value):
     return out
 
 
+def _output_list(outputs):
+    """The tensors of a list or tuple of outputs; anything else is an error naming it."""
+    from tegrad.ir.expr import ExprOps
+    items = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    for item in items:
+        if isinstance(item, ExprOps):
+            raise TegradError(f"evaluate: {item} is an expression, not a tensor; evaluate a "
+                              f"stage computing it, e.g. tg.compute((), lambda: {item})")
+        if not isinstance(item, Tensor):
+            raise TegradError(f"evaluate: the outputs must be a tensor or a list of tensors, "
+                              f"got {item!r} of type {type(item).__name__}")
+    return items
+
+
 def evaluate(outputs, feed=None):
     """Compute ``outputs`` (a tensor or a list of tensors) with numpy.
 
@@ -363,7 +377,7 @@ def evaluate(outputs, feed=None):
     array, or a list of arrays for a list of outputs.
     """
     single = isinstance(outputs, Tensor)
-    outs = [outputs] if single else list(outputs)
+    outs = [outputs] if single else _output_list(outputs)
     feed = {} if feed is None else feed
     if not isinstance(feed, dict):
         raise FeedError(f"feed must be a dict from placeholders to arrays, got "
