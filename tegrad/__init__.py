@@ -15,6 +15,7 @@ from tegrad.ir.builders import (abs, all, any, call, cast, ceil, const, cos, erf
 from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
                               OutOfBoundsError, ScopeError, ShapeError, TegradError)
 from tegrad.reference.evaluator import evaluate
+from tegrad.reference.memory import set_memory_limit
 from tegrad.ir.expr import Expr, IterVar, Var, structural_equal
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.printer import format_tensor as format

@@ -44,6 +44,10 @@ def reduce_axis(dom, name=None):
     if not isinstance(name, str) or not name.isidentifier():
         raise TegradError(f"reduce_axis: name must be an identifier, got {name!r}")
     if isinstance(lo, numbers.Integral) and isinstance(hi, numbers.Integral):
+        limit = _dt.max_value(_dt.INDEX_DTYPE)
+        if not (-limit <= lo <= limit and -limit <= hi <= limit and hi - lo <= limit):
+            raise ShapeError(f"reduce_axis {name!r}: the range {dom!r} does not fit the "
+                             f"{_dt.INDEX_DTYPE} axis variables")
         if hi < lo:
             raise ShapeError(f"reduce_axis {name!r}: end {hi} is before begin {lo}")
         return IterVar(Var(name), Const(int(lo), _dt.INDEX_DTYPE),

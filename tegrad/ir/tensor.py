@@ -25,7 +25,14 @@ from tegrad.ir.mapper import free_var_names, reduce_axis_names, walk
 _name_counter = itertools.count()
 
 
+#: the largest extent of a dimension: axis variables are INDEX_DTYPE integers
+MAX_EXTENT = _dt.max_value(_dt.INDEX_DTYPE)
+#: the largest number of elements of a tensor (element counts are int64)
+MAX_SIZE = 2**63 - 1
+
+
 def _check_shape(shape, name):
+    """The one shape rule of every tensor kind: a tuple of integers in [1, MAX_EXTENT]."""
     if isinstance(shape, (numbers.Integral, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)):
@@ -39,7 +46,16 @@ def _check_shape(shape, name):
         if d <= 0:
             raise ShapeError(f"tensor {name!r}: shape {tuple(shape)!r} has the non-positive "
                              f"extent {d}")
+        if d > MAX_EXTENT:
+            raise ShapeError(f"tensor {name!r}: shape {tuple(shape)!r} has the extent {d}, "
+                             f"more than {MAX_EXTENT} (axes are {_dt.INDEX_DTYPE} variables)")
         out.append(int(d))
+    size = 1
+    for d in out:
+        size *= d
+    if size > MAX_SIZE:
+        raise ShapeError(f"tensor {name!r}: shape {tuple(out)!r} has {size} elements, more "
+                         f"than {MAX_SIZE}")
     return tuple(out)
 
 

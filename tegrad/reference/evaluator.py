@@ -25,6 +25,7 @@ from tegrad.ir.expr import Const, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from tegrad.reference import memory as _memory
 
 #: stages whose broadcast index space exceeds this many elements are evaluated in chunks
 CHUNK_ELEMENTS = 1 << 22
@@ -60,8 +61,10 @@ class _Scope:
 
 
 class _StageEvaluator:
-    def __init__(self, values):
+    def __init__(self, values, stage=None, limit=None):
         self.values = values
+        #: the stage evaluated and the memory limit its reductions are checked against
+        self.stage, self.limit = stage, limit
 
     def __call__(self, e, scope):
         key = id(e)
@@ -167,6 +170,7 @@ class _StageEvaluator:
             active_extent = extent if inner.mask is None else np.where(inner.mask, extent, 0)
             n = max(int(np.max(active_extent)), 0)
             red_shape[scope.ndim + pos] = n
+            self._check_reduction_memory(scope, red_shape)
             shape = [1] * ndim
             shape[scope.ndim + pos] = n
             t = np.arange(n, dtype=np.int64).reshape(shape)
@@ -193,6 +197,15 @@ class _StageEvaluator:
         if e.init is not None:
             result = self._combine(e, self(e.init, scope), result, scope)
         return result
+
+    def _check_reduction_memory(self, scope, red_shape):
+        """Refuse a reduction whose broadcast index space cannot fit the memory limit."""
+        if self.limit is None:
+            return
+        outer = np.broadcast_shapes(*(np.shape(v) for v in scope.env.values()))
+        points = int(np.prod(outer, dtype=object)) * int(np.prod(red_shape, dtype=object))
+        _memory.check_stage_memory(self.stage, _memory.temporary_bytes(points),
+                                   f"a reduction over {points} points at once", self.limit)
 
     def _combine(self, e, a, b, scope):
         x, y, body = e.reducer.combiner(e.dtype)
@@ -239,15 +252,17 @@ def _index_arrays(axes, ndim, rows=None):
     return env
 
 
-def _evaluate_compute(t, values):
+def _evaluate_compute(t, values, limit=None):
     op = t.op
-    ev = _StageEvaluator(values)
+    ev = _StageEvaluator(values, t, limit)
     ndim = len(t.shape)
     work = _reduction_work(op.body) * max(int(np.prod(t.shape[1:], dtype=np.int64)), 1)
     rows_per_chunk = max(1, CHUNK_ELEMENTS // work)
     if ndim == 0 or rows_per_chunk >= t.shape[0]:
+        _check_compute_memory(t, work * (t.shape[0] if ndim else 1), 1, limit)
         chunks = [None]
     else:
+        _check_compute_memory(t, work * rows_per_chunk, 2, limit)
         chunks = [(s, min(s + rows_per_chunk, t.shape[0]))
                   for s in range(0, t.shape[0], rows_per_chunk)]
     parts = []
@@ -259,11 +274,29 @@ def _evaluate_compute(t, values):
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
 
-def _evaluate_scatter(t, values):
+def _check_compute_memory(t, chunk_points, copies, limit):
+    """Refuse a compute stage whose output (``copies`` of it) or one chunk cannot fit."""
+    if limit is None:
+        return
+    output = t.size * np.dtype(t.dtype).itemsize * copies
+    _memory.check_stage_memory(t, output, "its output buffer" if copies == 1 else
+                               "its output buffer and its chunks", limit)
+    _memory.check_stage_memory(t, output + _memory.temporary_bytes(chunk_points),
+                               f"its output and {chunk_points} points evaluated at once",
+                               limit)
+
+
+def _evaluate_scatter(t, values, limit=None):
     op = t.op
-    ev = _StageEvaluator(values)
+    ev = _StageEvaluator(values, t, limit)
     ndim = len(op.axes)
     domain = tuple(ax.extent.value for ax in op.axes)
+    if limit is not None:
+        points = int(np.prod(domain, dtype=object))
+        needed = t.size * np.dtype(t.dtype).itemsize + _memory.temporary_bytes(
+            points * (1 + max(len(target.indices) for target in op.targets)))
+        _memory.check_stage_memory(t, needed, f"its output and a domain of {points} points",
+                                   limit)
     out = (np.zeros(t.shape, dtype=t.dtype) if op.init is None
            else values[id(op.init)].astype(t.dtype, copy=True))
     everywhere = _Scope(_index_arrays(op.axes, ndim), ndim, None)
@@ -368,13 +401,17 @@ def _output_list(outputs):
     return items
 
 
-def evaluate(outputs, feed=None):
+def evaluate(outputs, feed=None, *, memory_limit=None):
     """Compute ``outputs`` (a tensor or a list of tensors) with numpy.
 
     ``feed`` maps each placeholder the outputs depend on (or its name, when no other
     placeholder of the program has it) to an array of its shape; values of another
     dtype are converted only when no value changes (see :func:`feed_array`). Returns an
     array, or a list of arrays for a list of outputs.
+
+    A stage whose buffers cannot fit ``memory_limit`` bytes (default: the process-wide
+    limit of :func:`tegrad.set_memory_limit`, else a fraction of the available memory;
+    see :mod:`tegrad.reference.memory`) is refused before anything is computed for it.
     """
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else _output_list(outputs)
@@ -382,6 +419,14 @@ def evaluate(outputs, feed=None):
     if not isinstance(feed, dict):
         raise FeedError(f"feed must be a dict from placeholders to arrays, got "
                         f"{type(feed).__name__}")
+    if memory_limit is None:
+        limit = _memory.memory_limit()
+    elif isinstance(memory_limit, bool) or not isinstance(memory_limit, int) \
+            or memory_limit <= 0:
+        raise TegradError(f"evaluate: memory_limit must be a positive number of bytes, got "
+                          f"{memory_limit!r}")
+    else:
+        limit = memory_limit
     values = {}
     order = topological_order(outs)
     by_name = {}
@@ -395,9 +440,9 @@ def evaluate(outputs, feed=None):
                 same_name = [o for o in by_name[t.name] if o is not t]
                 values[id(t)] = _feed_value(t, feed, same_name)
             elif isinstance(t.op, ComputeOp):
-                values[id(t)] = _evaluate_compute(t, values)
+                values[id(t)] = _evaluate_compute(t, values, limit)
             elif isinstance(t.op, ScatterOp):
-                values[id(t)] = _evaluate_scatter(t, values)
+                values[id(t)] = _evaluate_scatter(t, values, limit)
             else:
                 raise TegradError(f"cannot evaluate the stage of {t.name!r}: "
                                   f"{type(t.op).__name__}")

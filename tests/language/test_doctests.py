@@ -10,7 +10,8 @@ MODULES = ["tegrad", "tegrad.ir.builders", "tegrad.ir.dtypes", "tegrad.ir.expr",
            "tegrad.zero_elim.terms", "tegrad.zero_elim.domain", "tegrad.analysis.indices",
            "tegrad.analysis.intervals", "tegrad.zero_elim.hoist", "tegrad.zero_elim.program",
            "tegrad.zero_elim.explain", "tegrad.ir.graph", "tegrad.ir.intrinsics",
-           "tegrad.ir.mapper", "tegrad.ir.printer", "tegrad.ir.reduction", "tegrad.ir.tensor"]
+           "tegrad.ir.mapper", "tegrad.ir.printer", "tegrad.ir.reduction", "tegrad.ir.tensor",
+           "tegrad.reference.memory"]
 
 
 @pytest.mark.parametrize("name", MODULES)
