@@ -11,8 +11,7 @@ memory_limit=...)`` for one call.
 
 >>> import tegrad as tg
 >>> previous = tg.set_memory_limit(10**6)
->>> x = tg.placeholder((1000, 1000), name="x")
->>> y = tg.compute((1000, 1000), lambda i, j: x[i, j] * 2.0, name="y")
+>>> y = tg.compute((1000, 1000), lambda i, j: tg.cast(i * j, "float32"), name="y")
 >>> tg.evaluate(y, {})
 Traceback (most recent call last):
 ...
