@@ -20,7 +20,7 @@ from tegrad.ir.expr import Expr, IterVar, Var, structural_equal
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.printer import format_tensor as format
 from tegrad.ir.reduction import Reducer, comm_reducer, max, min, prod, reduce_axis, sum
-from tegrad.ir.tensor import Tensor, compute, placeholder, scatter_add
+from tegrad.ir.tensor import Tensor, compute, placeholder, scan, scatter_add
 
 __version__ = "0.1.0"
 

@@ -23,7 +23,7 @@ from tegrad.ir.expr import Cast, Const, Read, Var
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.mapper import IdentityMapper
 from tegrad.ir.rewrite import map_stage
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor, placeholder
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp, Tensor, placeholder
 
 F64 = "float64"
 
@@ -90,7 +90,7 @@ def as_float64(outputs):
         op = t.op
         if isinstance(op, PlaceholderOp):
             new = t if t.dtype == _f64(t.dtype) else placeholder(t.shape, F64, t.name)
-        elif isinstance(op, (ComputeOp, ScatterOp)):
+        elif isinstance(op, (ComputeOp, ScatterOp, ScanOp)):
             new = map_stage(t, mapper, lambda init: by_id.get(id(init), init))
         else:
             raise TegradError(f"as_float64: unknown stage {type(op).__name__}")

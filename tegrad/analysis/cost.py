@@ -30,7 +30,7 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir.expr import And, Binary, Call, Const, Neg, Or, Reduce, Select
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import children
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
 
 
@@ -152,6 +152,11 @@ def stage_cost(t):
         values = _count_over(op.axes, domain, counts)
         points = values[0] + sum(values[2::2])
         return Cost(points, sum(values[1::2]), 0)
+    if isinstance(op, ScanOp):
+        # n points per scan line of n elements: one combine and the source at each
+        points, flops = _counting_exprs(op.source)
+        extra_points, extra_flops = _count_over(op.axes, t.shape, [points, flops])
+        return Cost(t.size + extra_points, t.size + extra_flops, 0)
     return Cost(0, 0, 0)
 
 

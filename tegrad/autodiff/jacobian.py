@@ -26,7 +26,7 @@ from tegrad.ir import reduction as _red
 from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import IterVar, Read, Reduce, Var
 from tegrad.ir.mapper import substitute
-from tegrad.ir.tensor import ComputeOp, ScatterOp
+from tegrad.ir.tensor import ComputeOp, ScanOp, ScatterOp
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
 from tegrad.autodiff.names import fresh_names, names_in
 from tegrad.autodiff.rules import ForwardDiff, index_select
@@ -65,6 +65,9 @@ def stage_contribution(Y, X, head, xs, prefix, reserved=()):
     """
     op = Y.op
     taken = set(reserved) | {v.name for v in list(xs) + list(prefix)}
+    if isinstance(op, ScanOp):
+        # a scan is the compute of its equivalent reduction (whose value it holds)
+        op = ComputeOp(op.name, op.axes, op.as_reduce(taken))
     if isinstance(op, ComputeOp):
         taken |= names_in(op.body) - {ax.name for ax in op.axes}
         axes = _fresh_axes(op.axes, taken)

@@ -12,6 +12,10 @@ so that the max/min/prod rules read the stage's value ``Y[y]`` instead of recomp
 the reduction. Stages that only read rebuilt stages are rebuilt to read the new ones;
 stages with nothing to change are kept as they are (same tensor objects).
 
+A reduction over a single point (every axis of constant extent one: a 1x1 pooling window,
+an axis of extent one) is first replaced by its one value, ``init (+) (where ? source :
+identity)`` at that point, so that its gradient needs no statistics of the reduction.
+
 A reduction is left in place (and its rules recompute it) when hoisting could evaluate
 it where the original program does not: inside a select branch, the right operand of
 ``&``/``|``, or the source of a reduction with ``where`` or with bounds that depend on
@@ -29,11 +33,11 @@ from __future__ import annotations
 
 import itertools
 
-from tegrad.ir.expr import Const, Read, Reduce, Var, binary
+from tegrad.ir.expr import Const, Read, Reduce, Var, binary, select
 from tegrad.ir.graph import topological_order
 from tegrad.ir.rewrite import map_stage, retarget
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp
 from tegrad.autodiff.algebra import differentiable
 from tegrad.autodiff.names import make_compute
 
@@ -120,9 +124,26 @@ class _Hoister(IdentityMapper):
         return Read(stage, indices, stage.dtype)
 
 
+class _SinglePoints(IdentityMapper):
+    """Replaces reductions over one point by their value (see the module docstring)."""
+
+    def map_reduce(self, e, *args):
+        e = super().map_reduce(e)
+        if not all(type(ax.extent) is Const and ax.extent.value == 1 for ax in e.axes):
+            return e
+        at = {}
+        for ax in e.axes:
+            at[ax.name] = substitute(ax.lo, at) if at else ax.lo
+        value = substitute(e.source, at)
+        if e.where is not None:
+            value = select(substitute(e.where, at), value, e.reducer.identity(e.dtype))
+        return value if e.init is None else e.reducer.combine(e.init, value)
+
+
 def hoist_body(name, axis_names, shape, body, counter=None):
     """``body`` with every hoistable reduction that is not the whole body moved out."""
     counter = counter if counter is not None else itertools.count()
+    body = _SinglePoints()(body)
     h = _Hoister(name, counter)
     ctx = ({n: (0, d) for n, d in zip(axis_names, shape)}, False)
     if type(body) is Reduce:
@@ -137,7 +158,7 @@ def normalize(outputs):
         new = t
         if isinstance(t.op, ComputeOp):
             new = _normalize_compute(t, mapping)
-        elif isinstance(t.op, ScatterOp):
+        elif isinstance(t.op, (ScatterOp, ScanOp)):
             new = _retarget_scatter(t, mapping)
         elif not isinstance(t.op, PlaceholderOp):
             from tegrad.ir.errors import DifferentiationError

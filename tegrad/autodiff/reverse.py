@@ -208,7 +208,8 @@ def _stage_names(t):
     op = t.op
     if isinstance(op, ComputeOp):
         return names_in(op.body) - {ax.name for ax in op.axes}
-    return names_in(*op.exprs()) - {ax.name for ax in op.axes}
+    from tegrad.ir.rewrite import stage_exprs
+    return names_in(*stage_exprs(op)) - {ax.name for ax in op.axes}
 
 
 def _hoisted_owners(out2, originals, mapping):

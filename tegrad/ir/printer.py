@@ -128,7 +128,7 @@ def _unique_names(tensors):
 
 def format_stage(t, printer=None):
     """One line defining tensor ``t`` in terms of its inputs."""
-    from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+    from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp
     p = printer or _Printer()
     name = p.tensor_name(t)
     op = t.op
@@ -149,6 +149,11 @@ def format_stage(t, printer=None):
         updates = [u + (f" if {p(tg.where)}" if tg.where is not None else "")
                    for u, tg in zip(updates, op.targets)]
         return f"{'; '.join(updates)} for {domain}  (from {start}, shape {t.shape})"
+    if isinstance(op, ScanOp):
+        lhs = f"{name}[{', '.join(ax.name for ax in op.axes)}]"
+        kind = "suffix" if op.reverse else "prefix"
+        return (f"{lhs} = exclusive {kind} {op.reducer.name}({p(op.source)}) along "
+                f"{op.axes[op.axis].name}")
     return f"{name} = <{type(op).__name__}>"
 
 

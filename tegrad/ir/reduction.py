@@ -60,14 +60,17 @@ class Reducer:
     """A commutative, associative combination with an identity, usable like ``tg.sum``.
 
     ``combine(a, b)`` builds the expression combining two partial results and
-    ``identity(dtype)`` gives the neutral element. Reducers compare by identity.
+    ``identity(dtype)`` gives the neutral element; ``derivative(x, y)``, when given, is
+    the partial derivative ``dY/dx`` of a reduction's value ``y`` with respect to one of
+    its elements ``x``. Reducers compare by identity.
     """
 
-    def __init__(self, name, combine, identity, numpy_reduce=None):
+    def __init__(self, name, combine, identity, numpy_reduce=None, derivative=None):
         self.name = name
         self._combine = combine
         self._identity = identity
         self.numpy_reduce = numpy_reduce
+        self.derivative = derivative
         self._combiners = {}
 
     def __repr__(self):
@@ -191,11 +194,14 @@ min = _ExtremumReducer("min", lambda a, b: binary("min", a, b),
 BUILTIN_REDUCERS = {"sum": sum, "prod": prod, "max": max, "min": min}
 
 
-def comm_reducer(combine, identity, name="reducer"):
+def comm_reducer(combine, identity, name="reducer", derivative=None):
     """A user-defined commutative reducer, usable like ``tg.sum``.
 
     ``combine(a, b)`` builds the combination of two expressions; ``identity(dtype)``
-    returns the neutral element.
+    returns the neutral element. ``derivative(x, y)``, optional, builds the partial
+    derivative of a reduction's value ``y`` with respect to one element ``x`` (for a
+    log-sum-exp, ``tg.exp(x - y)``): gradients then read the forward value only;
+    without it they combine exclusive prefix and suffix scans (still linear time).
 
     >>> import tegrad as tg
     >>> absmax = tg.comm_reducer(lambda a, b: tg.max(tg.abs(a), tg.abs(b)),
@@ -205,7 +211,12 @@ def comm_reducer(combine, identity, name="reducer"):
         raise TegradError("comm_reducer needs a callable combine(a, b) and identity(dtype)")
     _check_arity(name, "combine", combine, 2, "combine(a, b)")
     _check_arity(name, "identity", identity, 1, "identity(dtype)")
-    return Reducer(name, combine, identity)
+    if derivative is not None:
+        if not callable(derivative):
+            raise TegradError(f"comm_reducer {name!r}: derivative must be a callable "
+                              f"derivative(x, y), got {derivative!r}")
+        _check_arity(name, "derivative", derivative, 2, "derivative(x, y)")
+    return Reducer(name, combine, identity, derivative=derivative)
 
 
 def _check_arity(name, what, fn, n, form):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from tegrad.ir.expr import Read
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp, Tensor
 
 
 class _Retarget(IdentityMapper):
@@ -39,6 +39,8 @@ def stage_exprs(op):
         return [op.body]
     if isinstance(op, ScatterOp):
         return op.exprs()
+    if isinstance(op, ScanOp):
+        return [op.source]
     return []
 
 
@@ -69,6 +71,12 @@ def map_stage(t, fn, init_of=None):
             return t
         return Tensor(ScatterOp(op.name, op.axes, targets, init), t.shape,
                       targets[0].value.dtype, t.name)
+    if isinstance(op, ScanOp):
+        source = fn(op.source)
+        if source is op.source:
+            return t
+        return Tensor(ScanOp(op.name, op.axes, op.axis, op.reducer, source, op.reverse),
+                      t.shape, source.dtype, t.name)
     raise TypeError(f"cannot rewrite the stage of {t.name!r}: {type(op).__name__}")
 
 

@@ -1,4 +1,4 @@
-"""Tensors and the stages that define them: placeholders, computes and scatter-adds.
+"""Tensors and the stages that define them: placeholders, computes, scatter-adds, scans.
 
 A :class:`Tensor` is the single output of an operation (``tensor.op``). Tensors compare
 and hash by identity; their definitions are immutable.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -184,6 +185,84 @@ class ScatterOp:
         if self.init is not None:
             out.setdefault(id(self.init), self.init)
         return list(out.values())
+
+
+@dataclass(frozen=True, eq=False)
+class ScanOp:
+    """An exclusive scan: ``output[..., a, ...] = reducer(source[..., a', ...] for a' < a)``.
+
+    ``axes`` are the output's axes (as a compute's), ``axis`` the position of the
+    scanned one, ``source`` an expression of the axes' variables and ``reducer`` a
+    commutative reducer. A prefix scan (``reverse=False``) combines the points before
+    ``a``, a suffix scan (``reverse=True``) those after it; the first point of a scan
+    line holds the reducer's identity. The stage is run as one sequential loop along
+    ``axis`` per line (``acc = identity; for a: out[a] = acc; acc = combine(acc,
+    source[a])``), vectorised over the other axes; its cost is one point per element.
+    Gradients of custom reducers read a prefix and a suffix scan to get, for every
+    element, the reduction of all the others in linear time.
+    """
+
+    name: str
+    axes: tuple
+    axis: int
+    reducer: object
+    source: object
+    reverse: bool = False
+
+    def input_tensors(self):
+        from tegrad.ir.mapper import tensors_read
+        return tensors_read(self.source)
+
+    def as_reduce(self, taken=()):
+        """The scan as an equivalent (quadratic) reduction over a fresh axis ``a'``.
+
+        Points ``a' < a`` (``a' > a`` when reversed) of the scanned axis; used where a
+        scan must be treated as an ordinary compute body (differentiating through it).
+        """
+        from tegrad.ir.expr import Reduce
+        from tegrad.ir.mapper import all_var_names, fresh_name, substitute
+        ax = self.axes[self.axis]
+        fresh = fresh_name(ax.name + "_s", set(taken) | all_var_names(self.source)
+                           | {a.name for a in self.axes})
+        if self.reverse:
+            lo = ax.var + 1
+            extent = ax.extent - lo
+        else:
+            lo, extent = Const(0, _dt.INDEX_DTYPE), ax.var
+        other = IterVar(Var(fresh), lo, extent, "reduce")
+        source = substitute(self.source, {ax.name: other.var})
+        return Reduce(self.reducer, source, (other,), None, None, self.source.dtype)
+
+
+def scan(shape, fsource, reducer, axis=-1, reverse=False, name=None):
+    """An exclusive prefix (or, with ``reverse``, suffix) scan of ``fsource`` (see ScanOp).
+
+    >>> import tegrad as tg
+    >>> x = placeholder((2, 4), dtype="float64", name="x")
+    >>> P = scan((2, 4), lambda i, a: x[i, a], tg.sum, name="P")
+    >>> import numpy as np
+    >>> tg.evaluate(P, {x: np.ones((2, 4))}).tolist()
+    [[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]]
+    """
+    from tegrad.ir.reduction import Reducer
+    name = _check_name(name, "scan")
+    shape = _check_shape(shape, name)
+    if not isinstance(reducer, Reducer):
+        raise TegradError(f"scan {name!r}: the reducer must be a tg reducer (tg.sum, "
+                          f"tg.comm_reducer(...)), got {reducer!r}")
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) \
+            or not -len(shape) <= axis < len(shape):
+        raise ShapeError(f"scan {name!r}: axis {axis!r} is not an axis of the shape {shape}")
+    axis = int(axis) % len(shape)
+    names = _axis_names(fsource, len(shape), name)
+    axes = _data_axes(shape, names)
+    source = as_expr(fsource(*axes))
+    if not (_dt.is_float(source.dtype) or _dt.is_int(source.dtype)):
+        raise DTypeError(f"scan {name!r}: cannot scan the {source.dtype} expression {source}")
+    reducer.combiner(source.dtype)  # validates the combiner for this dtype
+    _check_scope("scan", name, source, names, "the source")
+    op = ScanOp(name, axes, axis, reducer, source, bool(reverse))
+    return Tensor(op, shape, source.dtype, name)
 
 
 def placeholder(shape, dtype="float32", name=None):

@@ -24,7 +24,7 @@ from tegrad.ir.errors import FeedError, OutOfBoundsError, TegradError
 from tegrad.ir.expr import Const, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp, Tensor
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp, Tensor
 from tegrad.reference import memory as _memory
 
 #: stages whose broadcast index space exceeds this many elements are evaluated in chunks
@@ -319,6 +319,30 @@ def _evaluate_scatter(t, values, limit=None):
     return out
 
 
+def _evaluate_scan(t, values, limit=None):
+    """A sequential loop along the scanned axis, vectorised over the other axes."""
+    op = t.op
+    if limit is not None:
+        _memory.check_stage_memory(t, t.size * np.dtype(t.dtype).itemsize
+                                   + _memory.temporary_bytes(t.size),
+                                   "its output and its source", limit)
+    ev = _StageEvaluator(values, t, limit)
+    ndim = len(t.shape)
+    source = np.broadcast_to(ev(op.source, _Scope(_index_arrays(op.axes, ndim), ndim, None)),
+                             t.shape)
+    x, y, body = op.reducer.combiner(t.dtype)
+    out = np.empty(t.shape, dtype=t.dtype)
+    line = t.shape[:op.axis] + t.shape[op.axis + 1:]
+    acc = np.full(line, op.reducer.identity(t.dtype).value, dtype=t.dtype)
+    steps = range(t.shape[op.axis] - 1, -1, -1) if op.reverse else range(t.shape[op.axis])
+    before = (slice(None),) * op.axis
+    for a in steps:
+        out[before + (a,)] = acc
+        env = {x.name: acc, y.name: source[before + (a,)]}
+        acc = np.broadcast_to(ev(body, _Scope(env, ndim - 1, None)), line).astype(t.dtype)
+    return out
+
+
 def _feed_value(t, feed, same_name=()):
     if t in feed:
         value = feed[t]
@@ -443,6 +467,8 @@ def evaluate(outputs, feed=None, *, memory_limit=None):
                 values[id(t)] = _evaluate_compute(t, values, limit)
             elif isinstance(t.op, ScatterOp):
                 values[id(t)] = _evaluate_scatter(t, values, limit)
+            elif isinstance(t.op, ScanOp):
+                values[id(t)] = _evaluate_scan(t, values, limit)
             else:
                 raise TegradError(f"cannot evaluate the stage of {t.name!r}: "
                                   f"{type(t.op).__name__}")
