@@ -12,8 +12,9 @@ from tegrad.ir import dtypes
 from tegrad.ir.builders import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor,
                                 floordiv, floormod, if_then_else, log, max_value, min_value, power,
                                 round, sigmoid, sign, sin, sqrt, stop_gradient, tanh, trunc)
-from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
-                              OutOfBoundsError, ScopeError, ShapeError, TegradError)
+from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, ImmutableError,
+                              IndexingError, OutOfBoundsError, ScopeError, ShapeError,
+                              TegradError)
 from tegrad.reference.evaluator import evaluate
 from tegrad.reference.memory import set_memory_limit
 from tegrad.ir.expr import Expr, IterVar, Var, structural_equal

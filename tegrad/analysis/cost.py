@@ -28,7 +28,7 @@ import numpy as np
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.expr import And, Binary, Call, Const, Neg, Or, Reduce, Select
-from tegrad.ir.graph import topological_order
+from tegrad.ir.graph import tensor_list, topological_order
 from tegrad.ir.mapper import children
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
@@ -162,8 +162,7 @@ def stage_cost(t):
 
 def cost(tensors):
     """Exact counts for all stages needed to compute ``tensors`` (see module docstring)."""
-    from tegrad.ir.tensor import Tensor
-    outputs = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    outputs = tensor_list(tensors)
     wanted = {id(t) for t in outputs}
     total = Cost(0, 0, 0)
     for t in topological_order(outputs):

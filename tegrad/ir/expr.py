@@ -191,6 +191,12 @@ class ExprOps:
     def __invert__(self): return logical_not(self)
     def __abs__(self): return call("abs", self)
 
+    def __round__(self, ndigits=None):
+        if ndigits is not None:
+            raise TegradError(f"round({self}, {ndigits!r}): only rounding to an integer value "
+                              f"is supported (tg.round)")
+        return call("round", self)
+
     def _not_a_number(self, *args):
         raise TegradError(
             f"the expression {self} was used as a Python number (by math.exp, float(), "

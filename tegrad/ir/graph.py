@@ -9,10 +9,14 @@
 from tegrad.ir.errors import TegradError
 
 
-def _as_list(outputs):
+def tensor_list(outputs):
+    """``outputs`` (a tensor or an iterable of tensors) as a list; TegradError otherwise."""
     from tegrad.ir.tensor import Tensor
     if isinstance(outputs, Tensor):
         return [outputs]
+    if isinstance(outputs, (str, bytes)) or not hasattr(outputs, "__iter__"):
+        raise TegradError(f"expected a tensor or a list of tensors, got {outputs!r} of type "
+                          f"{type(outputs).__name__}")
     outputs = list(outputs)
     for t in outputs:
         if not isinstance(t, Tensor):
@@ -23,7 +27,7 @@ def _as_list(outputs):
 def topological_order(outputs):
     """All tensors the outputs depend on, each after its inputs (iterative DFS)."""
     order, state = [], {}
-    for root in _as_list(outputs):
+    for root in tensor_list(outputs):
         stack = [(root, False)]
         while stack:
             t, expanded = stack.pop()

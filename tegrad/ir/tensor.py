@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
+from tegrad.ir.errors import (DTypeError, ImmutableError, IndexingError, ScopeError, ShapeError,
+                              TegradError)
 from tegrad.ir.expr import Const, IterVar, Var, as_expr, read, retype
 from tegrad.ir.mapper import free_var_names, reduce_axis_names, walk
 
@@ -83,7 +84,8 @@ class Tensor:
         object.__setattr__(self, "name", name)
 
     def __setattr__(self, key, value):
-        raise AttributeError(f"tensor {self.name!r} is immutable")
+        raise ImmutableError(f"tensor {self.name!r} is immutable; build a new tensor "
+                             f"instead of setting {key!r}")
 
     @property
     def ndim(self):
@@ -98,11 +100,11 @@ class Tensor:
 
     def __len__(self):
         if not self.shape:
-            raise TypeError(f"scalar tensor {self.name!r} has no length")
+            raise IndexingError(f"scalar tensor {self.name!r} has no length")
         return self.shape[0]
 
     def __iter__(self):
-        raise TypeError(f"tensor {self.name!r} is not iterable; index it with t[i, j]")
+        raise IndexingError(f"tensor {self.name!r} is not iterable; index it with t[i, j]")
 
     def __bool__(self):
         return True
@@ -280,6 +282,9 @@ def placeholder(shape, dtype="float32", name=None):
 
 
 def _axis_names(fcompute, ndim, name):
+    if not callable(fcompute):
+        raise TegradError(f"{name!r}: expected a function of the {ndim} index variable(s), "
+                          f"got {fcompute!r}")
     try:
         params = list(inspect.signature(fcompute).parameters.values())
     except (TypeError, ValueError):

@@ -211,3 +211,39 @@ def test_evaluate_names_what_is_not_a_tensor(A):
         tg.evaluate(A[0, 0], {A: np.zeros((4, 5), dtype="float32")})
     with pytest.raises(tg.TegradError, match=r"'x' of type str"):
         tg.evaluate([A, "x"], {A: np.zeros((4, 5), dtype="float32")})
+
+
+def _mistakes():
+    import math
+    x = tg.placeholder((3,), dtype="float64", name="xm")
+    s = tg.placeholder((), dtype="float64", name="sm")
+    y = tg.compute((3,), lambda i: x[i] * 2.0, name="ym")
+    k = tg.reduce_axis((0, 3), name="km")
+    return {
+        "format of a number": (lambda: tg.format(3), "3 of type int"),
+        "cost of a number": (lambda: tg.cost(3), "3 of type int"),
+        "length of a scalar tensor": (lambda: len(s), "'sm'"),
+        "iterating a tensor": (lambda: list(x), "'xm'"),
+        "assigning to a tensor": (lambda: setattr(x, "name", "z"), "'xm'.*immutable"),
+        "compute without a function": (lambda: tg.compute((3,), None, name="cm"), "'cm'"),
+        "round to digits": (lambda: round(x[0], 2), r"xm\[0\]"),
+        "math on an expression": (lambda: math.sqrt(x[0]), r"xm\[0\].*tg\.sqrt"),
+        "a string body": (lambda: tg.compute((3,), lambda i: "abc", name="sb"), "'sb'"),
+        "a string constant": (lambda: tg.const("abc", "float64"), "'abc'"),
+        "a reducer of the wrong arity": (
+            lambda: tg.comm_reducer(lambda a: a, lambda d: 0.0, name="ar"), "'ar'"),
+        "a reducer whose combine returns text": (
+            lambda: tg.comm_reducer(lambda a, b: "s", lambda d: 0.0, name="rt")(x[k], axis=k),
+            "'s'"),
+        "evaluating a number": (lambda: tg.evaluate(3.0, {}), "3.0"),
+        "evaluating an expression": (lambda: tg.evaluate(y[0], {}), r"ym\[0\]"),
+        "differentiating an expression": (lambda: tg.differentiate(y[0], [x]), r"ym\[0\]"),
+        "an unknown dtype": (lambda: tg.placeholder((3,), dtype="str", name="ud"), "'str'"),
+    }
+
+
+@pytest.mark.parametrize("mistake", sorted(_mistakes()))
+def test_every_user_mistake_is_a_tegrad_error_naming_the_culprit(mistake):
+    fn, culprit = _mistakes()[mistake]
+    with pytest.raises(tg.TegradError, match=culprit):
+        fn()
