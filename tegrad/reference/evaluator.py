@@ -168,7 +168,8 @@ class _StageEvaluator:
             lo = self(ax.lo, inner)
             extent = self(ax.extent, inner)
             active_extent = extent if inner.mask is None else np.where(inner.mask, extent, 0)
-            n = max(int(np.max(active_extent)), 0)
+            # an earlier axis over no point leaves nothing to take the maximum of
+            n = max(int(np.max(active_extent)), 0) if np.size(active_extent) else 0
             red_shape[scope.ndim + pos] = n
             self._check_reduction_memory(scope, red_shape)
             shape = [1] * ndim

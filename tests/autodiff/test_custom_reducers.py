@@ -29,7 +29,7 @@ def test_custom_reducer_gradient_matches_finite_differences(reducer):
     assert check_grad(y, [x], head="random", rng=2) < 1e-5
 
 
-@pytest.mark.parametrize("reducer", [LSE, PROD, SOFTPLUS_MAX])
+@pytest.mark.parametrize("reducer", [LSE, LSE_DECLARED, PROD, SOFTPLUS_MAX])
 def test_where_init_and_several_axes(reducer):
     x = tg.placeholder((2, 3, 4), dtype=F64, name="x")
     s = tg.placeholder((2,), dtype=F64, name="s")
@@ -37,7 +37,7 @@ def test_where_init_and_several_axes(reducer):
     y = tg.compute((2,), lambda i: reducer(x[i, k, m] * 0.5, axis=[k, m], where=k + m != 3,
                                            init=s[i]), name="y")
     res = tg.differentiate(y, [x, s])
-    assert len(_scans(res)) == 2
+    assert len(_scans(res)) == (0 if reducer is LSE_DECLARED else 2)
     assert check_grad(y, [x, s], head="random", rng=3) < 1e-5
 
 
@@ -81,7 +81,7 @@ def test_a_product_reducer_over_a_symmetric_read():
 
 
 def test_a_reduction_over_a_single_point_has_no_statistics_stages():
-    x = tg.placeholder((2, 3, 10, 10), dtype=F64, name="x")
+    x = tg.placeholder((1, 2, 6, 6), dtype=F64, name="x")
     out = tg.nn.max_pool2d(x, 1)
     head = tg.placeholder(out.shape, dtype=F64, name="head")
     (dx,) = tg.differentiate(out, [x], head=head)

@@ -248,7 +248,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     failures = 0
     for seed in range(args.seed, args.seed + args.count):
-        problem = fuzz_one(seed, second_order=seed % 10 == 0)
+        try:
+            problem = fuzz_one(seed, second_order=seed % 10 == 0)
+        except Exception as err:  # a crash is a failure too: report it and go on
+            problem = f"seed {seed}: {type(err).__name__}: {err}"
         if problem is not None:
             failures += 1
             print(problem, flush=True)
