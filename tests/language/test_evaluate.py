@@ -291,3 +291,14 @@ def test_scatter_with_several_targets_accumulates_each():
     # one pass over the domain: 4 points, 4 + 3 accumulations and 3 products
     c = tg.cost(out)
     assert (c.iterations, c.flops) == (4, 10)
+
+
+def test_a_reduction_nested_in_one_over_no_point_is_the_identity():
+    x = tg.placeholder((4,), dtype="float64", name="x")
+    n = tg.placeholder((), dtype="int32", name="n")
+    k1 = tg.reduce_axis((0, n[()]), name="k1")
+    k2 = tg.reduce_axis((0, k1 + 1), name="k2")
+    y = tg.compute((), lambda: tg.sum(tg.sum(x[k2], axis=k2), axis=k1), name="y")
+    xs = np.arange(4.0)
+    assert tg.evaluate(y, {x: xs, n: 0}) == 0.0
+    assert tg.evaluate(y, {x: xs, n: 3}) == 0.0 + 1.0 + 3.0
