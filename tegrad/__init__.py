@@ -12,14 +12,16 @@ from tegrad.ir import dtypes
 from tegrad.ir.builders import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor,
                                 floordiv, floormod, if_then_else, log, max_value, min_value, power,
                                 round, sigmoid, sign, sin, sqrt, stop_gradient, tanh, trunc)
-from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, IndexingError,
-                              OutOfBoundsError, ScopeError, ShapeError, TegradError)
+from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, ImmutableError,
+                              IndexingError, OutOfBoundsError, ScopeError, ShapeError,
+                              TegradError)
 from tegrad.reference.evaluator import evaluate
+from tegrad.reference.memory import set_memory_limit
 from tegrad.ir.expr import Expr, IterVar, Var, structural_equal
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.printer import format_tensor as format
 from tegrad.ir.reduction import Reducer, comm_reducer, max, min, prod, reduce_axis, sum
-from tegrad.ir.tensor import Tensor, compute, placeholder, scatter_add
+from tegrad.ir.tensor import Tensor, compute, placeholder, scan, scatter_add
 
 __version__ = "0.1.0"
 

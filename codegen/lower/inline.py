@@ -32,6 +32,9 @@ class _WholeReads(StageMapper):
     def map_scatter(self, t):
         return (), (() if t.op.init is None else (t.op.init,))
 
+    def map_scan(self, t):
+        return (), ()
+
 
 def _read_sites(order):
     """``{id(tensor): [inside a reduction, ...]}`` for every read of every tensor."""

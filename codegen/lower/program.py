@@ -131,7 +131,7 @@ class _ScatterInit(StageMapper):
     def map_placeholder(self, t):
         return None
 
-    map_compute = map_placeholder
+    map_compute = map_scan = map_placeholder
 
     def map_scatter(self, t):
         return t.op.init

@@ -1,9 +1,10 @@
-"""One stage as loop-IR statements: compute stages and scatter-add stages.
+"""One stage as loop-IR statements: compute, scatter-add and scan stages.
 
 A compute stage loops over its shape and stores its body at each point; a body that is
 one reduction accumulates straight into the output element. A scatter stage fills its
 output (a copy of ``init``, or zeros), then makes one pass over its domain, each target
-accumulating where its condition holds (affine conditions bound the loops).
+accumulating where its condition holds (affine conditions bound the loops). A scan stage
+runs one sequential loop along its scanned axis per line, carrying an accumulator.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tegrad.ir.reduction import sum as sum_reducer
 from tegrad.ir.stages import StageMapper
 
 from tegrad.codegen.loops.mapper import block, substitute_stmt
-from tegrad.codegen.loops.nodes import Accumulate, For, If, Load, Store
+from tegrad.codegen.loops.nodes import Accumulate, Allocate, Buffer, For, If, Let, Load, Store
 from tegrad.codegen.lower.expr import ExprLowering, reduction_nest, split_guard, widen
 from tegrad.codegen.lower.nest import INDEX, const, domain_nest
 from tegrad.analysis.affine import conjunction
@@ -59,6 +60,35 @@ def lower_compute(t, buf, ctx):
         value = widen(lowering(body), buf.dtype)
         stmt = lowering.wrap(Store(buf, indices, value))
     return box_loops(variables, t.shape, stmt)
+
+
+def lower_scan(t, buf, ctx):
+    """Statements computing the scan stage ``t`` into ``buf``.
+
+    Per line: ``acc = identity; for a: out[a] = acc; acc = combine(acc, source[a])``,
+    with ``a == n - 1 - r`` for a suffix scan (``r`` the loop variable), so the loop
+    always runs forward. Loop-invariant: before iteration ``a``, ``acc`` holds the
+    reduction of the points before ``a`` in scan order.
+    """
+    op = t.op
+    renames = {ax.name: ctx.names.fresh(ax.name) for ax in op.axes}
+    variables = [Var(renames[ax.name], INDEX) for ax in op.axes]
+    context = box_context(variables, t.shape)
+    indices = tuple(variables)
+    acc = Buffer(ctx.names.fresh("acc"), (), buf.dtype, "local")
+    lowering = ExprLowering(ctx, context, renames)
+    value = widen(lowering(op.source), buf.dtype)
+    step = lowering.wrap(block([Store(buf, indices, Load(acc, (), acc.dtype)),
+                                Accumulate(acc, (), value, op.reducer)]))
+    a, n = variables[op.axis], t.shape[op.axis]
+    if op.reverse:
+        r = Var(ctx.names.fresh(a.name + "_r"), INDEX)
+        line = For(r, const(0), const(n), Let(a, const(n - 1) - r, step))
+    else:
+        line = For(a, const(0), const(n), step)
+    line = Allocate(acc, block([Store(acc, (), op.reducer.identity(buf.dtype)), line]))
+    others = [(v, m) for k, (v, m) in enumerate(zip(variables, t.shape)) if k != op.axis]
+    return box_loops([v for v, _ in others], [m for _, m in others], line)
 
 
 def copy_loops(dst, src_value, shape, names):
@@ -125,3 +155,6 @@ class _LowerStage(StageMapper):
 
     def map_scatter(self, t, buf, ctx, fill):
         return lower_scatter(t, buf, ctx, fill)
+
+    def map_scan(self, t, buf, ctx, fill):
+        return lower_scan(t, buf, ctx)

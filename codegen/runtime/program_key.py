@@ -90,6 +90,11 @@ class _StageKey(StageMapper):
         init = None if op.init is None else b.tensor(op.init)
         return (t.name, t.shape, t.dtype, "scatter", b.value(op.axes), targets, init)
 
+    def map_scan(self, t):
+        b, op = self.b, t.op
+        return (t.name, t.shape, t.dtype, "scan", b.value(op.axes), op.axis,
+                b.reducer(op.reducer), b.expr(op.source), op.reverse)
+
 
 def _key_rules():
     """Keys of the common expression kinds, field by field (the generic rule walks

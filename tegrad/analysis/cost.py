@@ -191,14 +191,23 @@ def _stage_space(t):
     return _Space().nested(t.op.axes, (), t.name)
 
 
+def _pointwise_cost(t, e, combine_flops):
+    """The cost of evaluating ``e`` at every point of ``t``'s stage, plus
+    ``combine_flops`` at each."""
+    points, flops = _reduction_work(e, _stage_space(t), t.name)
+    return Cost(t.size + points, flops + t.size * (local_flops(e)[0] + combine_flops), 0)
+
+
 class _StageCost(StageMapper):
     def map_placeholder(self, t):
         return Cost(0, 0, 0)
 
     def map_compute(self, t):
-        space = _stage_space(t)
-        points, flops = _reduction_work(t.op.body, space, t.name)
-        return Cost(t.size + points, flops + t.size * local_flops(t.op.body)[0], 0)
+        return _pointwise_cost(t, t.op.body, 0)
+
+    def map_scan(self, t):
+        # n points per scan line of n elements: the source and one combine at each
+        return _pointwise_cost(t, t.op.source, 1)
 
     def map_scatter(self, t):
         # one pass over the domain; a point counts when some target's affine condition

@@ -65,17 +65,11 @@ class _Contribution(StageMapper):
         return ZERO  # an input reads nothing
 
     def map_compute(self, Y, X, head, xs, prefix, taken):
-        op = Y.op
-        taken |= names_in(op.body) - {ax.name for ax in op.axes}
-        axes, _ = rename_axes(op.axes, taken, kind="reduce")
-        mapping = {ax.name: new.var for ax, new in zip(op.axes, axes) if ax.name != new.name}
-        body = substitute(op.body, mapping) if mapping else op.body
-        ys = tuple(ax.var for ax in axes)
-        answers = {id(body): Read(Y, ys, Y.dtype)} if type(body) is Reduce else {}
-        fd = ForwardDiff(element_seed(X, xs), answers, taken | {a.name for a in axes})
-        d = fd.tangent(body)
-        term = mul(head(prefix, ys), d)
-        return cast_to(_sum_over(axes, term, None, Y.dtype), X.dtype)
+        return _pointwise_contribution(Y, Y.op.body, X, head, xs, prefix, taken)
+
+    def map_scan(self, Y, X, head, xs, prefix, taken):
+        # a scan is the compute of its equivalent reduction (whose value it holds)
+        return _pointwise_contribution(Y, Y.op.as_reduce(taken), X, head, xs, prefix, taken)
 
     def map_scatter(self, Y, X, head, xs, prefix, taken):
         op = Y.op
@@ -98,6 +92,20 @@ class _Contribution(StageMapper):
             out = add(out, head(prefix, tuple(xs)))
         return cast_to(out, X.dtype)
 
+
+def _pointwise_contribution(Y, body, X, head, xs, prefix, taken):
+    """The contribution of a stage holding ``body`` at every point of its axes."""
+    out_axes = Y.op.axes
+    taken |= names_in(body) - {ax.name for ax in out_axes}
+    axes, _ = rename_axes(out_axes, taken, kind="reduce")
+    mapping = {ax.name: new.var for ax, new in zip(out_axes, axes) if ax.name != new.name}
+    body = substitute(body, mapping) if mapping else body
+    ys = tuple(ax.var for ax in axes)
+    answers = {id(body): Read(Y, ys, Y.dtype)} if type(body) is Reduce else {}
+    fd = ForwardDiff(element_seed(X, xs), answers, taken | {a.name for a in axes})
+    d = fd.tangent(body)
+    term = mul(head(prefix, ys), d)
+    return cast_to(_sum_over(axes, term, None, Y.dtype), X.dtype)
 
 
 __all__ = ["stage_contribution", "element_seed"]

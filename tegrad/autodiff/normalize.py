@@ -12,6 +12,10 @@ so that the max/min/prod rules read the stage's value ``Y[y]`` instead of recomp
 the reduction. Stages that only read rebuilt stages are rebuilt to read the new ones;
 stages with nothing to change are kept as they are (same tensor objects).
 
+A reduction over a single point (every axis of constant extent one: a 1x1 pooling window,
+an axis of extent one) is first replaced by its one value, ``init (+) (where ? source :
+identity)`` at that point, so that its gradient needs no statistics of the reduction.
+
 A reduction is left in place (and its rules recompute it) when hoisting could evaluate
 it where the original program does not: inside a select branch, the right operand of
 ``&``/``|``, or the source of a reduction with ``where`` or with bounds that depend on
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 
-from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary
+from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary, select
 from tegrad.ir.graph import topological_order
 from tegrad.ir.rewrite import map_stage, retarget
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute
@@ -117,9 +121,27 @@ class _Hoister(IdentityMapper):
         return Read(stage, indices, stage.dtype)
 
 
+class _SinglePoints(IdentityMapper):
+    """Replaces reductions over one point by their value (see the module docstring)."""
+
+    def finish(self, e, out):
+        if type(out) is not Reduce or not all(type(ax.extent) is Const and ax.extent.value == 1
+                                              for ax in out.axes):
+            return out
+        e = out
+        at = {}
+        for ax in e.axes:
+            at[ax.name] = substitute(ax.lo, at) if at else ax.lo
+        value = substitute(e.source, at)
+        if e.where is not None:
+            value = select(substitute(e.where, at), value, e.reducer.identity(e.dtype))
+        return value if e.init is None else e.reducer.combine(e.init, value)
+
+
 def hoist_body(name, axis_names, shape, body, counter=None):
     """``body`` with every hoistable reduction that is not the whole body moved out."""
     counter = counter if counter is not None else itertools.count()
+    body = _SinglePoints()(body)
     h = _Hoister(name, counter)
     ctx = ({n: (0, d) for n, d in zip(axis_names, shape)}, False)
     if type(body) is Reduce:
@@ -149,7 +171,9 @@ class _NormalizeStage(StageMapper):
         return _normalize_compute(t, self.mapping)
 
     def map_scatter(self, t):
-        return _retarget_scatter(t, self.mapping)
+        return _retarget_inputs(t, self.mapping)
+
+    map_scan = map_scatter
 
 
 def _normalize_compute(t, mapping):
@@ -158,7 +182,7 @@ def _normalize_compute(t, mapping):
     return map_stage(t, lambda body: hoist_body(t.name, names, t.shape, body))
 
 
-def _retarget_scatter(t, mapping):
+def _retarget_inputs(t, mapping):
     return retarget(t, mapping) if mapping else t
 
 

@@ -12,6 +12,13 @@ For ``Y = reduce_k(f(k) if where(k), init)`` with tangents ``df`` (source) and `
 - any other reducer (``tg.comm_reducer``): ``dY = sum_k(dcombine/db(rest_k, f(k)) * df)
   + dcombine/da(init, R) * dI`` where ``rest_k`` reduces all ``k' != k`` (with init) and
   ``R`` is the reduction without init; the combiner is differentiated by the rules.
+  When the reduction is the whole body of a stage over a rectangular domain, ``rest_k``
+  is ``init (+) P[y, q(k)] (+) S[y, q(k)]``, with ``P`` and ``S`` exclusive prefix and
+  suffix scans (:class:`tegrad.ir.tensor.ScanOp`) of the source along the reduction
+  domain flattened to ``q``: linear in the reduction's length instead of quadratic. A
+  reducer that declares its partial derivative (``comm_reducer(..., derivative=d)``,
+  ``d(x, y) = dY/dx`` for an element ``x`` of a reduction of value ``y``) gets ``dY =
+  sum_k(d(f(k), Y) * df) + d(init, Y) * dI``, which reads only the forward value.
 
 ``Y`` is ``fd.answer(e)``: the read ``Y[y]`` of the stage computing the reduction when
 the forward program was normalised (see :mod:`tegrad.autodiff.hoist`), else the
@@ -27,12 +34,14 @@ import contextlib
 import contextvars
 
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import And, Binary, Const, Or, Read, Reduce, Var, compare, select
+from tegrad.ir.errors import DifferentiationError
+from tegrad.ir.expr import (And, Binary, Const, IterVar, Or, Read, Reduce, Var, as_expr,
+                            compare, select)
 from tegrad.ir.stages import compute_body
-from tegrad.ir.tensor import compute_stage
+from tegrad.ir.tensor import compute_stage, scan_stage
 from tegrad.ir.mapper import substitute
 from tegrad.autodiff.algebra import ZERO, add, choose, div, mul
-from tegrad.autodiff.names import names_in, rename_axes, rename_reduce
+from tegrad.autodiff.names import fresh_names, names_in, rename_axes, rename_reduce
 from tegrad.autodiff.rules import ForwardDiff, rule
 
 SUM, PROD = _red.BUILTIN_REDUCERS["sum"], _red.BUILTIN_REDUCERS["prod"]
@@ -211,15 +220,100 @@ def combiner_partials(reducer, dtype):
     return x, y, partial(x), partial(y)
 
 
+def declared_rule(fd, e):
+    """The rule of a reducer with a declared ``derivative(x, y) = dY/dx``."""
+    df, di = _tangents(fd, e)
+    if df is ZERO and di is ZERO:
+        return ZERO
+    y = _value(fd, e)
+    out = ZERO
+    if df is not ZERO:
+        out = _sum_k(e, mul(_declared(e, e.source, y), df))
+    if di is not ZERO:
+        out = add(out, mul(_declared(e, e.init, y), di))
+    return out
+
+
+def _declared(e, x, y):
+    d = as_expr(e.reducer.derivative(x, y), e.dtype)
+    if d.dtype != e.dtype:
+        raise DifferentiationError(f"reducer {e.reducer.name!r}: derivative({x}, {y}) has "
+                                   f"dtype {d.dtype}, not {e.dtype}")
+    return d
+
+
+def _flat_position(axes):
+    """``(q(k), n)``: the row-major position of a point of rectangular ``axes``, and
+    the number of points; None when a bound is not a constant."""
+    if not all(type(ax.lo) is Const and type(ax.extent) is Const for ax in axes):
+        return None
+    q, n = None, 1
+    for ax in reversed(axes):
+        term = ax.var - ax.lo.value if ax.lo.value else ax.var
+        term = term * n if n != 1 else term
+        q = term if q is None else q + term
+        n *= ax.extent.value
+    return q, n
+
+
+def _scan_rest(fd, e):
+    """``P[y, q(k)] (+) S[y, q(k)]``: the reduction of all points but ``k``, from scans.
+
+    None unless ``e`` is the whole body of a stage ``Y`` (``fd.answer(e)`` reads it)
+    over a rectangular domain. The scans (one prefix, one suffix) are stages over
+    ``Y``'s axes and the flattened domain, built once per stage and shared.
+    """
+    y = fd.answer(e)
+    if not (type(y) is Read and type(compute_body(y.tensor)) is Reduce
+            and y.tensor.op.body.reducer is e.reducer):
+        return None
+    Y = y.tensor
+    body = Y.op.body
+    flat, here = _flat_position(body.axes), _flat_position(e.axes)
+    if flat is None or here is None or flat[1] != here[1] or flat[1] == 0:
+        return None
+    stages = _STATISTICS.get()
+    cache = {} if stages is None else stages.setdefault(id(Y), (Y, {}))[1]
+    if "scans" not in cache:
+        n = flat[1]
+        names = fresh_names(["q"], names_in(body) | {ax.name for ax in Y.op.axes})
+        q = Var(names[0])
+        # k_j = lo_j + (q // stride_j) % n_j: the point of the domain at position q
+        at, stride = {}, 1
+        for ax in reversed(body.axes):
+            pos = q // stride if stride != 1 else q
+            pos = pos % ax.extent.value if stride * ax.extent.value != n else pos
+            at[ax.name] = pos + ax.lo.value if ax.lo.value else pos
+            stride *= ax.extent.value
+        identity = e.reducer.identity(Y.dtype)
+        source = body.source if body.where is None else select(body.where, body.source,
+                                                               identity)
+        source = substitute(source, at)
+        axes = Y.op.axes + (IterVar(q, Const(0, q.dtype), Const(n, q.dtype), "data"),)
+        cache["scans"] = tuple(
+            scan_stage(f"{Y.name}_{kind}", axes, len(axes) - 1, e.reducer, source,
+                       kind == "suffix")
+            for kind in ("prefix", "suffix"))
+    prefix, suffix = cache["scans"]
+    index = tuple(y.indices) + (here[0],)
+    return e.reducer.combine(Read(prefix, index, e.dtype), Read(suffix, index, e.dtype))
+
+
 def generic_rule(fd, e):
+    if getattr(e.reducer, "derivative", None) is not None:
+        return declared_rule(fd, e)
     df, di = _tangents(fd, e)
     if df is ZERO and di is ZERO:
         return ZERO
     x, y, da, db = combiner_partials(e.reducer, e.dtype)
     out = ZERO
     if df is not ZERO and db is not ZERO:
-        source2, where2, axes2 = _others(fd, e)
-        rest = Reduce(e.reducer, source2, axes2, where2, e.init, e.dtype)
+        rest = _scan_rest(fd, e)
+        if rest is None:
+            source2, where2, axes2 = _others(fd, e)
+            rest = Reduce(e.reducer, source2, axes2, where2, e.init, e.dtype)
+        elif e.init is not None:
+            rest = e.reducer.combine(e.init, rest)
         partial = substitute(db, {x.name: rest, y.name: e.source})
         out = _sum_k(e, mul(partial, df))
     if di is not ZERO and da is not ZERO:

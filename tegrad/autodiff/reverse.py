@@ -99,10 +99,14 @@ class _Reverse:
     """One reverse pass: adjoints of the tensors between ``inputs`` and ``output``."""
 
     def __init__(self, output, inputs, root_head, prefix_shape, manual, originals,
-                 output_adjoint):
+                 output_adjoint, owners=None, normalised=None):
         self.output, self.inputs = output, inputs
         self.root_head, self.prefix_shape = root_head, tuple(prefix_shape)
         self.manual, self.originals = manual, originals
+        #: id of a stage hoisted out of an original stage -> that original stage
+        self.owners = owners or {}
+        #: id of an original stage -> its normalised stage
+        self.normalised = normalised or {}
         self.output_adjoint = output_adjoint
         self.manual_used = set()
         self.adjoints = {}
@@ -144,8 +148,16 @@ class _Reverse:
 
         def body(*vs):
             prefix, xs = vs[:n_pre], vs[n_pre:]
-            total = ZERO
+            total, overridden = ZERO, set()
             for c in consumers:
+                key = self._manual_key(c, t)
+                if key is not None:
+                    # the override replaces every path through the stage's normalised
+                    # pieces (the stage and the reductions hoisted out of it): add it once
+                    if key not in overridden:
+                        overridden.add(key)
+                        total = add(total, self._manual_contribution(key, t, xs))
+                    continue
                 if self._adjoint_is_zero(c):
                     continue
                 total = add(total, self._contribution(c, t, prefix, xs, taken | set(names)))
@@ -159,13 +171,25 @@ class _Reverse:
         body = compute_body(self.adjoints[id(c)])
         return type(body) is Const and body.value == 0
 
+    def _manual_key(self, c, t):
+        """The ``manual`` key overriding consumer ``c``'s contribution to ``t``, or None.
+
+        ``c`` may be a stage hoisted out of an original stage by normalisation: the
+        override of the original stage covers it.
+        """
+        if not self.manual:
+            return None
+        owner = self.owners.get(id(c)) or self.originals.get(id(c), c)
+        key = (owner, self.originals.get(id(t), t))
+        return key if key in self.manual else None
+
     def _contribution(self, c, t, prefix, xs, reserved):
-        key = (self.originals.get(id(c), c), self.originals.get(id(t), t))
-        fn = self.manual.get(key)
-        if fn is None:
-            return stage_contribution(c, t, self.head_of(c), xs, prefix, reserved)
+        return stage_contribution(c, t, self.head_of(c), xs, prefix, reserved)
+
+    def _manual_contribution(self, key, t, xs):
+        fn = self.manual[key]
         self.manual_used.add(key)
-        head = self.head_tensor(c)
+        head = self.head_tensor(self.normalised.get(id(key[0]), key[0]))
         out = fn(key[0], key[1], head)
         if not isinstance(out, Tensor) or out.shape != t.shape or out.dtype != t.dtype:
             raise TegradError(f"manual gradient for ({key[0].name}, {key[1].name}) must "
@@ -183,6 +207,28 @@ def _stage_names(t):
     return names_in(*stage_exprs(t)) - {ax.name for ax in t.op.axes}
 
 
+def _hoisted_owners(out2, originals, mapping):
+    """``{id(stage): original}`` for the stages normalisation hoisted out of an original.
+
+    A hoisted stage is one of the normalised program that stands for no original tensor;
+    it belongs to the original stage whose normalised version reads it (directly or
+    through other hoisted stages).
+    """
+    owners = {}
+    for old in originals.values():
+        new = mapping.get(id(old), old)
+        if new is old:
+            continue
+        stack = list(new.op.input_tensors())
+        while stack:
+            s = stack.pop()
+            if id(s) in originals or id(s) in owners:
+                continue
+            owners[id(s)] = old
+            stack.extend(s.op.input_tensors())
+    return owners
+
+
 def reverse_pass(output, inputs, root_head, prefix_shape=(), manual=None,
                  output_adjoint=None):
     """Adjoints (``{id(tensor): adjoint}``) of the normalised program of ``output``.
@@ -195,7 +241,9 @@ def reverse_pass(output, inputs, root_head, prefix_shape=(), manual=None,
                  for new in [mapping.get(id(old), old)]}
     inputs2 = [mapping.get(id(t), t) for t in inputs]
     rev = _Reverse(out2, inputs2, root_head, prefix_shape, manual or {}, originals,
-                   output_adjoint)
+                   output_adjoint, _hoisted_owners(out2, originals, mapping),
+                   {id(old): new for old in originals.values()
+                    for new in [mapping.get(id(old), old)]})
     with shared_statistics():
         adjoints = rev.run()
     return adjoints, mapping, out2, rev.manual_used

@@ -34,5 +34,9 @@ class OutOfBoundsError(TegradError, IndexError):
     """A tensor read (or scatter) outside the tensor's shape during evaluation."""
 
 
+class ImmutableError(TegradError, AttributeError):
+    """An assignment to an attribute of a tensor or stage, which are immutable."""
+
+
 class DifferentiationError(TegradError):
     """A node or operation that cannot be differentiated."""

@@ -18,6 +18,7 @@ introduce variables pick names that do not occur in the expression.
 from __future__ import annotations
 
 import numbers
+import operator
 from dataclasses import dataclass, fields
 from typing import Optional
 
@@ -229,6 +230,41 @@ class ExprOps:
     def __or__(self, other): return logical_or(self, other)
     def __ror__(self, other): return logical_or(other, self)
     def __invert__(self): return logical_not(self)
+    def __abs__(self): return call("abs", self)
+
+    def __round__(self, ndigits=None):
+        if ndigits is not None:
+            raise TegradError(f"round({self}, {ndigits!r}): only rounding to an integer value "
+                              f"is supported (tg.round)")
+        return call("round", self)
+
+    def _not_a_number(self, *args):
+        raise TegradError(
+            f"the expression {self} was used as a Python number (by math.exp, float(), "
+            f"int(), an index into a list, ...); it has no value when the program is built: "
+            f"use the tegrad functions on expressions (tg.exp, tg.log, tg.sqrt, tg.floor, "
+            f"tg.cast, ...)")
+
+    __float__ = __int__ = __index__ = __complex__ = _not_a_number
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # numpy scalars combined with an expression (np.float32(2) * x[i]) build nodes;
+        # any other numpy function is an error naming the tegrad one
+        fn = _NUMPY_OPERATORS.get(ufunc.__name__)
+        if fn is None or method != "__call__" or kwargs:
+            raise TegradError(
+                f"numpy's {ufunc.__name__} was applied to the expression "
+                f"{next(x for x in inputs if isinstance(x, ExprOps))}; numpy functions do not "
+                f"take expressions: use the tegrad function (tg.{ufunc.__name__}, ...)")
+        args = []
+        for x in inputs:
+            if isinstance(x, np.ndarray) and x.ndim == 0:
+                x = x[()]
+            if isinstance(x, np.ndarray):
+                raise TegradError(f"a numpy array of shape {x.shape} was combined with the "
+                                  f"expression {self}; feed arrays through placeholders")
+            args.append(x.item() if isinstance(x, np.generic) else x)
+        return fn(*args)
 
     def __bool__(self):
         raise TegradError(
@@ -242,6 +278,16 @@ class ExprOps:
 
     def __repr__(self):
         return f"<{type(self).__name__} {self}>"
+
+
+_NUMPY_OPERATORS = {
+    "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+    "true_divide": operator.truediv, "floor_divide": operator.floordiv,
+    "remainder": operator.mod, "power": operator.pow, "negative": operator.neg,
+    "absolute": operator.abs, "less": operator.lt, "less_equal": operator.le,
+    "greater": operator.gt, "greater_equal": operator.ge, "equal": operator.eq,
+    "not_equal": operator.ne,
+}
 
 
 # ---------------------------------------------------------------------------------------
@@ -267,6 +313,9 @@ class Const(Expr):
         dtype = _dt.canonical_dtype(self.dtype)
         object.__setattr__(self, "dtype", dtype)
         value = self.value.item() if isinstance(self.value, np.generic) else self.value
+        if isinstance(value, complex) or not isinstance(value, numbers.Number):
+            raise DTypeError(f"the constant {value!r} of type {type(value).__name__} is not a "
+                             f"real number; a {dtype} constant needs an int, float or bool")
         if _dt.is_float(dtype):
             value = float(value)
         elif _dt.is_bool(dtype):

@@ -12,9 +12,12 @@ from tegrad.ir.tensor import Tensor
 
 
 def as_tensor_list(outputs):
-    """``outputs`` (a tensor or an iterable of tensors) as a list of tensors."""
+    """``outputs`` (a tensor or an iterable of tensors) as a list; TegradError otherwise."""
     if isinstance(outputs, Tensor):
         return [outputs]
+    if isinstance(outputs, (str, bytes)) or not hasattr(outputs, "__iter__"):
+        raise TegradError(f"expected a tensor or a list of tensors, got {outputs!r} of type "
+                          f"{type(outputs).__name__}")
     outputs = list(outputs)
     for t in outputs:
         if not isinstance(t, Tensor):

@@ -196,6 +196,13 @@ class _StageText(StageMapper):
                    for u, tg in zip(updates, op.targets)]
         return f"{'; '.join(updates)} for {domain}  (from {start}, shape {t.shape})"
 
+    def map_scan(self, t):
+        p, op = self.p, t.op
+        lhs = f"{p.tensor_name(t)}[{', '.join(ax.name for ax in op.axes)}]"
+        kind = "suffix" if op.reverse else "prefix"
+        return (f"{lhs} = exclusive {kind} {op.reducer.name}({p.text(op.source)}) along "
+                f"{op.axes[op.axis].name}")
+
 
 def format_stage(t, printer=None):
     """One line defining tensor ``t`` in terms of its inputs."""

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import numbers
 
@@ -44,6 +45,10 @@ def reduce_axis(dom, name=None):
     if not isinstance(name, str) or not name.isidentifier():
         raise TegradError(f"reduce_axis: name must be an identifier, got {name!r}")
     if isinstance(lo, numbers.Integral) and isinstance(hi, numbers.Integral):
+        limit = _dt.max_value(_dt.INDEX_DTYPE)
+        if not (-limit <= lo <= limit and -limit <= hi <= limit and hi - lo <= limit):
+            raise ShapeError(f"reduce_axis {name!r}: the range {dom!r} does not fit the "
+                             f"{_dt.INDEX_DTYPE} axis variables")
         if hi < lo:
             raise ShapeError(f"reduce_axis {name!r}: end {hi} is before begin {lo}")
         return IterVar(Var(name), Const(int(lo), _dt.INDEX_DTYPE),
@@ -56,14 +61,17 @@ class Reducer:
     """A commutative, associative combination with an identity, usable like ``tg.sum``.
 
     ``combine(a, b)`` builds the expression combining two partial results and
-    ``identity(dtype)`` gives the neutral element. Reducers compare by identity.
+    ``identity(dtype)`` gives the neutral element; ``derivative(x, y)``, when given, is
+    the partial derivative ``dY/dx`` of a reduction's value ``y`` with respect to one of
+    its elements ``x``. Reducers compare by identity.
     """
 
-    def __init__(self, name, combine, identity, numpy_reduce=None):
+    def __init__(self, name, combine, identity, numpy_reduce=None, derivative=None):
         self.name = name
         self._combine = combine
         self._identity = identity
         self.numpy_reduce = numpy_reduce
+        self.derivative = derivative
         self._combiners = {}
 
     def __repr__(self):
@@ -181,11 +189,14 @@ min = _ExtremumReducer("min", lambda a, b: binary("min", a, b),
 BUILTIN_REDUCERS = {"sum": sum, "prod": prod, "max": max, "min": min}
 
 
-def comm_reducer(combine, identity, name="reducer"):
+def comm_reducer(combine, identity, name="reducer", derivative=None):
     """A user-defined commutative reducer, usable like ``tg.sum``.
 
     ``combine(a, b)`` builds the combination of two expressions; ``identity(dtype)``
-    returns the neutral element.
+    returns the neutral element. ``derivative(x, y)``, optional, builds the partial
+    derivative of a reduction's value ``y`` with respect to one element ``x`` (for a
+    log-sum-exp, ``tg.exp(x - y)``): gradients then read the forward value only;
+    without it they combine exclusive prefix and suffix scans (still linear time).
 
     >>> import tegrad as tg
     >>> absmax = tg.comm_reducer(lambda a, b: tg.max(tg.abs(a), tg.abs(b)),
@@ -193,7 +204,27 @@ def comm_reducer(combine, identity, name="reducer"):
     """
     if not callable(combine) or not callable(identity):
         raise TegradError("comm_reducer needs a callable combine(a, b) and identity(dtype)")
-    return Reducer(name, combine, identity)
+    _check_arity(name, "combine", combine, 2, "combine(a, b)")
+    _check_arity(name, "identity", identity, 1, "identity(dtype)")
+    if derivative is not None:
+        if not callable(derivative):
+            raise TegradError(f"comm_reducer {name!r}: derivative must be a callable "
+                              f"derivative(x, y), got {derivative!r}")
+        _check_arity(name, "derivative", derivative, 2, "derivative(x, y)")
+    return Reducer(name, combine, identity, derivative=derivative)
+
+
+def _check_arity(name, what, fn, n, form):
+    """``fn`` must accept ``n`` positional arguments (when its signature is known)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*([None] * n))
+    except TypeError:
+        raise TegradError(f"comm_reducer {name!r}: {what} must take {n} argument(s), as "
+                          f"{form}, but its signature is {what}{signature}") from None
 
 
 __all__ = ["reduce_axis", "Reducer", "sum", "prod", "max", "min", "comm_reducer"]

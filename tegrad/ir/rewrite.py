@@ -17,7 +17,7 @@ from tegrad.ir.expr import Read
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper
 from tegrad.ir.stages import StageMapper, is_placeholder
-from tegrad.ir.tensor import compute_stage, scatter_stage
+from tegrad.ir.tensor import compute_stage, scan_stage, scatter_stage
 
 
 class _Retarget(IdentityMapper):
@@ -58,6 +58,13 @@ class _MapStage(StageMapper):
         if not changed:
             return t
         return scatter_stage(t.name, t.shape, op.axes, targets, init)
+
+    def map_scan(self, t):
+        op = t.op
+        source = self.fn(op.source)
+        if source is op.source:
+            return t
+        return scan_stage(t.name, op.axes, op.axis, op.reducer, source, op.reverse)
 
 
 def map_stage(t, fn, init_of=None):

@@ -1,13 +1,14 @@
-"""Dispatch on the kind of a tensor's stage: placeholder, compute or scatter-add.
+"""Dispatch on the kind of a tensor's stage: placeholder, compute, scatter-add or scan.
 
-A :class:`StageMapper` calls ``map_placeholder``, ``map_compute`` or ``map_scatter``
-with the tensor; passes over programs subclass it instead of testing ``t.op``'s class.
+A :class:`StageMapper` calls ``map_placeholder``, ``map_compute``, ``map_scatter`` or
+``map_scan`` with the tensor; passes over programs subclass it instead of testing ``t.op``'s class.
 
 >>> import tegrad as tg
 >>> class Kind(StageMapper):
 ...     def map_placeholder(self, t): return "input"
 ...     def map_compute(self, t): return "compute"
 ...     def map_scatter(self, t): return "scatter"
+...     def map_scan(self, t): return "scan"
 >>> x = tg.placeholder((2,), name="x")
 >>> Kind()(x), Kind()(tg.compute((2,), lambda i: x[i] * 2.0))
 ('input', 'compute')
@@ -15,14 +16,14 @@ with the tensor; passes over programs subclass it instead of testing ``t.op``'s 
 from __future__ import annotations
 
 from tegrad.ir.mapper import Dispatcher
-from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
+from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp
 
 
 class StageMapper(Dispatcher):
     """Dispatch ``self(t, *args)`` to ``self.map_<stage kind>(t, *args)``."""
 
     _method_names = {PlaceholderOp: "map_placeholder", ComputeOp: "map_compute",
-                     ScatterOp: "map_scatter"}
+                     ScatterOp: "map_scatter", ScanOp: "map_scan"}
 
     def __call__(self, t, *args):
         return self.method_for(type(t.op), t)(t, *args)
@@ -45,7 +46,8 @@ def output_axis_names(t):
 
 
 def stage_exprs(t):
-    """The expressions of the stage of ``t``: a compute's body; each scatter target's."""
+    """The expressions of the stage of ``t``: a compute's body; each scatter target's; a
+    scan's source."""
     return _StageExprs()(t)
 
 
@@ -58,6 +60,9 @@ class _StageExprs(StageMapper):
 
     def map_scatter(self, t):
         return t.op.exprs()
+
+    def map_scan(self, t):
+        return [t.op.source]
 
 
 __all__ = ["StageMapper", "compute_body", "is_placeholder", "output_axis_names", "stage_exprs"]

@@ -1,4 +1,4 @@
-"""Tensors and the stages that define them: placeholders, computes and scatter-adds.
+"""Tensors and the stages that define them: placeholders, computes, scatter-adds, scans.
 
 A :class:`Tensor` is the single output of an operation (``tensor.op``). Tensors compare
 and hash by identity; their definitions are immutable.
@@ -14,18 +14,29 @@ from __future__ import annotations
 import inspect
 import itertools
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.errors import DTypeError, IndexingError, ScopeError, ShapeError, TegradError
-from tegrad.ir.expr import TEXT, Const, IterVar, TensorLike, Var, as_expr, read, retype
-from tegrad.ir.mapper import free_var_names, reduce_axis_names, tensors_read, walk
+from tegrad.ir.errors import (DTypeError, ImmutableError, IndexingError, ScopeError, ShapeError,
+                              TegradError)
+from tegrad.ir.expr import TEXT, Const, IterVar, Reduce, TensorLike, Var, as_expr, read, retype
+from tegrad.ir.mapper import (all_var_names, free_var_names, fresh_name, reduce_axis_names,
+                              substitute, tensors_read, walk)
+from tegrad.ir.reduction import Reducer
 
 _name_counter = itertools.count()
 
 
+#: the largest extent of a dimension: axis variables are INDEX_DTYPE integers
+MAX_EXTENT = _dt.max_value(_dt.INDEX_DTYPE)
+#: the largest number of elements of a tensor (element counts are int64)
+MAX_SIZE = 2**63 - 1
+
+
 def _check_shape(shape, name):
+    """The one shape rule of every tensor kind: a tuple of integers in [1, MAX_EXTENT]."""
     if isinstance(shape, (numbers.Integral, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)):
@@ -39,7 +50,16 @@ def _check_shape(shape, name):
         if d <= 0:
             raise ShapeError(f"tensor {name!r}: shape {tuple(shape)!r} has the non-positive "
                              f"extent {d}")
+        if d > MAX_EXTENT:
+            raise ShapeError(f"tensor {name!r}: shape {tuple(shape)!r} has the extent {d}, "
+                             f"more than {MAX_EXTENT} (axes are {_dt.INDEX_DTYPE} variables)")
         out.append(int(d))
+    size = 1
+    for d in out:
+        size *= d
+    if size > MAX_SIZE:
+        raise ShapeError(f"tensor {name!r}: shape {tuple(out)!r} has {size} elements, more "
+                         f"than {MAX_SIZE}")
     return tuple(out)
 
 
@@ -66,7 +86,8 @@ class Tensor(TensorLike):
         object.__setattr__(self, "name", name)
 
     def __setattr__(self, key, value):
-        raise AttributeError(f"tensor {self.name!r} is immutable")
+        raise ImmutableError(f"tensor {self.name!r} is immutable; build a new tensor "
+                             f"instead of setting {key!r}")
 
     @property
     def ndim(self):
@@ -81,11 +102,11 @@ class Tensor(TensorLike):
 
     def __len__(self):
         if not self.shape:
-            raise TypeError(f"scalar tensor {self.name!r} has no length")
+            raise IndexingError(f"scalar tensor {self.name!r} has no length")
         return self.shape[0]
 
     def __iter__(self):
-        raise TypeError(f"tensor {self.name!r} is not iterable; index it with t[i, j]")
+        raise IndexingError(f"tensor {self.name!r} is not iterable; index it with t[i, j]")
 
     def __bool__(self):
         return True
@@ -115,9 +136,9 @@ class _Frozen:
         self.__delattr__(key)
 
     def __delattr__(self, key):
-        raise AttributeError(f"{type(self).__name__} of {getattr(self, 'name', '?')!r} is "
+        raise ImmutableError(f"{type(self).__name__} of {getattr(self, 'name', '?')!r} is "
                              f"immutable; build a new stage (tegrad.ir.tensor.compute_stage, "
-                             f"scatter_stage)")
+                             f"scatter_stage, scan_stage)")
 
 
 class PlaceholderOp(_Frozen):
@@ -191,6 +212,48 @@ class ScatterOp(_Frozen):
         return list(out.values())
 
 
+class ScanOp(_Frozen):
+    """An exclusive scan: ``output[..., a, ...] = reducer(source[..., a', ...] for a' < a)``.
+
+    ``axes`` are the output's axes (as a compute's), ``axis`` the position of the
+    scanned one, ``source`` an expression of the axes' variables and ``reducer`` a
+    commutative reducer. A prefix scan (``reverse=False``) combines the points before
+    ``a``, a suffix scan (``reverse=True``) those after it; the first point of a scan
+    line holds the reducer's identity. The stage is run as one sequential loop along
+    ``axis`` per line (``acc = identity; for a: out[a] = acc; acc = combine(acc,
+    source[a])``), vectorised over the other axes; its cost is one point per element.
+    Gradients of custom reducers read a prefix and a suffix scan to get, for every
+    element, the reduction of all the others in linear time.
+    """
+
+    __slots__ = ("name", "axes", "axis", "reducer", "source", "reverse")
+
+    def __init__(self, name, axes, axis, reducer, source, reverse=False):
+        self._init(name=name, axes=tuple(axes), axis=axis, reducer=reducer, source=source,
+                   reverse=reverse)
+
+    def input_tensors(self):
+        return tensors_read(self.source)
+
+    def as_reduce(self, taken=()):
+        """The scan as an equivalent (quadratic) reduction over a fresh axis ``a'``.
+
+        Points ``a' < a`` (``a' > a`` when reversed) of the scanned axis; used where a
+        scan must be treated as an ordinary compute body (differentiating through it).
+        """
+        ax = self.axes[self.axis]
+        fresh = fresh_name(ax.name + "_s", set(taken) | all_var_names(self.source)
+                           | {a.name for a in self.axes})
+        if self.reverse:
+            lo = ax.var + 1
+            extent = ax.extent - lo
+        else:
+            lo, extent = Const(0, _dt.INDEX_DTYPE), ax.var
+        other = IterVar(Var(fresh), lo, extent, "reduce")
+        source = substitute(self.source, {ax.name: other.var})
+        return Reduce(self.reducer, source, (other,), None, None, self.source.dtype)
+
+
 def _domain_shape(stage_kind, name, axes):
     """The extents of a stage's data axes (each ``[0, extent)`` with a constant extent)."""
     shape = []
@@ -262,6 +325,49 @@ def scatter_stage(name, shape, axes, targets, init=None):
                              f"shape {shape}")
     return Tensor(ScatterOp(name, axes, targets, init), shape, dtype, name)
 
+def scan_stage(name, axes, axis, reducer, source, reverse=False):
+    """The exclusive scan ``name[axes] = reducer(source at the points of axes[axis] before
+    (after, if reverse) this one)``, checked like :func:`scan`.
+
+    The one constructor of scan stages (see :func:`compute_stage`).
+    """
+    name = _check_name(name, "scan")
+    axes = tuple(axes)
+    shape = _domain_shape("scan", name, axes)
+    if not isinstance(reducer, Reducer):
+        raise TegradError(f"scan {name!r}: the reducer must be a tg reducer (tg.sum, "
+                          f"tg.comm_reducer(...)), got {reducer!r}")
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral) \
+            or not -len(shape) <= axis < len(shape):
+        raise ShapeError(f"scan {name!r}: axis {axis!r} is not an axis of the shape {shape}")
+    axis = int(axis) % len(shape)
+    try:
+        source = as_expr(source)
+    except TegradError as err:
+        raise TegradError(f"scan {name!r}: {err}") from None
+    if not (_dt.is_float(source.dtype) or _dt.is_int(source.dtype)):
+        raise DTypeError(f"scan {name!r}: cannot scan the {source.dtype} expression {source}")
+    reducer.combiner(source.dtype)  # validates the combiner for this dtype
+    _check_scope("scan", name, source, [ax.name for ax in axes], "the source")
+    return Tensor(ScanOp(name, axes, axis, reducer, source, bool(reverse)), shape,
+                  source.dtype, name)
+
+
+def scan(shape, fsource, reducer, axis=-1, reverse=False, name=None):
+    """An exclusive prefix (or, with ``reverse``, suffix) scan of ``fsource`` (see ScanOp).
+
+    >>> import tegrad as tg
+    >>> x = placeholder((2, 4), dtype="float64", name="x")
+    >>> P = scan((2, 4), lambda i, a: x[i, a], tg.sum, name="P")
+    >>> import numpy as np
+    >>> tg.evaluate(P, {x: np.ones((2, 4))}).tolist()
+    [[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]]
+    """
+    name = _check_name(name, "scan")
+    shape = _check_shape(shape, name)
+    axes = _data_axes(shape, _axis_names(fsource, len(shape), name))
+    return scan_stage(name, axes, axis, reducer, fsource(*axes), reverse)
+
 
 def placeholder(shape, dtype="float32", name=None):
     """An input tensor of the program.
@@ -278,6 +384,9 @@ def placeholder(shape, dtype="float32", name=None):
 
 
 def _axis_names(fcompute, ndim, name):
+    if not callable(fcompute):
+        raise TegradError(f"{name!r}: expected a function of the {ndim} index variable(s), "
+                          f"got {fcompute!r}")
     try:
         params = list(inspect.signature(fcompute).parameters.values())
     except (TypeError, ValueError):

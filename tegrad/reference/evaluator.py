@@ -21,12 +21,13 @@ import numpy as np
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import FeedError, OutOfBoundsError, TegradError
-from tegrad.ir.expr import Const, Reduce
+from tegrad.ir.expr import Const, ExprOps, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
 from tegrad.ir.mapper import Mapper, NodeMemo, children
-from tegrad.ir.stages import StageMapper
+from tegrad.ir.stages import StageMapper, is_placeholder
 from tegrad.ir.tensor import Tensor
+from tegrad.reference import memory as _memory
 
 #: stages whose broadcast index space exceeds this many elements are evaluated in chunks
 CHUNK_ELEMENTS = 1 << 22
@@ -64,17 +65,21 @@ class _Scope:
 class ExprEvaluator(Mapper):
     """The numpy value of an expression over a stage's index space (``self(e, scope)``).
 
-    ``values`` maps ``id(tensor)`` to the array of each tensor read. A subclass adding a
-    node kind (a code generator's load) lists it in ``_method_names`` and evaluates its
-    children with ``self(child, scope)``; :meth:`at_point` evaluates at one point.
+    ``values`` maps ``id(tensor)`` to the array of each tensor read; ``stage`` and
+    ``limit`` are the stage evaluated and the memory limit its reductions are checked
+    against. A subclass adding a node kind (a code generator's load) lists it in
+    ``_method_names`` and evaluates its children with ``self(child, scope)``;
+    :meth:`at_point` evaluates at one point.
 
     >>> from tegrad.ir.expr import Var
     >>> int(ExprEvaluator({}).at_point(Var("i", "int64") // -2, {"i": np.int64(3)}))
     -2
     """
 
-    def __init__(self, values):
+    def __init__(self, values, stage=None, limit=None):
         self.values = values
+        #: the stage evaluated and the memory limit its reductions are checked against
+        self.stage, self.limit = stage, limit
 
     def at_point(self, e, env):
         """The value of ``e`` (a 0-d array) where each variable named in ``env`` has the
@@ -184,6 +189,7 @@ class ExprEvaluator(Mapper):
             active_extent = extent if inner.mask is None else np.where(inner.mask, extent, 0)
             n = max(int(np.max(active_extent, initial=0)), 0)  # no active point: empty
             red_shape[scope.ndim + pos] = n
+            self._check_reduction_memory(scope, red_shape)
             shape = [1] * ndim
             shape[scope.ndim + pos] = n
             t = np.arange(n, dtype=np.int64).reshape(shape)
@@ -210,6 +216,15 @@ class ExprEvaluator(Mapper):
         if e.init is not None:
             result = self._combine(e, self(e.init, scope), result, scope)
         return result
+
+    def _check_reduction_memory(self, scope, red_shape):
+        """Refuse a reduction whose broadcast index space cannot fit the memory limit."""
+        if self.limit is None:
+            return
+        outer = np.broadcast_shapes(*(np.shape(v) for v in scope.env.values()))
+        points = int(np.prod(outer, dtype=object)) * int(np.prod(red_shape, dtype=object))
+        _memory.check_stage_memory(self.stage, _memory.temporary_bytes(points),
+                                   f"a reduction over {points} points at once", self.limit)
 
     def _combine(self, e, a, b, scope):
         x, y, body = e.reducer.combiner(e.dtype)
@@ -255,15 +270,17 @@ def _index_arrays(axes, ndim, rows=None):
     return env
 
 
-def _evaluate_compute(t, values):
+def _evaluate_compute(t, values, limit=None):
     op = t.op
-    ev = ExprEvaluator(values)
+    ev = ExprEvaluator(values, t, limit)
     ndim = len(t.shape)
     work = _reduction_work(op.body) * max(int(np.prod(t.shape[1:], dtype=np.int64)), 1)
     rows_per_chunk = max(1, CHUNK_ELEMENTS // work)
     if ndim == 0 or rows_per_chunk >= t.shape[0]:
+        _check_compute_memory(t, work * (t.shape[0] if ndim else 1), 1, limit)
         chunks = [None]
     else:
+        _check_compute_memory(t, work * rows_per_chunk, 2, limit)
         chunks = [(s, min(s + rows_per_chunk, t.shape[0]))
                   for s in range(0, t.shape[0], rows_per_chunk)]
     parts = []
@@ -275,11 +292,29 @@ def _evaluate_compute(t, values):
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
 
-def _evaluate_scatter(t, values):
+def _check_compute_memory(t, chunk_points, copies, limit):
+    """Refuse a compute stage whose output (``copies`` of it) or one chunk cannot fit."""
+    if limit is None:
+        return
+    output = t.size * np.dtype(t.dtype).itemsize * copies
+    _memory.check_stage_memory(t, output, "its output buffer" if copies == 1 else
+                               "its output buffer and its chunks", limit)
+    _memory.check_stage_memory(t, output + _memory.temporary_bytes(chunk_points),
+                               f"its output and {chunk_points} points evaluated at once",
+                               limit)
+
+
+def _evaluate_scatter(t, values, limit=None):
     op = t.op
-    ev = ExprEvaluator(values)
+    ev = ExprEvaluator(values, t, limit)
     ndim = len(op.axes)
     domain = tuple(ax.extent.value for ax in op.axes)
+    if limit is not None:
+        points = int(np.prod(domain, dtype=object))
+        needed = t.size * np.dtype(t.dtype).itemsize + _memory.temporary_bytes(
+            points * (1 + max(len(target.indices) for target in op.targets)))
+        _memory.check_stage_memory(t, needed, f"its output and a domain of {points} points",
+                                   limit)
     out = (np.zeros(t.shape, dtype=t.dtype) if op.init is None
            else values[id(op.init)].astype(t.dtype, copy=True))
     everywhere = _Scope(_index_arrays(op.axes, ndim), ndim, None)
@@ -302,24 +337,44 @@ def _evaluate_scatter(t, values):
     return out
 
 
-def _feed_value(t, feed):
+def _evaluate_scan(t, values, limit=None):
+    """A sequential loop along the scanned axis, vectorised over the other axes."""
+    op = t.op
+    if limit is not None:
+        _memory.check_stage_memory(t, t.size * np.dtype(t.dtype).itemsize
+                                   + _memory.temporary_bytes(t.size),
+                                   "its output and its source", limit)
+    ev = ExprEvaluator(values, t, limit)
+    ndim = len(t.shape)
+    source = np.broadcast_to(ev(op.source, _Scope(_index_arrays(op.axes, ndim), ndim, None)),
+                             t.shape)
+    x, y, body = op.reducer.combiner(t.dtype)
+    out = np.empty(t.shape, dtype=t.dtype)
+    line = t.shape[:op.axis] + t.shape[op.axis + 1:]
+    acc = np.full(line, op.reducer.identity(t.dtype).value, dtype=t.dtype)
+    steps = range(t.shape[op.axis] - 1, -1, -1) if op.reverse else range(t.shape[op.axis])
+    before = (slice(None),) * op.axis
+    for a in steps:
+        out[before + (a,)] = acc
+        env = {x.name: acc, y.name: source[before + (a,)]}
+        acc = np.broadcast_to(ev(body, _Scope(env, ndim - 1, None)), line).astype(t.dtype)
+    return out
+
+
+def _feed_value(t, feed, same_name=()):
     if t in feed:
         value = feed[t]
     elif t.name in feed and isinstance(t.name, str):
+        if same_name:
+            others = ", ".join(_describe(o) for o in same_name)
+            raise FeedError(f"the feed key {t.name!r} is ambiguous: the placeholders "
+                            f"{_describe(t)} and {others} share that name; key the feed by "
+                            f"the placeholder tensors instead")
         value = feed[t.name]
     else:
         raise FeedError(f"no value fed for the placeholder {t.name!r} (shape {t.shape}, "
                         f"{t.dtype})")
-    if isinstance(value, np.ndarray):
-        if value.dtype != np.dtype(t.dtype):
-            raise FeedError(f"placeholder {t.name!r} is {t.dtype} but was fed an array of "
-                            f"dtype {value.dtype}; convert it with .astype({t.dtype!r})")
-    else:
-        try:
-            value = np.asarray(value, dtype=t.dtype)
-        except (TypeError, ValueError) as err:
-            raise FeedError(f"placeholder {t.name!r}: cannot convert the feed to "
-                            f"{t.dtype}: {err}") from None
+    value = feed_array(t, value)
     if value.shape != t.shape:
         raise FeedError(f"placeholder {t.name!r} has shape {t.shape} but was fed an array of "
                         f"shape {value.shape}")
@@ -327,35 +382,120 @@ def _feed_value(t, feed):
 
 
 class _RunStage(StageMapper):
-    def __init__(self, values, feed):
-        self.values, self.feed = values, feed
+    def __init__(self, values, feed, limit, by_name):
+        self.values, self.feed, self.limit, self.by_name = values, feed, limit, by_name
 
     def map_placeholder(self, t):
-        return _feed_value(t, self.feed)
+        same_name = [o for o in self.by_name[t.name] if o is not t]
+        return _feed_value(t, self.feed, same_name)
 
     def map_compute(self, t):
-        return _evaluate_compute(t, self.values)
+        return _evaluate_compute(t, self.values, self.limit)
 
     def map_scatter(self, t):
-        return _evaluate_scatter(t, self.values)
+        return _evaluate_scatter(t, self.values, self.limit)
+
+    def map_scan(self, t):
+        return _evaluate_scan(t, self.values, self.limit)
 
 
-def evaluate(outputs, feed=None):
+def _describe(t):
+    return f"{t.name!r} (shape {t.shape}, {t.dtype})"
+
+
+def feed_array(t, value):
+    """``value`` as an array of the placeholder ``t``'s dtype, converted only losslessly.
+
+    One rule for every container (array, numpy scalar, Python number, nested lists): the
+    feed is converted to ``t``'s dtype when every value converts back to itself (NaN to
+    NaN), and refused with a :class:`FeedError` naming the placeholder otherwise: a
+    fraction fed to an integer placeholder, an integer out of its range, a float64 value
+    that float32 rounds, a bool fed to a number or a number to a bool.
+
+    >>> import tegrad as tg
+    >>> n = tg.placeholder((2,), dtype="int32", name="n")
+    >>> feed_array(n, [1.0, 2.0]).tolist()
+    [1, 2]
+    >>> feed_array(n, [1.5, 2.7])
+    Traceback (most recent call last):
+    ...
+    tegrad.ir.errors.FeedError: placeholder 'n' is int32 but the feed holds the float64 value 1.5, which int32 cannot hold exactly (it would become 1); feed exact values or convert them explicitly
+    """
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise FeedError(f"placeholder {t.name!r}: cannot read the feed as an array of "
+                        f"{t.dtype}: {err}") from None
+    dst = np.dtype(t.dtype)
+    if arr.dtype == dst:
+        return arr
+    src = arr.dtype
+    if src.kind not in "biuf" or (src.kind == "b") != (dst.kind == "b"):
+        raise FeedError(f"placeholder {t.name!r} is {t.dtype} but the feed holds {src} "
+                        f"values; feed {t.dtype} values")
+    out = arr.astype(dst)
+    back = out.astype(src)
+    same = back == arr
+    if src.kind == "f":
+        same |= np.isnan(arr) & np.isnan(back)
+    if not np.all(same):
+        pos = tuple(int(a[0]) for a in np.nonzero(np.atleast_1d(~same)))
+        bad, got = np.atleast_1d(arr)[pos].item(), np.atleast_1d(out)[pos].item()
+        raise FeedError(f"placeholder {t.name!r} is {t.dtype} but the feed holds the {src} "
+                        f"value {bad!r}, which {t.dtype} cannot hold exactly (it would become {got!r}); "
+                        f"feed exact values or convert them explicitly")
+    return out
+
+
+def _output_list(outputs):
+    """The tensors of a list or tuple of outputs; anything else is an error naming it."""
+    items = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    for item in items:
+        if isinstance(item, ExprOps):
+            raise TegradError(f"evaluate: {item} is an expression, not a tensor; evaluate a "
+                              f"stage computing it, e.g. tg.compute((), lambda: {item})")
+        if not isinstance(item, Tensor):
+            raise TegradError(f"evaluate: the outputs must be a tensor or a list of tensors, "
+                              f"got {item!r} of type {type(item).__name__}")
+    return items
+
+
+def evaluate(outputs, feed=None, *, memory_limit=None):
     """Compute ``outputs`` (a tensor or a list of tensors) with numpy.
 
-    ``feed`` maps each placeholder the outputs depend on (or its name) to an array of
-    its shape and dtype. Returns an array, or a list of arrays for a list of outputs.
+    ``feed`` maps each placeholder the outputs depend on (or its name, when no other
+    placeholder of the program has it) to an array of its shape; values of another
+    dtype are converted only when no value changes (see :func:`feed_array`). Returns an
+    array, or a list of arrays for a list of outputs.
+
+    A stage whose buffers cannot fit ``memory_limit`` bytes (default: the process-wide
+    limit of :func:`tegrad.set_memory_limit`, else a fraction of the available memory;
+    see :mod:`tegrad.reference.memory`) is refused before anything is computed for it.
     """
     single = isinstance(outputs, Tensor)
-    outs = [outputs] if single else list(outputs)
+    outs = [outputs] if single else _output_list(outputs)
     feed = {} if feed is None else feed
     if not isinstance(feed, dict):
         raise FeedError(f"feed must be a dict from placeholders to arrays, got "
                         f"{type(feed).__name__}")
+    if memory_limit is None:
+        limit = _memory.memory_limit()
+    elif isinstance(memory_limit, bool) or not isinstance(memory_limit, int) \
+            or memory_limit <= 0:
+        raise TegradError(f"evaluate: memory_limit must be a positive number of bytes, got "
+                          f"{memory_limit!r}")
+    else:
+        limit = memory_limit
     values = {}
+    order = topological_order(outs)
+    by_name = {}
+    for t in order:
+        if is_placeholder(t):
+            by_name.setdefault(t.name, []).append(t)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for t in topological_order(outs):
-            values[id(t)] = _RunStage(values, feed)(t)
+        run = _RunStage(values, feed, limit, by_name)
+        for t in order:
+            values[id(t)] = run(t)
     results = [values[id(t)] for t in outs]
     return results[0] if single else results

@@ -45,6 +45,9 @@ class _InlineFacts(StageMapper):
     def map_scatter(self, t):
         return False, (() if t.op.init is None else (t.op.init,))
 
+    def map_scan(self, t):
+        return False, ()
+
 
 def _inlinable(tensors, keep):
     """Ids of the elementwise stages that can be inlined into all their readers."""

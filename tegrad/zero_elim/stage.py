@@ -39,12 +39,13 @@ def optimize_stage(t):
 
 
 class _OptimizeStage(StageMapper):
-    """Zero elimination rewrites compute stages; inputs and scatters stay as they are."""
+    """Zero elimination rewrites compute stages; inputs, scatters and scans stay as they
+    are."""
 
     def map_placeholder(self, t):
         return t
 
-    map_scatter = map_placeholder
+    map_scatter = map_scan = map_placeholder
 
     def map_compute(self, t):
         return _optimize_compute(t)

@@ -371,3 +371,54 @@ def test_check_grad_runs_float32_programs_in_float64():
     assert check_vjp(y, [x], feed=feed, rng=0) < 1e-6
     (y64,), mapping = tg.testing.as_float64([y])
     assert y64.dtype == F64 and mapping[x].dtype == F64 and mapping[I] is I
+
+
+def _tanh_of_matmul():
+    x = tg.placeholder((3, 4), dtype="float64", name="x")
+    w = tg.placeholder((4, 2), dtype="float64", name="w")
+    k = tg.reduce_axis((0, 4), name="k")
+    y1 = tg.compute((3, 2), lambda i, j: tg.tanh(tg.sum(x[i, k] * w[k, j], axis=k)), name="y1")
+    loss = tg.compute((3, 2), lambda i, j: y1[i, j] * y1[i, j], name="loss")
+    rng = np.random.default_rng(3)
+    return x, w, y1, loss, {x: rng.standard_normal((3, 4)), w: rng.standard_normal((4, 2))}
+
+
+def test_manual_override_of_a_stage_whose_reduction_sits_inside_an_expression():
+    x, w, y1, loss, feed = _tanh_of_matmul()
+
+    def marker(out, inp, head):
+        # a recognisable value: it must appear in the gradient as it is
+        return tg.compute(inp.shape, lambda i, m: tg.const(7.0, "float64"),
+                          name="marker")
+
+    res = tg.differentiate(loss, [x, w], manual={(y1, x): marker})
+    assert tg.evaluate(res[0], feed).tolist() == [[7.0] * 4] * 3
+    # the other input's gradient is untouched by the override
+    np.testing.assert_allclose(tg.evaluate(res[1], feed),
+                               tg.evaluate(tg.differentiate(loss, [w])[0], feed))
+    (direct,) = tg.differentiate(y1, [x], manual={(y1, x): marker})
+    assert tg.evaluate(direct, feed).tolist() == [[7.0] * 4] * 3
+
+
+def test_manual_override_with_the_true_vjp_gives_the_true_gradient():
+    x, w, y1, loss, feed = _tanh_of_matmul()
+    calls = []
+
+    def vjp(out, inp, head):
+        calls.append((out, inp))
+        j = tg.reduce_axis((0, 2), name="j")
+        return tg.compute((3, 4), lambda i, m: tg.sum(
+            head[i, j] * (1.0 - out[i, j] * out[i, j]) * w[m, j], axis=j), name="dx_manual")
+
+    res = tg.differentiate(loss, [x, w], manual={(y1, x): vjp})
+    assert calls == [(y1, x)]
+    # central finite differences of sum(loss) with respect to x
+    numeric = np.zeros(x.shape)
+    for pos in np.ndindex(*x.shape):
+        shifted = {}
+        for sign in (1, -1):
+            xs = feed[x].copy()
+            xs[pos] += sign * 1e-6
+            shifted[sign] = tg.evaluate(loss, {x: xs, w: feed[w]}).sum()
+        numeric[pos] = (shifted[1] - shifted[-1]) / 2e-6
+    np.testing.assert_allclose(tg.evaluate(res[0], feed), numeric, rtol=1e-6, atol=1e-8)

@@ -107,7 +107,7 @@ def test_feed_errors(A):
     with pytest.raises(tg.FeedError, match=r"'Amat'.*shape \(4, 5\).*\(5, 4\)"):
         tg.evaluate(B, {A: np.zeros((5, 4), dtype="float32")})
     with pytest.raises(tg.FeedError, match=r"'Amat'.*float32.*float64"):
-        tg.evaluate(B, {A: np.zeros((4, 5), dtype="float64")})
+        tg.evaluate(B, {A: np.full((4, 5), 0.1, dtype="float64")})
     with pytest.raises(tg.FeedError, match=r"no value fed.*'Amat'"):
         tg.evaluate(B, {})
     with pytest.raises(tg.FeedError, match="dict"):
@@ -165,3 +165,85 @@ def test_integer_constants_must_fit_their_dtype():
     with pytest.raises(tg.DTypeError, match="int8"):
         tg.const(300, "int8")
     assert tg.const(2**40).dtype == "int64"
+
+
+def test_a_constant_must_be_a_real_number():
+    with pytest.raises(tg.DTypeError, match=r"'abc'.*float64"):
+        tg.const("abc", "float64")
+    with pytest.raises(tg.DTypeError, match=r"1j"):
+        tg.const(1j, "float32")
+
+
+def test_python_and_numpy_math_on_expressions_name_the_tegrad_function(A):
+    import math
+    with pytest.raises(tg.TegradError, match=r"Amat\[0, 1\].*tg\.exp"):
+        math.exp(A[0, 1])
+    with pytest.raises(tg.TegradError, match=r"Amat\[0, 0\].*Python number"):
+        float(A[0, 0])
+    with pytest.raises(tg.TegradError, match=r"\bi\b.*Python number"):
+        tg.compute((4,), lambda i: [1.0, 2.0][i], name="listed")
+    with pytest.raises(tg.TegradError, match=r"numpy's exp.*Amat\[0, 0\].*tg\.exp"):
+        np.exp(A[0, 0])
+    # numpy scalars still combine with expressions like Python numbers
+    assert str(np.float32(2.0) * A[0, 0]) == "2.0 * Amat[0, 0]"
+
+
+def test_builtin_abs_builds_the_abs_intrinsic():
+    x = tg.placeholder((3,), dtype="float64", name="x")
+    y = tg.compute((3,), lambda i: abs(x[i] - 1.0), name="y")
+    assert tg.evaluate(y, {x: np.array([-1.0, 1.0, 3.0])}).tolist() == [2.0, 0.0, 2.0]
+    assert str(abs(tg.Var("i"))) == "abs(i)"
+
+
+def test_comm_reducer_checks_the_arity_of_combine_and_identity():
+    with pytest.raises(tg.TegradError, match=r"'unary'.*combine must take 2.*combine\(a\)"):
+        tg.comm_reducer(lambda a: a, lambda dtype: 0.0, name="unary")
+    with pytest.raises(tg.TegradError, match=r"'triple'.*combine\(a, b, c\)"):
+        tg.comm_reducer(lambda a, b, c: a, lambda dtype: 0.0, name="triple")
+    with pytest.raises(tg.TegradError, match=r"'noid'.*identity must take 1"):
+        tg.comm_reducer(lambda a, b: a + b, lambda: 0.0, name="noid")
+
+
+def test_evaluate_names_what_is_not_a_tensor(A):
+    with pytest.raises(tg.TegradError, match=r"3\.0 of type float"):
+        tg.evaluate(3.0, {})
+    with pytest.raises(tg.TegradError, match=r"Amat\[0, 0\] is an expression, not a tensor"):
+        tg.evaluate(A[0, 0], {A: np.zeros((4, 5), dtype="float32")})
+    with pytest.raises(tg.TegradError, match=r"'x' of type str"):
+        tg.evaluate([A, "x"], {A: np.zeros((4, 5), dtype="float32")})
+
+
+def _mistakes():
+    import math
+    x = tg.placeholder((3,), dtype="float64", name="xm")
+    s = tg.placeholder((), dtype="float64", name="sm")
+    y = tg.compute((3,), lambda i: x[i] * 2.0, name="ym")
+    k = tg.reduce_axis((0, 3), name="km")
+    return {
+        "format of a number": (lambda: tg.format(3), "3 of type int"),
+        "cost of a number": (lambda: tg.cost(3), "3 of type int"),
+        "length of a scalar tensor": (lambda: len(s), "'sm'"),
+        "iterating a tensor": (lambda: list(x), "'xm'"),
+        "assigning to a tensor": (lambda: setattr(x, "name", "z"), "'xm'.*immutable"),
+        "compute without a function": (lambda: tg.compute((3,), None, name="cm"), "'cm'"),
+        "round to digits": (lambda: round(x[0], 2), r"xm\[0\]"),
+        "math on an expression": (lambda: math.sqrt(x[0]), r"xm\[0\].*tg\.sqrt"),
+        "a string body": (lambda: tg.compute((3,), lambda i: "abc", name="sb"), "'sb'"),
+        "a string constant": (lambda: tg.const("abc", "float64"), "'abc'"),
+        "a reducer of the wrong arity": (
+            lambda: tg.comm_reducer(lambda a: a, lambda d: 0.0, name="ar"), "'ar'"),
+        "a reducer whose combine returns text": (
+            lambda: tg.comm_reducer(lambda a, b: "s", lambda d: 0.0, name="rt")(x[k], axis=k),
+            "'s'"),
+        "evaluating a number": (lambda: tg.evaluate(3.0, {}), "3.0"),
+        "evaluating an expression": (lambda: tg.evaluate(y[0], {}), r"ym\[0\]"),
+        "differentiating an expression": (lambda: tg.differentiate(y[0], [x]), r"ym\[0\]"),
+        "an unknown dtype": (lambda: tg.placeholder((3,), dtype="str", name="ud"), "'str'"),
+    }
+
+
+@pytest.mark.parametrize("mistake", sorted(_mistakes()))
+def test_every_user_mistake_is_a_tegrad_error_naming_the_culprit(mistake):
+    fn, culprit = _mistakes()[mistake]
+    with pytest.raises(tg.TegradError, match=culprit):
+        fn()

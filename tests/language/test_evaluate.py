@@ -304,3 +304,14 @@ def test_nested_reduction_with_no_active_point_in_its_outer_axis():
 
     S = tg.compute((4,), body, name="S")
     assert tg.evaluate(S, {A: np.ones((4, 4))}).tolist() == [0.0, 2.0, 2.0, 2.0]
+
+
+def test_a_reduction_nested_in_one_over_no_point_is_the_identity():
+    x = tg.placeholder((4,), dtype="float64", name="x")
+    n = tg.placeholder((), dtype="int32", name="n")
+    k1 = tg.reduce_axis((0, n[()]), name="k1")
+    k2 = tg.reduce_axis((0, k1 + 1), name="k2")
+    y = tg.compute((), lambda: tg.sum(tg.sum(x[k2], axis=k2), axis=k1), name="y")
+    xs = np.arange(4.0)
+    assert tg.evaluate(y, {x: xs, n: 0}) == 0.0
+    assert tg.evaluate(y, {x: xs, n: 3}) == 0.0 + 1.0 + 3.0

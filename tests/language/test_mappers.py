@@ -9,6 +9,7 @@ import pytest
 
 import tegrad
 import tegrad.ir.expr as ex
+import tegrad.ir.tensor as tensor_module
 from tegrad.ir.mapper import ChildrenMapper, CombineMapper, Dispatcher, IdentityMapper, Mapper
 from tegrad.ir.stages import StageMapper
 
@@ -46,6 +47,15 @@ def test_expression_mapper_is_complete(cls):
     missing = [name for name in cls._method_names.values() if not callable(getattr(cls, name,
                                                                                    None))]
     assert not missing, f"{cls.__qualname__} lacks {missing}"
+
+
+STAGE_KINDS = {cls for name, cls in vars(tensor_module).items() if inspect.isclass(cls)
+               and issubclass(cls, tensor_module._Frozen) and name.endswith("Op")}
+
+
+def test_the_stage_table_lists_every_stage_kind():
+    assert tensor_module.ScanOp in STAGE_KINDS
+    assert set(StageMapper._method_names) == STAGE_KINDS
 
 
 @pytest.mark.parametrize("cls", concrete_subclasses(StageMapper), ids=lambda c: c.__qualname__)

@@ -4,7 +4,7 @@ import pytest
 import tegrad as tg
 from tegrad.ir.expr import Var
 from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
-from tegrad.ir.tensor import ScatterTarget, compute_stage, scatter_stage
+from tegrad.ir.tensor import ScatterTarget, compute_stage, scan_stage, scatter_stage
 
 
 @pytest.fixture
@@ -13,6 +13,12 @@ def program():
     y = tg.compute((3,), lambda i: x[i] * 2.0, name="y")
     s = tg.scatter_add((3,), (3,), lambda i: (2 - i,), lambda i: x[i], name="s")
     return x, y, s
+
+
+@pytest.fixture
+def scanned(program):
+    x = program[0]
+    return tg.scan((3,), lambda a: x[a] * 2.0, tg.sum, name="P")
 
 
 def test_stage_ops_are_frozen(program):
@@ -25,6 +31,11 @@ def test_stage_ops_are_frozen(program):
         s.op.targets[0].value = x[0]
     with pytest.raises(AttributeError, match="immutable"):
         del s.op.init
+
+
+def test_scan_ops_are_frozen(scanned):
+    with pytest.raises(tg.ImmutableError, match="'P'.*immutable"):
+        scanned.op.reverse = True
 
 
 def test_compute_stage_checks_like_compute(program):
@@ -50,9 +61,25 @@ def test_scatter_stage_checks_like_scatter_add(program):
                                                ScatterTarget((i,), tg.cast(i, "float32"))])
 
 
-def test_stage_mapper_covers_every_stage_kind(program):
-    from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScatterOp
-    assert set(StageMapper._method_names) == {PlaceholderOp, ComputeOp, ScatterOp}
+def test_scan_stage_checks_like_scan(program, scanned):
+    x = program[0]
+    again = scan_stage("P2", scanned.op.axes, 0, tg.prod, scanned.op.source, reverse=True)
+    assert again.shape == (3,) and again.op.reverse and again.op.reducer is tg.prod
+    a = scanned.op.axes[0].var
+    with pytest.raises(tg.ScopeError, match="'bad'.*'q'"):
+        scan_stage("bad", scanned.op.axes, 0, tg.sum, x[Var("q")])
+    with pytest.raises(tg.ShapeError, match="'bad'"):
+        scan_stage("bad", scanned.op.axes, 1, tg.sum, x[a])
+    with pytest.raises(tg.TegradError, match="'bad'.*reducer"):
+        scan_stage("bad", scanned.op.axes, 0, "sum", x[a])
+    k = tg.reduce_axis((0, 3), name="k")
+    with pytest.raises(tg.ShapeError, match="'bad'"):
+        scan_stage("bad", [k], 0, tg.sum, x[k])
+
+
+def test_stage_mapper_covers_every_stage_kind(program, scanned):
+    from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp
+    assert set(StageMapper._method_names) == {PlaceholderOp, ComputeOp, ScatterOp, ScanOp}
     x, y, s = program
-    assert [is_placeholder(t) for t in (x, y, s)] == [True, False, False]
-    assert [len(stage_exprs(t)) for t in (x, y, s)] == [0, 1, 2]
+    assert [is_placeholder(t) for t in (x, y, s, scanned)] == [True, False, False, False]
+    assert [len(stage_exprs(t)) for t in (x, y, s, scanned)] == [0, 1, 2, 1]

@@ -1108,6 +1108,39 @@ _entry("mse_loss/matrix")(functools.partial(_pair_loss, nn.mse_loss, (12, 10)))
 _entry("mse_loss/nchw")(functools.partial(_pair_loss, nn.mse_loss, (2, 3, 5, 5)))
 
 
+# --- custom reducers (tg.comm_reducer) ----------------------------------------------------
+# y[i] = R_k f(x[i, k]) for a reducer without a builtin rule: the derivative of the
+# combine at (rest_k, f(k)) needs, for every element, the reduction of all the others.
+# A person reads them from an exclusive prefix scan and an exclusive suffix scan of f
+# along k (n points per line each: M n + M n) and writes dx[i, k] inline: X = M n.
+
+_LSE = tg.comm_reducer(lambda a, b: tg.log(tg.exp(a) + tg.exp(b)),
+                       lambda dtype: tg.min_value(dtype), name="logsumexp")
+_PROD = tg.comm_reducer(lambda a, b: a * b, lambda dtype: 1.0, name="product")
+
+
+def _logsumexp(m, n):
+    x = _x((m, n))
+    k = tg.reduce_axis((0, n), name="k")
+    y = tg.compute((m,), lambda i: _LSE(x[i, k], axis=k), name="lse")
+    # prefix scan M n + suffix scan M n + dx M n
+    return y, [x], [3 * m * n]
+
+
+for _n_red in (4, 16, 64, 256, 1024):
+    _entry(f"comm_reducer/logsumexp_n{_n_red}")(functools.partial(_logsumexp, 2, _n_red))
+
+
+@_entry("comm_reducer/product_symmetric")
+def _():
+    a = _x((10, 10), "a")
+    k = tg.reduce_axis((0, 10), name="k")
+    y = tg.compute((10,), lambda i: _PROD(a[i, k] + a[k, i], axis=k), name="p")
+    # the scans of a[i, q] + a[q, i] over (i, q): 2 * 100; da[r, c] reads them at (r, c)
+    # and at (c, r): 100
+    return y, [a], [2 * 100 + 100]
+
+
 # ---------------------------------------------------------------------------------------
 # known non-minimal gradients: "key:input" -> what is not minimal (optimised/hand/forward)
 # ---------------------------------------------------------------------------------------
@@ -1120,6 +1153,9 @@ XFAIL = {
 # ---------------------------------------------------------------------------------------
 # the tests
 # ---------------------------------------------------------------------------------------
+
+#: entries of the language itself rather than of the operator library
+LANGUAGE = {"comm_reducer"}
 
 #: operators without a mathematical derivative (bool or integer outputs, constants)
 NOT_DIFFERENTIABLE = {
@@ -1174,7 +1210,7 @@ def test_every_expected_failure_names_a_case():
 
 
 def test_every_differentiable_operator_has_two_settings():
-    names = set(ops.__all__) | set(nn.__all__)
+    names = set(ops.__all__) | set(nn.__all__) | LANGUAGE
     per_operator = Counter(key.split("/")[0] for key in ENTRIES)
     assert not set(per_operator) - names, "entries naming no operator of the library"
     missing = {name: per_operator[name] for name in sorted(names - NOT_DIFFERENTIABLE)
