@@ -59,7 +59,7 @@ def _reduction(draw, inputs, s, shape):
         where = {"box": None, "moving": None, "triangular": k <= i,
                  "stride": k % step == j % step,
                  "stride_sum": (k + i * 2) % step == 0}[domain]
-        body = GEN._body(draw, inputs, [(i, shape[0]), (j, shape[1]), (k, size)])
+        body = GEN._body(GEN._Draw(draw), inputs, [(i, shape[0]), (j, shape[1]), (k, size)], WRAPS)
         if reducer == "prod":
             body = tg.tanh(body) * 0.5 + 1.0  # bounded factors
         init = inputs[0][0, 0] if use_init else None
@@ -67,6 +67,9 @@ def _reduction(draw, inputs, s, shape):
 
     return fcompute
 
+
+#: how a stage body may end (see the generator's ``_body``)
+WRAPS = ("none", "tanh", "exp", "select")
 
 @st.composite
 def programs(draw):
@@ -77,7 +80,7 @@ def programs(draw):
         kind = draw(st.sampled_from(["elementwise", "reduce", "reduce", "scatter"]))
         if kind == "elementwise":
             t = tg.compute(shape, lambda i, j, shape=shape: GEN._body(
-                draw, inputs, [(i, shape[0]), (j, shape[1])]), name=f"s{s}")
+                GEN._Draw(draw), inputs, [(i, shape[0]), (j, shape[1])], WRAPS), name=f"s{s}")
         elif kind == "reduce":
             t = tg.compute(shape, _reduction(draw, inputs, s, shape), name=f"s{s}")
         else:
