@@ -26,6 +26,8 @@ from tegrad.codegen.export.wrapper import wrapper_module
 
 #: function attributes that would pin a function to the CPU the backend saw (the host)
 _TARGET_ATTRIBUTES = re.compile(r'\s*"target-(cpu|features)"="[^"]*"')
+#: an attribute group left empty by their removal, which LLVM's parser rejects
+_EMPTY_GROUP = re.compile(r"^(attributes #\d+ = \{)\s*\}", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, linker=
 def _entry_module(entry, built, triple, data_layout, exported):
     """The kernel module with its wrapper linked in; only the entry points stay external."""
     text = _TARGET_ATTRIBUTES.sub("", str(built.module))
+    text = _EMPTY_GROUP.sub(r"\1 nounwind }", text)  # true of code called from C
     module = _parse(text, f"the module of kernel {entry.kernel_name!r}")
     clash = exported & {f.name for f in module.functions if f.is_declaration}
     if clash:
