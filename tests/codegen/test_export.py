@@ -422,7 +422,7 @@ def test_host_cpu_attributes_of_the_backend_do_not_reach_another_target(tmp_path
     assert elf_machine_and_symbols(result.object_path, undefined=True)[1] == set()
 
 
-@pytest.mark.parametrize("name", ["abi", "header", "interface", "library", "targets"])
+@pytest.mark.parametrize("name", ["abi", "header", "interface", "library", "program", "targets"])
 def test_docstring_examples(name):
     module = importlib.import_module(f"tegrad.codegen.export.{name}")
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
