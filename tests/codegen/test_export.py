@@ -129,16 +129,13 @@ def test_header_declares_entry_points_shapes_and_codes(host_export):
     assert "int affine_copy(" in text
 
 
-@pytest.mark.parametrize("compiler, flags", [("cc", ["-std=c99", "-x", "c"]),
-                                             ("c++", ["-x", "c++"])])
-def test_header_compiles_cleanly(host_export, tmp_path, compiler, flags):
-    if shutil.which(compiler) is None:
-        pytest.skip(f"no {compiler} on this machine")
+@pytest.mark.parametrize("standard", ["c99", "c11"])
+def test_header_compiles_cleanly(host_export, tmp_path, standard):
     source = tmp_path / "use.c"
     source.write_text(f'#include "{host_export.header_path}"\n'
                       "int (*f)(const float *, const int32_t *, const float *, const float *,"
                       " const int32_t *, float *, int32_t *, void *) = affine;\n")
-    done = subprocess.run([compiler, *flags, "-Wall", "-Wextra", "-Werror", "-pedantic",
+    done = subprocess.run(["cc", f"-std={standard}", "-Wall", "-Wextra", "-Werror", "-pedantic",
                            "-fsyntax-only", str(source)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 

@@ -1,0 +1,151 @@
+"""Export the digits MLP's training step and evaluation function as a native library.
+
+The model is 64-128-10 (dense, relu, dense) with softmax cross-entropy, trained on
+scikit-learn's bundled 8x8 digits (``load_digits``: 1,797 images, split 80/20 with a
+fixed seed). This script writes
+
+- ``OUT.o``, ``OUT.h`` (and ``OUT.so`` when a linker for the target is found): entry points
+  ``train_step(x, labels, w1, b1, w2, b2, loss, dw1, db1, dw2, db2, workspace)`` and
+  ``evaluate(x, w1, b1, w2, b2, logits, workspace)``;
+- ``DATA/``: the data and the initial weights as raw little-endian files (``*.f32`` float32,
+  ``*.i32`` int32, C order), which ``train.c`` reads.
+
+``--python`` instead trains the same model the same way (same initial weights, batches in
+the same order, SGD with the same momentum) with ``tg.evaluate`` and prints its test
+accuracy, the figure ``train.c`` reproduces. See README.md for the commands.
+
+    python examples/on_device/export_mlp.py [--target aarch64-linux-gnu] [-o build/mlp] [--data build/data]
+"""
+import argparse
+import pathlib
+
+import numpy as np
+
+import tegrad as tg
+from tegrad import nn
+
+FEATURES, HIDDEN, CLASSES = 64, 128, 10
+#: the training recipe, the same in train.c
+BATCH, EPOCHS, LEARNING_RATE, MOMENTUM = 32, 20, 0.05, 0.9
+SEED = 0
+
+
+def load_data(seed=SEED):
+    """``(train_x, train_y, test_x, test_y)``: pixels scaled to [0, 1] (float32), labels
+    (int32); a seeded permutation puts 80% in the training set."""
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int32)
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_train = int(round(0.8 * len(x)))
+    train, test = order[:n_train], order[n_train:]
+    return x[train], y[train], x[test], y[test]
+
+
+def placeholders(batch):
+    x = tg.placeholder((batch, FEATURES), name="x")
+    weights = [tg.placeholder((HIDDEN, FEATURES), name="w1"), tg.placeholder((HIDDEN,), name="b1"),
+               tg.placeholder((CLASSES, HIDDEN), name="w2"), tg.placeholder((CLASSES,), name="b2")]
+    return x, weights
+
+
+def logits_of(x, weights):
+    w1, b1, w2, b2 = weights
+    return nn.dense(nn.relu(nn.dense(x, w1, b1)), w2, b2)
+
+
+def training_step(batch=BATCH):
+    """``(inputs, outputs)`` of one step: the batch loss and its gradients."""
+    x, weights = placeholders(batch)
+    labels = tg.placeholder((batch,), dtype="int32", name="labels")
+    loss = nn.softmax_cross_entropy(logits_of(x, weights), labels)
+    grads = tg.differentiate(loss, weights)
+    return [x, labels] + weights, [loss] + list(grads)
+
+
+def evaluation(n):
+    """``(inputs, outputs)`` of the logits of ``n`` images."""
+    x, weights = placeholders(n)
+    return [x] + weights, [logits_of(x, weights)]
+
+
+def initial_weights(seed=SEED + 1):
+    """He-normal weights and zero biases, float32, in the order w1, b1, w2, b2."""
+    rng = np.random.default_rng(seed)
+    w1 = (rng.standard_normal((HIDDEN, FEATURES)) * np.sqrt(2.0 / FEATURES)).astype(np.float32)
+    w2 = (rng.standard_normal((CLASSES, HIDDEN)) * np.sqrt(2.0 / HIDDEN)).astype(np.float32)
+    return [w1, np.zeros(HIDDEN, np.float32), w2, np.zeros(CLASSES, np.float32)]
+
+
+def write_data(directory, data=None):
+    """Write ``data`` (default: :func:`load_data`) and the initial weights as raw files in
+    ``directory``; return the numbers of training and test images."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    train_x, train_y, test_x, test_y = load_data() if data is None else data
+    files = {"train_x.f32": train_x, "train_y.i32": train_y, "test_x.f32": test_x,
+             "test_y.i32": test_y}
+    files.update(zip(["w1.f32", "b1.f32", "w2.f32", "b2.f32"], initial_weights()))
+    for name, array in files.items():
+        np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tofile(directory / name)
+    return len(train_x), len(test_x)
+
+
+def export_library(path, n_test, *, target=None, cpu=None):
+    """Export ``train_step`` and ``evaluate`` into one library at ``path``."""
+    from tegrad.codegen.export.program import export_program
+    return export_program({"train_step": training_step(), "evaluate": evaluation(n_test)},
+                          path, target=target, cpu=cpu)
+
+
+def train_in_python(epochs=EPOCHS, data=None):
+    """The recipe of train.c with ``tg.evaluate`` on ``data`` (default: :func:`load_data`);
+    prints what train.c prints and returns the test accuracy."""
+    train_x, train_y, test_x, test_y = load_data() if data is None else data
+    inputs, outputs = training_step()
+    x, labels, weights = inputs[0], inputs[1], inputs[2:]
+    values = initial_weights()
+    velocity = [np.zeros_like(v) for v in values]
+    lr, mu = np.float32(LEARNING_RATE), np.float32(MOMENTUM)
+    for epoch in range(epochs):
+        total = 0.0
+        steps = len(train_x) // BATCH
+        for s in range(steps):
+            rows = slice(s * BATCH, (s + 1) * BATCH)
+            feed = {x: train_x[rows], labels: train_y[rows], **dict(zip(weights, values))}
+            loss, *grads = tg.evaluate(outputs, feed)
+            total += float(loss)
+            for k, g in enumerate(grads):
+                velocity[k] = mu * velocity[k] - lr * g.astype(np.float32)
+                values[k] = values[k] + velocity[k]
+        print(f"epoch {epoch + 1:3d}  mean loss {total / steps:.4f}")
+    eval_inputs, (logits,) = evaluation(len(test_x))
+    scores = tg.evaluate(logits, dict(zip(eval_inputs, [test_x] + values)))
+    accuracy = float((scores.argmax(axis=1) == test_y).mean())
+    print(f"test accuracy {accuracy:.4f} ({int(round(accuracy * len(test_x)))}/{len(test_x)})")
+    return accuracy
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", default="build/mlp", help="library path, no suffix")
+    parser.add_argument("--data", default="build/data", help="folder for the raw data files")
+    parser.add_argument("--target", help="target triple (default: this machine)")
+    parser.add_argument("--cpu", help="CPU name (default: host CPU, or a baseline)")
+    parser.add_argument("--python", action="store_true",
+                        help="train in Python with tg.evaluate instead of exporting")
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    args = parser.parse_args(argv)
+    if args.python:
+        return train_in_python(args.epochs)
+    n_train, n_test = write_data(args.data)
+    print(f"wrote {n_train} training and {n_test} test images to {args.data}/")
+    result = export_library(args.output, n_test, target=args.target, cpu=args.cpu)
+    print(f"wrote {result.object_path} and {result.header_path} for {result.target.triple}")
+    print(result.message)
+    return result
+
+
+if __name__ == "__main__":
+    main()
