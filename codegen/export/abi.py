@@ -111,7 +111,9 @@ class Param:
 class EntryPoint:
     """The exported form of one kernel: ``name``, its pointer ``params`` (arguments in
     order, then the workspace), the workspace offset of each temporary, the workspace
-    size, the alignment required of every pointer, and the check codes of the kernel
+    size, the alignment the kernel function assumes of buffer pointers (the entry point
+    requires at least that, and each element's size, of every argument, and at least
+    :data:`WORKSPACE_ALIGNMENT` of the workspace), and the check codes of the kernel
     function (``code -> (error kind, tensor name)``)."""
 
     name: str
@@ -139,16 +141,24 @@ class EntryPoint:
                 return f"{ERROR_TEXT.get(kind, kind)} {tensor!r}"
         return "unknown error code"
 
+    @property
+    def max_alignment(self):
+        """An alignment that suffices for every pointer parameter."""
+        params = self.params if self.workspace_bytes else self.args
+        return max([self.alignment_of(p) for p in params] + [1])
+
     def alignment_of(self, param):
         if param.role == "workspace":
             return max(self.alignment, WORKSPACE_ALIGNMENT)
         return max(self.alignment, C_TYPES[param.dtype][1])
 
 
-def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT):
+def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=()):
     """The :class:`EntryPoint` exporting ``kernel`` as ``name``; ``checks`` maps each
     positive status code of the kernel function to ``(error kind, tensor name)``;
-    ``alignment`` is what the kernel function assumes of each buffer pointer."""
+    ``alignment`` is what the kernel function assumes of each buffer pointer; ``extra``
+    are buffers the kernel function takes after its temporaries (carved from the
+    workspace like them)."""
     check_entry_name(name)
     params, seen = [], {"workspace"}
     for buf in kernel.args:
@@ -165,7 +175,7 @@ def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT):
         params.append(Param(buf.name, ident, buf.dtype, tuple(buf.shape), buf.scope))
     params.append(Param("workspace", "workspace", "uint8", (), "workspace"))
     offsets, end = [], 0
-    for buf in kernel.temps:
+    for buf in tuple(kernel.temps) + tuple(extra):
         if buf.dtype not in C_TYPES:
             raise ExportError(f"kernel {kernel.name!r}: temporary {buf.name!r} has dtype "
                               f"{buf.dtype!r}, which has no C type")

@@ -5,7 +5,8 @@
 at module level, either
 
 - ``inputs`` and ``outputs``: lists of tensors (``inputs`` the placeholders in the order the
-  C entry point takes them; ``outputs`` tensors, or a ``tg.differentiate`` result), exported
+  C entry point takes them; ``outputs`` the results, e.g. ``[loss] + list(grads)`` for a
+  ``tg.differentiate`` result ``grads``), exported
   as one entry point named by ``--name`` (default: the file name of ``-o``); or
 - ``exports``: a dict ``{entry point name: (inputs, outputs)}`` for several entry points
   in one library (a training step and an evaluation function, say).

@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from tegrad.codegen.export.abi import WORKSPACE_ALIGNMENT, c_identifier
+from tegrad.codegen.export.abi import c_identifier
 
 
 def header_text(library, entries, target_description):
@@ -24,7 +24,7 @@ def header_text(library, entries, target_description):
         " * the shapes and dtypes below; float16 as its IEEE binary16 bits, bool as one byte 0/1)",
         " * and a caller-provided workspace of NAME_WORKSPACE_BYTES bytes (reused across calls;",
         " * its contents need not be kept; one workspace per concurrent call). Nothing is",
-        " * allocated inside. Every pointer must be aligned to NAME_ALIGNMENT bytes (C11",
+        " * allocated inside. Pointers aligned to NAME_ALIGNMENT bytes are accepted (C11",
         " * aligned_alloc or posix_memalign give such memory); the workspace may be NULL when",
         " * NAME_WORKSPACE_BYTES is 0. An entry point returns 0 on success, a positive code for a",
         " * failed run-time check (listed below, named by NAME_error_string), or -(p + 1) when",
@@ -58,9 +58,9 @@ def _entry_lines(entry):
             shape = "[" + ", ".join(map(str, p.shape)) + "]"
             lines.append(f" *     {p.name:<{width}}  {p.dtype:<8} {shape:<14} "
                          f"{p.c_decl}  ({macros[p.ident]}_*)")
-    alignment = max(entry.alignment, WORKSPACE_ALIGNMENT)
+    alignment = entry.max_alignment
     lines.append(f" *   workspace: {entry.workspace_bytes} bytes; every pointer aligned to "
-                 f"{alignment} bytes")
+                 f"{alignment} bytes suffices (the codes below say what each needs)")
     lines.append(" *   returns 0 (success) or:")
     for code in [c for c, _, _ in entry.checks] + [-(i + 1) for i in range(len(entry.params))]:
         lines.append(f" *     {code:>4}  {entry.error_message(code)}")

@@ -14,7 +14,7 @@ The module must define the kernel function with the backend's convention::
     i32 @kernel_function(ptr %buffers)
 
 ``buffers`` points to an array of buffer pointers: ``kernel.args`` in order (inputs then
-outputs), followed by ``kernel.temps``. It returns 0 on success, otherwise a positive code
+outputs), followed by ``kernel.temps``, then ``KernelModule.extra``. It returns 0 on success, otherwise a positive code
 listed in ``checks``: the failed ``Check`` node's error kind (``"index_out_of_range"`` or
 ``"division_by_zero"``) and the tensor it names. The module may call only LLVM intrinsics
 and functions of libc and libm (and pthreads if the kernel runs threads), so the exported
@@ -46,13 +46,17 @@ class KernelModule:
     ``function``: the kernel function's name; ``checks``: ``{code: (error kind, tensor)}``
     for every non-zero status the function can return; ``alignment``: the alignment in
     bytes the kernel function assumes of every buffer pointer (the exported entry point
-    rejects pointers aligned less, with an error code, rather than run into a fault).
+    rejects pointers aligned less, with an error code, rather than run into a fault);
+    ``extra``: buffers (:class:`~tegrad.codegen.loops.nodes.Buffer`) the function takes
+    after ``kernel.temps`` in its pointer array, such as local buffers too large for the
+    stack; the workspace holds them after the temporaries.
     """
 
     module: Union[object, str]
     function: str
     checks: Mapping[int, tuple] = field(default_factory=dict)
     alignment: int = WORKSPACE_ALIGNMENT
+    extra: tuple = ()
 
 
 #: ``make_module(kernel, target) -> KernelModule``

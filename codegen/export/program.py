@@ -11,6 +11,7 @@ import pathlib
 
 from tegrad.codegen.export.abi import c_identifier
 from tegrad.codegen.export.errors import ExportError
+from tegrad.codegen.export.interface import KernelModule
 from tegrad.codegen.export.library import export_kernels
 
 
@@ -26,13 +27,24 @@ def default_lower():
 
 def default_module_factory():
     """The LLVM backend's module factory ``(kernel, target) -> KernelModule``: the one
-    place where export meets the backend."""
+    place where export meets the backend (``tegrad.codegen.llvm.emit.emit_kernel``, whose
+    status code ``n`` is ``errors[n - 1]``, which passes its large local buffers after
+    the temporaries as ``extra`` and which assumes only the natural alignment of each
+    buffer)."""
     try:
-        from tegrad.codegen.llvm.module import kernel_module
+        from tegrad.codegen.llvm.emit import emit_kernel
     except ImportError as e:
-        raise ExportError(f"exporting native code needs the LLVM backend's module factory, "
-                          f"tegrad.codegen.llvm.module.kernel_module ({e})") from None
-    return kernel_module
+        raise ExportError(f"exporting native code needs the LLVM backend, "
+                          f"tegrad.codegen.llvm.emit.emit_kernel ({e})") from None
+
+    def make_module(kernel, target):
+        data_layout = str(target.target_machine().target_data)
+        emitted = emit_kernel(kernel, triple=target.triple, data_layout=data_layout)
+        checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}
+        return KernelModule(emitted.module, emitted.name, checks, alignment=1,
+                            extra=tuple(emitted.extra))
+
+    return make_module
 
 
 def default_entry_name(path):
@@ -47,8 +59,8 @@ def default_entry_name(path):
 def export_program(exports, path, *, target=None, cpu=None, linker=None, lower=None,
                    make_module=None):
     """Export several programs as one library: ``exports`` maps each entry point's name
-    to ``(inputs, outputs)`` (placeholders in call order; tensors, or a
-    ``differentiate`` result). Options as :func:`export_kernels`; returns its result."""
+    to ``(inputs, outputs)`` (lists of tensors: the placeholders in call order, and the
+    results). Options as :func:`export_kernels`; returns its result."""
     exports = dict(exports)
     if not exports:
         raise ExportError("nothing to export: no programs given")
