@@ -1,10 +1,15 @@
 """Linking an exported object into the target's shared library with a C compiler driver.
 
 The host uses ``cc``; another target uses ``<triple>-gcc`` (with or without the vendor
-field: ``aarch64-unknown-linux-gnu-gcc`` or Debian's ``aarch64-linux-gnu-gcc``; MinGW's
-``x86_64-w64-mingw32-gcc`` for Windows). The library links against libm only (and
-pthreads if the object calls it); ``--no-undefined`` makes the link fail if the object
-needs anything else.
+field: ``aarch64-unknown-linux-gnu-gcc`` or Debian's ``aarch64-linux-gnu-gcc``; Debian's
+``arm-linux-gnueabihf-gcc`` for armv7; MinGW's ``x86_64-w64-mingw32-gcc`` for Windows).
+
+>>> from tegrad.codegen.export.targets import target_spec
+>>> linker_candidates(target_spec("armv7-linux-gnueabihf"))
+['armv7-unknown-linux-gnueabihf-gcc', 'armv7-linux-gnueabihf-gcc', 'arm-linux-gnueabihf-gcc']
+
+The library links against libm only (and pthreads if the object calls it);
+``--no-undefined`` makes the link fail if the object needs anything else.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ def linker_candidates(spec):
     names = [f"{spec.triple}-gcc"]
     if len(parts) >= 3 and parts[1] in ("unknown", "pc"):
         names.append("-".join(parts[:1] + parts[2:]) + "-gcc")
+    if spec.arch.startswith("armv") and len(parts) >= 3:  # Debian: arm-linux-gnueabihf-gcc
+        names.append("-".join(["arm"] + parts[2:]) + "-gcc")
     if spec.os == "windows":
         names.append(f"{spec.arch}-w64-mingw32-gcc")
     return names

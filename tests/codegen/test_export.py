@@ -419,7 +419,31 @@ def test_host_cpu_attributes_of_the_backend_do_not_reach_another_target(tmp_path
     assert elf_machine_and_symbols(result.object_path, undefined=True)[1] == set()
 
 
-@pytest.mark.parametrize("name", ["abi", "header", "interface", "library", "program", "targets"])
+@pytest.mark.parametrize("name", ["abi", "header", "interface", "library", "link", "program",
+                                  "targets"])
 def test_docstring_examples(name):
     module = importlib.import_module(f"tegrad.codegen.export.{name}")
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_export_kernel_names_the_entry_after_the_kernel(tmp_path):
+    from tegrad.codegen.export.program import export_kernel
+    result = export_kernel(sample.sample_kernel("gather"), tmp_path / "lib",
+                           make_module=sample.sample_module)
+    assert [e.name for e in result.entries] == ["gather"]
+    assert "int gather(" in result.header_path.read_text()
+
+
+def test_export_names_the_entry_after_the_path(tmp_path):
+    from tegrad.codegen.export.program import export
+    seen = {}
+
+    def lower(inputs, outputs, *, name):
+        seen.update(inputs=inputs, outputs=outputs, name=name)
+        return sample.sample_kernel(name)
+
+    result = export(["x"], ["y"], tmp_path / "train-step", lower=lower,
+                    make_module=sample.sample_module)
+    assert seen == {"inputs": ["x"], "outputs": ["y"], "name": "train_step"}
+    assert result.library_path == tmp_path / "train-step.so"
+    assert "int train_step(" in result.header_path.read_text()
