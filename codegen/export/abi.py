@@ -53,6 +53,17 @@ struct switch typedef union unsigned void volatile while bool true false _Bool w
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+_MATH = """acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp2
+expm1 fabs fdim floor fma fmax fmin fmod frexp hypot ldexp lgamma log log10 log1p log2 logb
+lrint lround modf nan nearbyint nextafter pow remainder rint round roundeven scalbn sin sinh
+sqrt tan tanh tgamma trunc""".split()
+
+#: functions of libc and libm that generated code may call (LLVM turns intrinsics into
+#: some of them): an entry point with one of these names would replace it
+RESERVED_NAMES = frozenset(_MATH + [f + suffix for f in _MATH for suffix in "fl"] + """
+memcpy memmove memset memcmp bcmp malloc calloc realloc free abort exit main printf
+sincos sincosf __errno_location""".split())
+
 
 def c_identifier(name):
     """``name`` made a valid C identifier (other characters become ``_``; a C keyword or
@@ -70,10 +81,13 @@ def c_identifier(name):
 
 
 def check_entry_name(name):
-    """Raise :class:`ExportError` unless ``name`` can name a C function."""
+    """Raise :class:`ExportError` unless ``name`` can name an exported C function."""
     if not isinstance(name, str) or not _IDENT.match(name) or name in _C_KEYWORDS:
         raise ExportError(f"entry point name {name!r} is not a C identifier "
                           f"(letters, digits and '_', not starting with a digit, no C keyword)")
+    if name in RESERVED_NAMES:
+        raise ExportError(f"entry point name {name!r} is a C library function the exported "
+                          f"code may call; choose another name")
 
 
 @dataclass(frozen=True)

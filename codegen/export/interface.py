@@ -4,9 +4,8 @@ A *module factory* is a callable ``make_module(kernel, target) -> KernelModule``
 
 - ``kernel`` is a :class:`tegrad.codegen.loops.nodes.Kernel`;
 - ``target`` is a :class:`tegrad.codegen.export.targets.TargetSpec` (``.triple``, ``.cpu``,
-  ``.features``, ``.abi``; ``.target_machine()`` gives its ``llvmlite.binding``
-  TargetMachine, and ``str(.target_machine().target_data)`` its data layout), so the
-  backend can make target-dependent choices. Export sets the module's triple and data
+  ``.features``, ``.abi``, ``.data_layout``; ``.target_machine()`` gives its
+  ``llvmlite.binding`` TargetMachine), so the backend can make target-dependent choices. Export sets the module's triple and data
   layout itself, so a backend that ignores the target still works.
 
 The module must define the kernel function with the backend's convention::

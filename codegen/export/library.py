@@ -84,14 +84,14 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, linker=
         if combined is None:
             combined = module
         else:
-            combined.link_in(module)
+            try:
+                combined.link_in(module)
+            except RuntimeError as e:
+                raise ExportError(f"the modules of kernels {sorted(kernels)} do not link "
+                                  f"together: {e}") from None
         entries.append(entry)
     undefined = tuple(sorted(f.name for f in combined.functions
                              if f.is_declaration and not f.name.startswith("llvm.")))
-    clash = exported & set(undefined)
-    if clash:
-        raise ExportError(f"entry point name(s) {sorted(clash)} clash with functions the "
-                          f"code calls from libc or libm; choose another name")
     combined.verify()
     optimize(combined, machine)
     object_bytes = machine.emit_object(combined)
@@ -102,6 +102,8 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, linker=
     header_path = path.with_name(path.name + ".h")
     library_path = path.with_name(path.name + spec.library_suffix)
     object_path.write_bytes(object_bytes)
+    if library_path.exists():  # never leave a library of an earlier export beside the new object
+        library_path.unlink()
     described = f"{spec.triple} (cpu {spec.cpu}{', ' + spec.features if spec.features else ''})"
     if len(described) > 160:  # the host's full feature list is long and says little
         described = f"{spec.triple} (cpu {spec.cpu})"

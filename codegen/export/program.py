@@ -38,8 +38,7 @@ def default_module_factory():
                           f"tegrad.codegen.llvm.emit.emit_kernel ({e})") from None
 
     def make_module(kernel, target):
-        data_layout = str(target.target_machine().target_data)
-        emitted = emit_kernel(kernel, triple=target.triple, data_layout=data_layout)
+        emitted = emit_kernel(kernel, triple=target.triple, data_layout=target.data_layout)
         checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}
         return KernelModule(emitted.module, emitted.name, checks, alignment=1,
                             extra=tuple(emitted.extra))

@@ -108,6 +108,12 @@ class TargetSpec:
             return ".wasm"
         return ".so"
 
+    @property
+    def data_layout(self):
+        """The target's data layout string."""
+        machine = self.target_machine()  # kept alive while its TargetData view is read
+        return str(machine.target_data)
+
     def target_machine(self, *, opt=3):
         """An LLVM target machine for this target: position-independent code (so the
         object links into a shared library), the default (small) code model."""
@@ -158,5 +164,6 @@ def optimize(module, machine, *, level=3):
     options = llvm.create_pipeline_tuning_options(speed_level=level)
     options.loop_vectorization = True
     options.slp_vectorization = True
+    options.loop_unrolling = True
     builder = llvm.create_pass_builder(machine, options)
     builder.getModulePassManager().run(module, builder)

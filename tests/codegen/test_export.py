@@ -374,6 +374,9 @@ def test_bad_entry_names_are_rejected(tmp_path):
     with pytest.raises(ExportError, match="clash"):
         export_kernels({"f": kernel, "f_error_string": kernel}, tmp_path / "lib",
                        make_module=sample.sample_module)
+    for name in ("expf", "memcpy", "main"):
+        with pytest.raises(ExportError, match="C library function"):
+            export_kernels({name: kernel}, tmp_path / "lib", make_module=sample.sample_module)
 
 
 def test_factory_mistakes_are_export_errors(tmp_path):
@@ -389,16 +392,16 @@ def test_factory_mistakes_are_export_errors(tmp_path):
                        make_module=lambda k, t: KernelModule("define nonsense", "kernel"))
 
 
-def test_entry_point_named_like_a_libc_function_is_rejected(tmp_path):
+def test_entry_point_named_like_a_function_the_code_calls_is_rejected(tmp_path):
     kernel = sample.sample_kernel()
 
-    def calls_memcpy(k, t):
+    def calls_helper(k, t):
         built = sample.sample_module(k)
-        text = str(built.module) + "\ndeclare ptr @memcpy(ptr, ptr, i64)\n"
+        text = str(built.module) + "\ndeclare ptr @helper_fn(ptr, ptr, i64)\n"
         return KernelModule(text, built.function, built.checks)
 
-    with pytest.raises(ExportError, match="memcpy"):
-        export_kernels({"memcpy": kernel}, tmp_path / "lib", make_module=calls_memcpy)
+    with pytest.raises(ExportError, match="helper_fn"):
+        export_kernels({"helper_fn": kernel}, tmp_path / "lib", make_module=calls_helper)
 
 
 def test_host_cpu_attributes_of_the_backend_do_not_reach_another_target(tmp_path):
