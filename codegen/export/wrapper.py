@@ -36,10 +36,15 @@ def _define_entry(module, entry, kernel):
     fn = ir.Function(module, ir.FunctionType(_I32, [_PTR] * len(entry.params)), entry.name)
     for arg, param in zip(fn.args, entry.params):
         arg.name = param.ident
+    fn.attributes.add("nounwind")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    count = len(entry.args) + len(entry.temp_offsets)
+    # in the entry block, so that the array becomes registers once the kernel is inlined
+    buffers = builder.alloca(_PTR, size=ir.Constant(_I32, max(count, 1)), name="buffers")
     for position, (arg, param) in enumerate(zip(fn.args, entry.params)):
-        if param.role == "workspace" and entry.workspace_bytes == 0:
-            continue  # no temporaries: the workspace is never read and may be NULL
+        size = entry.workspace_bytes if param.role == "workspace" else param.nbytes
+        if size == 0:
+            continue  # nothing is read or written through it: it may be NULL
         bad = _null_or_misaligned(builder, arg, entry.alignment_of(param))
         fail = fn.append_basic_block(f"bad_{param.ident}")
         ok = fn.append_basic_block(f"ok_{param.ident}")
@@ -47,8 +52,6 @@ def _define_entry(module, entry, kernel):
         builder.position_at_end(fail)
         builder.ret(ir.Constant(_I32, -(position + 1)))
         builder.position_at_end(ok)
-    count = len(entry.args) + len(entry.temp_offsets)
-    buffers = builder.alloca(_PTR, size=ir.Constant(_I32, max(count, 1)), name="buffers")
     workspace = fn.args[-1]
     pointers = list(fn.args[:-1])
     for offset in entry.temp_offsets:
