@@ -450,3 +450,22 @@ def test_export_names_the_entry_after_the_path(tmp_path):
     assert seen == {"inputs": ["x"], "outputs": ["y"], "name": "train_step"}
     assert result.library_path == tmp_path / "train-step.so"
     assert "int train_step(" in result.header_path.read_text()
+
+
+def test_empty_arrays_and_workspace_may_be_null(tmp_path):
+    result = export_kernels({"empty": sample.sample_kernel("empty", n=0)}, tmp_path / "lib",
+                            make_module=sample.sample_module)
+    assert result.entries[0].workspace_bytes == 0
+    script = textwrap.dedent("""
+        import ctypes, sys
+        import numpy as np
+        lib = ctypes.CDLL(sys.argv[1])
+        raw = np.ones(64, np.int32)  # w, b, d at 64-byte aligned addresses inside it
+        base = raw.ctypes.data + (-raw.ctypes.data % 64)
+        w, b, d = [ctypes.c_void_p(base + 64 * k) for k in range(3)]
+        print(lib.empty(None, None, w, b, d, None, None, None), lib.empty(None, None, None, b, d, None, None, None))
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(result.library_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "-3"]
