@@ -1,10 +1,11 @@
 /* train.c: train the digits MLP with the training step exported by export_mlp.py.
  *
- * Reads the data and initial weights written by export_mlp.py (raw float32/int32 files),
- * runs SGD with momentum over fixed-order batches for EPOCHS epochs calling the exported
- * train_step, then classifies the test set with the exported evaluate and prints the test
- * accuracy. The recipe (batch order, learning rate, momentum, epochs) is export_mlp.py's, so
- * the accuracy matches `python export_mlp.py --python`. Needs only libc and libm.
+ * Reads the data, the initial weights and each epoch's order of the training images
+ * written by export_mlp.py (raw float32/int32 files), runs SGD with momentum calling the
+ * exported train_step on batches of BATCH images, then classifies the test set with the
+ * exported evaluate and prints the test accuracy. The recipe (batch order, learning rate,
+ * momentum, epochs) is export_mlp.py's, so the accuracy matches
+ * `python export_mlp.py --python`. Needs only libc and libm.
  *
  *   cc -std=c11 -O2 -ffp-contract=off -Ibuild examples/on_device/train.c build/mlp.o -lm -o build/train
  *   ./build/train build/data [epochs]
@@ -17,7 +18,6 @@
 
 #include "mlp.h"
 
-#define EPOCHS 20
 #define LEARNING_RATE 0.05f
 #define MOMENTUM 0.9f
 
@@ -73,13 +73,29 @@ static double seconds(void) {
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "build/data";
-    int epochs = argc > 2 ? atoi(argv[2]) : EPOCHS;
-    size_t train_bytes;
+    size_t train_bytes, order_bytes;
     float *train_x = load(dir, "train_x.f32", 0, FEATURES * sizeof(float), &train_bytes);
     size_t n_train = train_bytes / (FEATURES * sizeof(float));
     int32_t *train_y = load(dir, "train_y.i32", n_train * sizeof(int32_t), 1, NULL);
     float *test_x = load(dir, "test_x.f32", EVALUATE_X_BYTES, 1, NULL);
     int32_t *test_y = load(dir, "test_y.i32", N_TEST * sizeof(int32_t), 1, NULL);
+    int32_t *order = load(dir, "order.i32", 0, n_train * sizeof(int32_t), &order_bytes);
+    int epochs = (int)(order_bytes / (n_train * sizeof(int32_t)));
+    if (argc > 2) {
+        int wanted = atoi(argv[2]);
+        if (wanted < 0 || wanted > epochs) {
+            fprintf(stderr, "order.i32 holds the batches of %d epochs; for %s, run "
+                            "export_mlp.py --epochs %s\n", epochs, argv[2], argv[2]);
+            return 1;
+        }
+        epochs = wanted;
+    }
+    for (size_t i = 0; i < order_bytes / sizeof(int32_t); i++) {
+        if (order[i] < 0 || (size_t)order[i] >= n_train) {
+            fprintf(stderr, "order.i32 holds %d, not an image of the %zu\n", (int)order[i], n_train);
+            return 1;
+        }
+    }
 
     static const char *names[N_PARAMS] = {"w1.f32", "b1.f32", "w2.f32", "b2.f32"};
     static const size_t sizes[N_PARAMS] = {TRAIN_STEP_W1_SIZE, TRAIN_STEP_B1_SIZE,
@@ -101,8 +117,12 @@ int main(int argc, char **argv) {
     for (int epoch = 0; epoch < epochs; epoch++) {
         double total = 0.0;
         for (size_t s = 0; s < steps; s++) {
-            memcpy(x, train_x + s * BATCH * FEATURES, TRAIN_STEP_X_BYTES);
-            memcpy(labels, train_y + s * BATCH, TRAIN_STEP_LABELS_BYTES);
+            const int32_t *rows = order + (size_t)epoch * n_train + s * BATCH;
+            for (int r = 0; r < BATCH; r++) {
+                memcpy(x + r * FEATURES, train_x + (size_t)rows[r] * FEATURES,
+                       FEATURES * sizeof(float));
+                labels[r] = train_y[rows[r]];
+            }
             double start = seconds();
             int status = train_step(x, labels, w[0], w[1], w[2], w[3], loss, grad[0], grad[1],
                                     grad[2], grad[3], train_workspace);
