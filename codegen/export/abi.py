@@ -28,7 +28,6 @@ import re
 from dataclasses import dataclass
 
 from tegrad.codegen.export.errors import ExportError
-from tegrad.ir import dtypes as _dt
 
 #: every temporary starts at a multiple of this many bytes of the workspace (a cache line,
 #: and enough for any vector load)
@@ -47,9 +46,14 @@ C_TYPES = {
 ERROR_TEXT = {"index_out_of_range": "index out of range in tensor",
               "division_by_zero": "integer division by zero in tensor"}
 
+#: names a parameter or entry point cannot have: C's and C++'s keywords (the header is
+#: valid C and C++) and the workspace parameter's name
 _C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum
 extern float for goto if inline int long register restrict return short signed sizeof static
-struct switch typedef union unsigned void volatile while bool true false _Bool workspace""".split())
+struct switch typedef union unsigned void volatile while bool true false _Bool workspace
+alignas alignof asm catch class constexpr delete explicit export friend mutable namespace new
+noexcept nullptr operator private protected public template this throw try typeid typename
+using virtual""".split())
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -129,15 +129,32 @@ def test_header_declares_entry_points_shapes_and_codes(host_export):
     assert "int affine_copy(" in text
 
 
-@pytest.mark.parametrize("standard", ["c99", "c11"])
-def test_header_compiles_cleanly(host_export, tmp_path, standard):
-    source = tmp_path / "use.c"
+@pytest.mark.parametrize("compiler, standard", [("cc", "c99"), ("cc", "c11"), ("c++", "c++11")])
+def test_header_compiles_cleanly(host_export, tmp_path, compiler, standard):
+    source = tmp_path / ("use.cpp" if compiler == "c++" else "use.c")
     source.write_text(f'#include "{host_export.header_path}"\n'
                       "int (*f)(const float *, const int32_t *, const float *, const float *,"
                       " const int32_t *, float *, int32_t *, void *) = affine;\n")
-    done = subprocess.run(["cc", f"-std={standard}", "-Wall", "-Wextra", "-Werror", "-pedantic",
-                           "-fsyntax-only", str(source)], capture_output=True, text=True)
+    done = subprocess.run([compiler, f"-std={standard}", "-Wall", "-Wextra", "-Werror",
+                           "-pedantic", "-fsyntax-only", str(source)],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_every_dtype_has_a_c_type_of_its_size():
+    from tegrad.codegen.export.abi import C_TYPES
+    from tegrad.ir.dtypes import ALL_DTYPES
+    assert set(C_TYPES) == set(ALL_DTYPES)
+    for dtype, (_, size) in C_TYPES.items():
+        assert np.dtype(dtype).itemsize == size
+
+
+def test_tensor_names_become_distinct_c_parameters():
+    names = ["x", "class", "d(w1)", "d_w1_", "workspace"]
+    args = tuple(Buffer(n, (2,), "float32", "input") for n in names)
+    entry = entry_point("f", Kernel("f", args, (), Block(())), {})
+    idents = [p.ident for p in entry.params]
+    assert idents == ["x", "class_", "d_w1_", "d_w1__", "workspace_", "workspace"]
 
 
 def test_workspace_offsets_are_aligned():
