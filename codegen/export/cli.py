@@ -1,4 +1,6 @@
-"""The ``export`` command: ``python -m tegrad export MODEL.py --target aarch64-linux-gnu -o build/step``.
+"""The ``export`` command, ``python -m tegrad export MODEL.py [--target T] [-o OUT]``.
+
+For example ``python -m tegrad export model.py --target aarch64-linux-gnu -o build/step``.
 
 ``MODEL.py`` is an ordinary Python file, run once (with ``__name__`` set to
 ``"__tegrad_export__"``, so a ``if __name__ == "__main__":`` block does not run). It defines,

@@ -5,17 +5,19 @@ A *module factory* is a callable ``make_module(kernel, target) -> KernelModule``
 - ``kernel`` is a :class:`tegrad.codegen.loops.nodes.Kernel`;
 - ``target`` is a :class:`tegrad.codegen.export.targets.TargetSpec` (``.triple``, ``.cpu``,
   ``.features``, ``.abi``, ``.data_layout``; ``.target_machine()`` gives its
-  ``llvmlite.binding`` TargetMachine), so the backend can make target-dependent choices. Export sets the module's triple and data
-  layout itself, so a backend that ignores the target still works.
+  ``llvmlite.binding`` TargetMachine), so the backend can make target-dependent choices.
+  Export sets the module's triple and data layout itself and drops ``target-cpu`` and
+  ``target-features`` function attributes, so code chosen for the host never reaches
+  another target.
 
 The module must define the kernel function with the backend's convention::
 
     i32 @kernel_function(ptr %buffers)
 
 ``buffers`` points to an array of buffer pointers: ``kernel.args`` in order (inputs then
-outputs), followed by ``kernel.temps``, then ``KernelModule.extra``. It returns 0 on success, otherwise a positive code
-listed in ``checks``: the failed ``Check`` node's error kind (``"index_out_of_range"`` or
-``"division_by_zero"``) and the tensor it names. The module may call only LLVM intrinsics
+outputs), followed by ``kernel.temps``, then ``KernelModule.extra``. It returns 0 on
+success, otherwise a positive code listed in ``checks``: the failed ``Check`` node's error
+kind (``"index_out_of_range"`` or ``"division_by_zero"``) and the tensor it names. The module may call only LLVM intrinsics
 and functions of libc and libm (and pthreads if the kernel runs threads), so the exported
 object depends on nothing else; it must not hold pointers to memory of this process
 (addresses of Python objects, of buffers allocated by the JIT).

@@ -17,7 +17,8 @@ This script writes
 the same order, the same updates) with ``tg.evaluate`` and prints its test accuracy, the
 figure ``train.c`` reproduces. See README.md for the commands.
 
-    python examples/on_device/export_mlp.py [--target aarch64-linux-gnu] [-o build/mlp] [--data build/data]
+    python examples/on_device/export_mlp.py [--target aarch64-linux-gnu] [-o build/mlp]
+                                            [--data build/data] [--epochs 10] [--python]
 """
 import argparse
 import pathlib

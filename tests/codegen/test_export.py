@@ -205,7 +205,8 @@ CTYPES_SCRIPT = textwrap.dedent("""
     report["null"] = lib.affine(*bad)
     report["messages"] = {c: lib.affine_error_string(c).decode()
                           for c in (report["misaligned"], status, 1, 2, 99)}
-    report["python_modules"] = sorted(m for m in sys.modules if m.startswith(("llvmlite", "tegrad")))
+    report["python_modules"] = sorted(m for m in sys.modules
+                                      if m.startswith(("llvmlite", "tegrad")))
     print(json.dumps(report))
 """)
 
@@ -480,7 +481,8 @@ def test_empty_arrays_and_workspace_may_be_null(tmp_path):
         raw = np.ones(64, np.int32)  # w, b, d at 64-byte aligned addresses inside it
         base = raw.ctypes.data + (-raw.ctypes.data % 64)
         w, b, d = [ctypes.c_void_p(base + 64 * k) for k in range(3)]
-        print(lib.empty(None, None, w, b, d, None, None, None), lib.empty(None, None, None, b, d, None, None, None))
+        print(lib.empty(None, None, w, b, d, None, None, None),
+              lib.empty(None, None, None, b, d, None, None, None))
     """)
     done = subprocess.run([sys.executable, "-c", script, str(result.library_path)],
                           capture_output=True, text=True, timeout=60)

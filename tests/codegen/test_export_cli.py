@@ -62,7 +62,8 @@ def test_inputs_and_outputs_make_one_entry_point_named_after_the_output(tmp_path
 
 
 def test_exports_dict_makes_several_entry_points(tmp_path):
-    tail = "exports = {'train': ([x, idx, w, b, d], [y, q]), 'evaluate': ([x, idx, w, b, d], [y, q])}"
+    tail = ("exports = {'train': ([x, idx, w, b, d], [y, q]), "
+            "'evaluate': ([x, idx, w, b, d], [y, q])}")
     assert run(tmp_path, tail, "-o", str(tmp_path / "lib")) == 0
     header = (tmp_path / "lib.h").read_text()
     assert "int train(" in header and "int evaluate(" in header

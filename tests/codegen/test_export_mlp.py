@@ -52,7 +52,8 @@ def driver_source(entry, header):
     lines.append(f"  int status = {entry.name}({call});")
     lines.append(f'  printf("%d %s\\n", status, {entry.name}_error_string(status));')
     for k, p in enumerate(outputs):
-        lines.append(f'  if (status == 0) io(argv[1], "out{k}.bin", a{len(inputs) + k}, {p.nbytes}, 1);')
+        lines.append(f'  if (status == 0) io(argv[1], "out{k}.bin", a{len(inputs) + k}, '
+                     f'{p.nbytes}, 1);')
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
 

@@ -176,7 +176,8 @@ def test_hand_written_kernel_reports_its_checks():
     outs = [np.zeros(N, np.float32), np.zeros(N, np.int32), np.zeros(N, np.float32)]
     bad = idx.copy()
     bad[5] = N
-    status, _ = _jit_run(sample_module(kernel), [x, bad, np.array(w), np.array(b), np.array(d)] + outs)
+    status, _ = _jit_run(sample_module(kernel),
+                         [x, bad, np.array(w), np.array(b), np.array(d)] + outs)
     assert CHECKS[status] == ("index_out_of_range", "idx")
     status, _ = _jit_run(sample_module(kernel),
                          [x, idx, np.array(w), np.array(b), np.array(0, np.int32)] + outs)
