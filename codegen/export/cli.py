@@ -8,8 +8,8 @@ at module level, either
 
 - ``inputs`` and ``outputs``: lists of tensors (``inputs`` the placeholders in the order the
   C entry point takes them; ``outputs`` the results, e.g. ``[loss] + list(grads)`` for a
-  ``tg.differentiate`` result ``grads``), exported
-  as one entry point named by ``--name`` (default: the file name of ``-o``); or
+  ``tg.differentiate`` result ``grads``), exported as one entry point named by ``--name``
+  (default: the file name of ``-o``); or
 - ``exports``: a dict ``{entry point name: (inputs, outputs)}`` for several entry points
   in one library (a training step and an evaluation function, say).
 
@@ -21,7 +21,9 @@ Example ``model.py``::
     inputs, outputs = [x, w], [tg.nn.dense(x, w)]
 
 The command writes ``OUT.o``, ``OUT.h`` and, when a linker for the target is found,
-``OUT.so`` and prints what it wrote; it exits with status 0, or 2 after printing the problem.
+``OUT.so`` and prints what it wrote; it exits with status 0, or 1 after printing the problem.
+:func:`add_arguments` and :func:`run` are the command for a parser with subcommands;
+:func:`export_main` runs it on its own.
 """
 from __future__ import annotations
 
@@ -39,11 +41,13 @@ from tegrad.ir.tensor import Tensor
 MODEL_RUN_NAME = "__tegrad_export__"
 
 
-def parser():
-    p = argparse.ArgumentParser(
-        prog="python -m tegrad export",
-        description="Export tegrad programs as native code (object file, C header, shared "
-                    "library) for this machine or another.")
+#: one line saying what the command does
+HELP = "export programs as native code (object file, C header, shared library) for this " \
+       "machine or another"
+
+
+def add_arguments(p):
+    """Add the command's arguments to the ``argparse`` parser ``p``."""
     p.add_argument("model", help="Python file defining `inputs` and `outputs`, or `exports`")
     p.add_argument("-o", "--output", help="output path without suffix (default: the model "
                                           "file's name in the current directory)")
@@ -58,12 +62,23 @@ def parser():
     return p
 
 
+def parser():
+    """The command's own parser (``python -m tegrad export``)."""
+    return add_arguments(argparse.ArgumentParser(prog="python -m tegrad export",
+                                                 description=HELP))
+
+
 def load_exports(model_path, *, name):
     """``{entry point name: (inputs, outputs)}`` from the model file (see the module doc)."""
     path = pathlib.Path(model_path)
     if not path.is_file():
         raise ExportError(f"model file {str(path)!r} not found")
-    namespace = runpy.run_path(str(path), run_name=MODEL_RUN_NAME)
+    try:
+        namespace = runpy.run_path(str(path), run_name=MODEL_RUN_NAME)
+    except TegradError:
+        raise
+    except Exception as e:  # the model's own mistake, reported in one line
+        raise ExportError(f"running {path} raised {type(e).__name__}: {e}") from e
     if "exports" in namespace:
         exports = namespace["exports"]
         if not isinstance(exports, dict) or not exports:
@@ -86,20 +101,28 @@ def load_exports(model_path, *, name):
     return exports
 
 
-def export_main(argv=None, *, lower=None, make_module=None):
-    """Run the command with ``argv`` (without the ``export`` word); return the exit status.
-    ``lower`` and ``make_module`` replace the default lowering and backend."""
-    args = parser().parse_args(argv)
+def run(args, *, lower=None, make_module=None):
+    """Export what the parsed ``args`` say and print what was written; a problem raises a
+    :class:`TegradError`. ``lower`` and ``make_module`` replace the default lowering and
+    backend."""
     output = args.output or pathlib.Path(args.model).stem
     name = args.name or default_entry_name(output)
-    try:
-        exports = load_exports(args.model, name=name)
-        result = export_program(exports, output, target=args.target, cpu=args.cpu,
-                                linker=args.linker, lower=lower, make_module=make_module)
-    except TegradError as e:
-        print(f"tegrad export: {e}", file=sys.stderr)
-        return 2
+    exports = load_exports(args.model, name=name)
+    result = export_program(exports, output, target=args.target, cpu=args.cpu,
+                            linker=args.linker, lower=lower, make_module=make_module)
     print(f"exported {', '.join(e.name for e in result.entries)} for {result.target.triple}")
     print(f"  {result.object_path}\n  {result.header_path}")
     print(f"  {result.message}")
+    return result
+
+
+def export_main(argv=None, *, lower=None, make_module=None):
+    """Run the command with ``argv`` (the words after ``export``); return the exit status:
+    0, or 1 after printing the problem (2 for bad usage, from ``argparse``)."""
+    args = parser().parse_args(argv)
+    try:
+        run(args, lower=lower, make_module=make_module)
+    except TegradError as e:
+        print(f"tegrad export: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     return 0

@@ -83,14 +83,28 @@ def test_target_option_writes_an_aarch64_object(tmp_path):
     ("inputs, outputs = [x, idx, w, b, d], y", "not the single tensor 'y'"),
     ("inputs, outputs = 'x', [y]", "must be a list of tensors"),
     ("exports = []", "`exports` must be a non-empty dict"),
+    ("inputs = undefined_name", "raised NameError: name 'undefined_name' is not defined"),
+    ("z = tg.placeholder((2,), dtype='complex', name='z')", "unsupported dtype 'complex'"),
 ])
 def test_model_file_mistakes_are_reported(tmp_path, capsys, tail, message):
-    assert run(tmp_path, tail, "-o", str(tmp_path / "out")) == 2
+    assert run(tmp_path, tail, "-o", str(tmp_path / "out")) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out.o").exists()
 
 
 def test_missing_model_file_is_reported(tmp_path, capsys):
     assert export_main([str(tmp_path / "nope.py")], lower=fake_lower,
-                       make_module=sample.sample_module) == 2
+                       make_module=sample.sample_module) == 1
     assert "not found" in capsys.readouterr().err
+
+
+def test_the_command_fits_a_parser_with_subcommands(tmp_path, capsys):
+    import argparse
+    from tegrad.codegen.export import cli
+    top = argparse.ArgumentParser(prog="tegrad")
+    cli.add_arguments(top.add_subparsers(dest="command").add_parser("export", help=cli.HELP))
+    model = tmp_path / "model.py"
+    model.write_text(MODEL.format(tail="inputs, outputs = [x, idx, w, b, d], [y, q]"))
+    args = top.parse_args(["export", str(model), "-o", str(tmp_path / "sub")])
+    result = cli.run(args, lower=fake_lower, make_module=sample.sample_module)
+    assert [e.name for e in result.entries] == ["sub"] and result.object_path.exists()
