@@ -33,7 +33,7 @@ _BASELINES = {
     "riscv64": ("generic-rv64", "+m,+a,+f,+d,+c", "lp64d"),
     "riscv32": ("generic-rv32", "+m,+a,+f,+d,+c", "ilp32d"),
     "x86_64": ("x86-64", "", ""),
-    "i686": ("pentium4", "", ""),
+    "i686": ("i686", "", ""),
 }
 
 
