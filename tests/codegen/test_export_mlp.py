@@ -25,6 +25,11 @@ _spec = importlib.util.spec_from_file_location("export_mlp", EXAMPLE / "export_m
 export_mlp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(export_mlp)
 
+_spec = importlib.util.spec_from_file_location("export_tests", pathlib.Path(__file__).parent
+                                               / "test_export.py")
+export_tests = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(export_tests)
+
 N_EVAL = 16
 
 
@@ -179,3 +184,9 @@ def test_aarch64_driver_under_qemu_matches_the_host(programs, host_library, tmp_
                                  tmp_path / "host-run")
     assert status == 0
     assert_close(got, want)
+
+
+def test_the_library_needs_only_libc_and_libm(host_library):
+    needed = export_tests.elf_needed_libraries(host_library.library_path)
+    assert any(lib.startswith("libm.so") for lib in needed)  # expf and logf of the loss
+    assert all(lib.startswith(("libc.so", "libm.so")) for lib in needed), needed
