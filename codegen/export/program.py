@@ -13,15 +13,12 @@ from tegrad.codegen.export.abi import c_identifier
 from tegrad.codegen.export.errors import ExportError
 from tegrad.codegen.export.interface import KernelModule
 from tegrad.codegen.export.library import export_kernels
+from tegrad.codegen.llvm.emit import emit_kernel
+from tegrad.codegen.lower.program import lower_program
 
 
 def default_lower():
     """``tegrad.codegen.lower.program.lower_program``."""
-    try:
-        from tegrad.codegen.lower.program import lower_program
-    except ImportError as e:
-        raise ExportError(f"exporting a tegrad program needs its lowering to loop nests, "
-                          f"tegrad.codegen.lower.program.lower_program ({e})") from None
     return lower_program
 
 
@@ -31,12 +28,6 @@ def default_module_factory():
     status code ``n`` is ``errors[n - 1]``, which passes its large local buffers after
     the temporaries as ``extra`` and which assumes only the natural alignment of each
     buffer)."""
-    try:
-        from tegrad.codegen.llvm.emit import emit_kernel
-    except ImportError as e:
-        raise ExportError(f"exporting native code needs the LLVM backend, "
-                          f"tegrad.codegen.llvm.emit.emit_kernel ({e})") from None
-
     def make_module(kernel, target):
         emitted = emit_kernel(kernel, triple=target.triple, data_layout=target.data_layout)
         checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}

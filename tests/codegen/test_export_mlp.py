@@ -16,7 +16,6 @@ import pytest
 
 import tegrad as tg
 
-pytest.importorskip("tegrad.codegen.llvm.emit", reason="needs the LLVM backend (tg.build)")
 
 from tegrad.codegen.export.program import export_program  # noqa: E402
 
