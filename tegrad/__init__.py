@@ -31,4 +31,4 @@ from tegrad import testing  # noqa: E402
 from tegrad.analysis.cost import Cost, cost  # noqa: E402
 from tegrad.zero_elim.explain import explain  # noqa: E402
 from tegrad.zero_elim.program import eliminate_zeros  # noqa: E402
-from tegrad.codegen import build  # noqa: E402
+from tegrad.codegen import build, export  # noqa: E402

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from tegrad.ir.errors import TegradError
+from tegrad.codegen.export.program import export_kernel
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, check_count
 
@@ -74,6 +75,12 @@ class CompiledFunction:
     def asm(self):
         """The machine code, as assembly."""
         return self._executable.asm
+
+    def export(self, path, *, target=None, cpu=None, name=None, linker=None):
+        """Write this function as ``<path>.o``, ``<path>.h`` and (when a linker for the
+        target is found) a shared library: see :func:`tegrad.export`."""
+        return export_kernel(self.kernel, path, target=target, cpu=cpu, name=name,
+                             linker=linker)
 
     def __repr__(self):
         ins = ", ".join(t.name for t in self.inputs)

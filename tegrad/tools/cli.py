@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from tegrad.codegen.export import cli as export_cli
 from tegrad.ir.errors import TegradError
 
 
@@ -89,6 +90,7 @@ COMMANDS = {
              "train on scikit-learn's handwritten digits with compiled gradients"),
     "explain": (_explain_arguments, _explain,
                 "an operator's gradients before and after zero elimination, with costs"),
+    "export": (export_cli.add_arguments, export_cli.run, export_cli.HELP),
 }
 
 

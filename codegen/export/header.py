@@ -1,0 +1,109 @@
+"""The C header of an exported library: prototypes, shapes, dtypes, sizes, error codes.
+
+>>> from tegrad.codegen.loops.nodes import Buffer, Block, Kernel
+>>> from tegrad.codegen.export.abi import entry_point
+>>> x = Buffer("x", (2, 3), "float32", "input")
+>>> y = Buffer("y", (2,), "float32", "output")
+>>> text = header_text("lib", [entry_point("f", Kernel("f", (x, y), (), Block(())), {})], "t")
+>>> "int f(const float *x, float *y, void *workspace);" in text, "#define F_X_DIM1 3" in text
+(True, True)
+"""
+from __future__ import annotations
+
+from tegrad.codegen.export.abi import c_identifier
+
+
+def header_text(library, entries, target_description):
+    """The header declaring every entry point of ``entries`` (a library called
+    ``library``, built for ``target_description``)."""
+    guard = f"TEGRAD_{c_identifier(library).upper()}_H"
+    lines = [
+        f"/* {library}.h: native code exported by tegrad for {target_description}.",
+        " *",
+        " * Each entry point takes one pointer per input and output (dense C-ordered arrays of",
+        " * the shapes and dtypes below; float16 as its IEEE binary16 bits, bool as one byte 0/1)",
+        " * and a caller-provided workspace of NAME_WORKSPACE_BYTES bytes (reused across calls;",
+        " * its contents need not be kept; one workspace per concurrent call). Nothing is",
+        " * allocated inside. Pointers aligned to NAME_ALIGNMENT bytes are accepted (C11",
+        " * aligned_alloc or posix_memalign give such memory); the workspace may be NULL when",
+        " * NAME_WORKSPACE_BYTES is 0, and so may an array of no elements. An entry point",
+        " * returns 0 on success, a positive code for a failed run-time check (listed below,",
+        " * named by NAME_error_string), or -(p + 1) when pointer parameter p (counting from 0,",
+        " * the workspace last) is NULL or misaligned.",
+        " * Depends only on libc and libm.",
+        " */",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <stdint.h>",
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+    ]
+    for entry in entries:
+        lines += [""] + _entry_lines(entry)
+    lines += ["", "#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard} */", ""]
+    return "\n".join(lines)
+
+
+def _entry_lines(entry):
+    prefix = entry.name.upper()
+    macros = _unique_macros(prefix, [p.ident for p in entry.args])
+    width = max([len(p.name) for p in entry.args] + [4])
+    lines = [f"/* {entry.name}"]
+    for role, title in (("input", "inputs"), ("output", "outputs")):
+        params = [p for p in entry.args if p.role == role]
+        lines.append(f" *   {title}:" + ("" if params else " none"))
+        for p in params:
+            shape = "[" + ", ".join(map(str, p.shape)) + "]"
+            lines.append(f" *     {p.name:<{width}}  {p.dtype:<8} {shape:<14} "
+                         f"{p.c_decl}  ({macros[p.ident]}_*)")
+    alignment = entry.max_alignment
+    lines.append(f" *   workspace: {entry.workspace_bytes} bytes; every pointer aligned to "
+                 f"{alignment} bytes suffices (the codes below say what each needs)")
+    lines.append(" *   returns 0 (success) or:")
+    for code in [c for c, _, _ in entry.checks] + [-(i + 1) for i in range(len(entry.params))]:
+        lines.append(f" *     {code:>4}  {entry.error_message(code)}")
+    lines.append(" */")
+    lines.append(f"#define {prefix}_ALIGNMENT {alignment}")
+    lines.append(f"#define {prefix}_WORKSPACE_BYTES {entry.workspace_bytes}")
+    lines.append(f"#define {prefix}_NUM_INPUTS {sum(p.role == 'input' for p in entry.args)}")
+    lines.append(f"#define {prefix}_NUM_OUTPUTS {sum(p.role == 'output' for p in entry.args)}")
+    for p in entry.args:
+        m = macros[p.ident]
+        lines.append(f'#define {m}_DTYPE "{p.dtype}"')
+        lines.append(f"#define {m}_NDIM {len(p.shape)}")
+        for axis, extent in enumerate(p.shape):
+            lines.append(f"#define {m}_DIM{axis} {extent}")
+        lines.append(f"#define {m}_SIZE {p.size}")
+        lines.append(f"#define {m}_BYTES {p.nbytes}")
+    names = _unique_macros(f"{prefix}_ERROR",
+                           [f"{kind}_{c_identifier(tensor)}" for _, kind, tensor in entry.checks])
+    defined = set()
+    for code, kind, tensor in entry.checks:
+        key = f"{kind}_{c_identifier(tensor)}"
+        if key not in defined:  # a tensor checked at several places: its first code
+            defined.add(key)
+            lines.append(f"#define {names[key]} {code}")
+    args = ", ".join(p.c_decl for p in entry.params)
+    lines.append(f"int {entry.name}({args});")
+    lines.append(f"const char *{entry.name}_error_string(int code);")
+    return lines
+
+
+def _unique_macros(prefix, keys):
+    """``{key: PREFIX_KEY}`` with upper-case names made distinct (``_2``, ``_3``...);
+    a repeated key gets the first name."""
+    out, taken = {}, set()
+    for key in keys:
+        if key in out:
+            continue
+        base = f"{prefix}_{key.upper()}"
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        taken.add(name)
+        out[key] = name
+    return out

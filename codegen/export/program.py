@@ -1,0 +1,85 @@
+"""Export of tegrad programs: lowering to loop nests, then :func:`export_kernels`.
+
+The two pieces come from the rest of ``tegrad.codegen``: ``lower(inputs, outputs, *,
+name) -> Kernel`` (default: ``tegrad.codegen.lower.program.lower_program``) and the
+backend's module factory (default: :func:`default_module_factory`, see
+:mod:`tegrad.codegen.export.interface` for its contract). Both can be passed explicitly.
+"""
+from __future__ import annotations
+
+import pathlib
+
+from tegrad.codegen.export.abi import c_identifier
+from tegrad.codegen.export.errors import ExportError
+from tegrad.codegen.export.interface import KernelModule
+from tegrad.codegen.export.library import export_kernels
+from tegrad.codegen.llvm.emit import emit_kernel
+from tegrad.codegen.lower.program import lower_program
+
+
+def default_lower():
+    """``tegrad.codegen.lower.program.lower_program``."""
+    return lower_program
+
+
+def default_module_factory():
+    """The LLVM backend's module factory ``(kernel, target) -> KernelModule``: the one
+    place where export meets the backend (``tegrad.codegen.llvm.emit.emit_kernel``, whose
+    status code ``n`` is ``errors[n - 1]``, which passes its large local buffers after
+    the temporaries as ``extra`` and which assumes only the natural alignment of each
+    buffer)."""
+    def make_module(kernel, target):
+        emitted = emit_kernel(kernel, triple=target.triple, data_layout=target.data_layout)
+        checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}
+        return KernelModule(emitted.module, emitted.name, checks, alignment=1,
+                            extra=tuple(emitted.extra))
+
+    return make_module
+
+
+def default_entry_name(path):
+    """The entry point's name when none is given: the file name of ``path``.
+
+    >>> default_entry_name("build/train-step")
+    'train_step'
+    """
+    return c_identifier(pathlib.Path(path).name)
+
+
+def export_program(exports, path, *, target=None, cpu=None, linker=None, lower=None,
+                   make_module=None):
+    """Export several programs as one library: ``exports`` maps each entry point's name
+    to ``(inputs, outputs)`` (lists of tensors: the placeholders in call order, and the
+    results). Options as :func:`export_kernels`; returns its result."""
+    exports = dict(exports)
+    if not exports:
+        raise ExportError("nothing to export: no programs given")
+    lower = lower or default_lower()
+    kernels = {}
+    for name, pair in exports.items():
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise ExportError(f"export {name!r}: expected a pair (inputs, outputs), got "
+                              f"{type(pair).__name__}")
+        inputs, outputs = pair
+        kernels[name] = lower(list(inputs), outputs, name=name)
+    return export_kernels(kernels, path, make_module=make_module or default_module_factory(),
+                          target=target, cpu=cpu, linker=linker)
+
+
+def export(inputs, outputs, path, *, target=None, cpu=None, name=None, linker=None,
+           lower=None, make_module=None):
+    """Compile the program ``inputs -> outputs`` and write ``<path>.o``, ``<path>.h`` and
+    (when a linker for the target is found) ``<path>.so``: one C entry point called
+    ``name`` (default: the file name of ``path``); see :func:`export_kernels`."""
+    name = default_entry_name(path) if name is None else name
+    return export_program({name: (inputs, outputs)}, path, target=target, cpu=cpu,
+                          linker=linker, lower=lower, make_module=make_module)
+
+
+def export_kernel(kernel, path, *, target=None, cpu=None, name=None, linker=None,
+                  make_module=None):
+    """Export an already lowered ``kernel`` (a built function's) as entry point ``name``
+    (default: the kernel's name)."""
+    name = kernel.name if name is None else name
+    return export_kernels({name: kernel}, path, make_module=make_module or default_module_factory(),
+                          target=target, cpu=cpu, linker=linker)
