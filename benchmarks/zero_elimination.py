@@ -81,8 +81,9 @@ def operators():
     print(f"slowest differentiate+optimise: {worst:.3f} s")
 
 
-def cnn():
-    """conv, relu, max_pool, conv stride 2, flatten, dense, softmax cross entropy."""
+def cnn_program():
+    """``(inputs, loss, weights)`` of the 6-layer CNN: conv, relu, max_pool, conv stride 2,
+    relu, flatten, dense, softmax cross entropy (8x3x32x32 images)."""
     x = tg.placeholder((8, 3, 32, 32), name="x")
     labels = tg.placeholder((8,), dtype="int32", name="labels")
     w1 = tg.placeholder((16, 3, 3, 3), name="w1")
@@ -92,8 +93,13 @@ def cnn():
     h = nn.max_pool2d(h, 2)
     h = nn.relu(nn.conv2d(h, w2, stride=2, padding=1))
     h = tg.ops.flatten(h)
-    logits = nn.dense(h, wd)
-    loss = nn.softmax_cross_entropy(logits, labels)
+    loss = nn.softmax_cross_entropy(nn.dense(h, wd), labels)
+    return [x, labels, w1, w2, wd], loss, [w1, w2, wd]
+
+
+def cnn():
+    """Differentiation time and costs of the 6-layer CNN."""
+    _, loss, (w1, w2, wd) = cnn_program()
     seconds, res = _best_of(3, lambda: tg.differentiate(loss, [w1, w2, wd]))
     fwd = tg.cost(loss).iterations
     grad = tg.cost(list(res)).iterations
