@@ -24,6 +24,8 @@ workspace is the last) is NULL or not aligned as the header requires.
 """
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass
 
@@ -115,10 +117,7 @@ class Param:
 
     @property
     def size(self):
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self):

@@ -21,6 +21,8 @@ schedule transformations are pure functions from nodes to new nodes.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -53,10 +55,7 @@ class Buffer(Node):
 
     @property
     def size(self):
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     def __repr__(self):
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
