@@ -25,7 +25,6 @@ workspace is the last) is NULL or not aligned as the header requires.
 from __future__ import annotations
 
 import math
-
 import re
 from dataclasses import dataclass
 
