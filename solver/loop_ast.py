@@ -29,7 +29,8 @@ import islpy as isl
 
 from .isl_bridge import IslSystem
 
-__all__ = ["Loop", "Guard", "Seq", "Point", "build_loops", "format_tree"]
+__all__ = ["Loop", "Guard", "Seq", "Point", "build_loops", "build_disjoint_loops",
+           "format_tree"]
 
 _SET = isl.dim_type.set
 _PARAM = isl.dim_type.param
@@ -91,10 +92,65 @@ def build_loops(variables: Sequence[str], parameters: Sequence[str], statements,
     ``context`` lists constraints over the parameters known to hold.
     """
     variables, parameters = list(variables), list(parameters)
-    schedule, domains = None, []
+    domains = [_basic_set(variables, parameters, list(c)) for c in statements]
+    return _loops(variables, parameters, domains, context)
+
+
+def build_disjoint_loops(variables: Sequence[str], parameters: Sequence[str], statements,
+                         context=()):
+    """``(tree, pieces)``: loops visiting each point of the union of the statements'
+    domains once, running there every statement whose domain holds it.
+
+    The union is split into disjoint pieces, each with the set of statements active on
+    all of its points; :class:`Point` ``k`` of the tree runs the statements
+    ``pieces[k]`` (in the given order). Invariant: for every point ``p`` of the union,
+    ``{s : p in domain(s)} == pieces[k]`` for the one piece ``k`` holding ``p``.
+
+    >>> from tegrad.solver.constraint import ge, lt
+    >>> from tegrad.solver.affine import Affine
+    >>> k = Affine.var("k")
+    >>> tree, pieces = build_disjoint_loops(["k"], [], [[ge(k, 0), lt(k, 3)],
+    ...                                                 [ge(k, 2), lt(k, 5)]])
+    >>> print(format_tree(tree)); pieces
+    for k in range(0, 2):
+      S0(k)
+    S1(2)
+    for k in range(3, 5):
+      S2(k)
+    [(0,), (0, 1), (1,)]
+    """
+    variables, parameters = list(variables), list(parameters)
+    refined = []  # (isl set, statements active on it), disjoint
     for k, constraints in enumerate(statements):
-        dom = _basic_set(variables, parameters, list(constraints)).set_tuple_name(f"S{k}")
-        domains.append(dom)
+        dom = _basic_set(variables, parameters, list(constraints))
+        rest, out = dom, []
+        for piece, active in refined:
+            both = piece.intersect(dom).coalesce()
+            alone = piece.subtract(dom).coalesce()
+            rest = rest.subtract(piece)
+            out += [(s, a) for s, a in ((both, active + (k,)), (alone, active))
+                    if not s.is_empty()]
+        rest = rest.coalesce()
+        if not rest.is_empty():
+            out.append((rest, (k,)))
+        refined = out
+    # one statement per convex part (a fixed variable is then fixed on all of it)
+    parts = [(isl.Set.from_basic_set(b), active) for piece, active in refined
+             for b in piece.make_disjoint().get_basic_sets()]
+    parts.sort(key=lambda p: p[1])
+    if not parts:
+        return Seq(()), []
+    tree = _loops(variables, parameters, [s for s, _ in parts], context)
+    return tree, [a for _, a in parts]
+
+
+def _loops(variables, parameters, domains, context):
+    """The tree of loops over the isl sets ``domains`` (statement ``k`` on ``domains[k]``)."""
+    schedule = None
+    named = []
+    for k, dom in enumerate(domains):
+        dom = dom.set_tuple_name(f"S{k}")
+        named.append(dom)
         m = isl.Map.identity(dom.get_space().map_from_set()).intersect_domain(dom)
         m = isl.UnionMap.from_map(m.reset_tuple_id(isl.dim_type.out))
         schedule = m if schedule is None else schedule.union(m)
@@ -107,7 +163,8 @@ def build_loops(variables: Sequence[str], parameters: Sequence[str], statements,
     tree = _node(node, {f"c{d}": v for d, v in enumerate(variables)}, frozenset(), fixed)
     for k, names in fixed.items():
         for d, v in enumerate(variables):
-            if v in names and not _single_valued(domains[k], d):
+            # single-valued where the context holds (the loops run only there)
+            if v in names and not _single_valued(named[k].intersect_params(ctx), d):
                 # isl's AST builder can take a variable with several values for a fixed
                 # one (seen with islpy 2026.2); such loops would skip points
                 raise ValueError(f"isl fixed {v!r}, which has several values")

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from tegrad import solver
 from tegrad.solver import loop_ast
-from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Or, Select, Var
+from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Or, Select, Var, structural_equal
 from tegrad.analysis.affine import conjunction, from_constraint
 
 from tegrad.codegen.loops.mapper import block, substitute_stmt, to_affine
-from tegrad.codegen.loops.nodes import For, If, Let
+from tegrad.codegen.loops.nodes import Block, For, If, Let
 
 INDEX = "int64"
 
@@ -104,10 +104,33 @@ def _stmt(node, bodies, variables, lets):
                      else _stmt(node.otherwise, bodies, variables, lets))
         return If(tree_expr(node.cond), _stmt(node.then, bodies, variables, lets), otherwise)
     if isinstance(node, loop_ast.Seq):
-        return block([_stmt(c, bodies, variables, lets) for c in node.items])
+        return block(merge_lets([_stmt(c, bodies, variables, lets) for c in node.items]))
     return fixed_point(bodies[node.statement], {
         name: tree_expr(value) for name, value in zip(variables, node.values)
         if value != ("var", name)}, lets)
+
+
+def merge_lets(stmts):
+    """Adjacent lets of one variable to one value as one let around both bodies.
+
+    ``let v = e in A; let v = e in B`` == ``let v = e in (A; B)`` (the bodies do not
+    assign ``v``): statements isl places at the same point share their fixed value, and
+    the point is visited once.
+    """
+    out = []
+    for s in stmts:
+        prev = out[-1] if out else None
+        if (type(s) is Let and type(prev) is Let and prev.var.name == s.var.name
+                and structural_equal(prev.value, s.value)):
+            body = block(merge_lets(_statements(prev.body) + _statements(s.body)))
+            out[-1] = Let(prev.var, prev.value, body)
+        else:
+            out.append(s)
+    return out
+
+
+def _statements(s):
+    return list(s.stmts) if type(s) is Block else [s]
 
 
 def fixed_point(body, values, lets):
@@ -136,9 +159,10 @@ def domain_nest(axes, conditions, context, body, more=(), lets=True):
 
     ``context`` lists solver constraints known to hold on the outer values; ``body()``
     builds the statement run at each point. ``more`` adds statements over the same
-    axes: ``(conditions, body)`` pairs, each run where its own conditions hold. A
-    variable with a single value is a :class:`Let` (with ``lets``; else a constant
-    value is substituted).
+    axes: ``(conditions, body)`` pairs, each run where its own conditions hold; each
+    point of the union of their domains is visited once, running the statements that
+    hold there (in order). A variable with a single value is a :class:`Let` (with
+    ``lets``; else a constant value is substituted).
     """
     statements = [(list(conditions), body)] + [(list(c), b) for c, b in more]
     names = [v.name for v, _, _ in axes]
@@ -156,10 +180,19 @@ def domain_nest(axes, conditions, context, body, more=(), lets=True):
     params = sorted(free - set(names))
     ctx = [c for c in context if c.variables() <= set(params)]
     try:
-        tree = loop_ast.build_loops(names, params, systems, ctx)
+        if len(systems) == 1:
+            tree = loop_ast.build_loops(names, params, systems, ctx)
+            bodies = [body]
+        else:
+            tree, pieces = loop_ast.build_disjoint_loops(names, params, systems, ctx)
+            bodies = [_piece_body([statements[k][1] for k in active]) for active in pieces]
     except ValueError:  # an AST isl builds that the tree does not express
         return _plain_nest(axes, statements)
-    return _stmt(tree, [b for _, b in statements], names, lets)
+    return _stmt(tree, bodies, names, lets)
+
+
+def _piece_body(bodies):
+    return lambda: block([b() for b in bodies])
 
 
 def _plain_nest(axes, statements):

@@ -124,7 +124,7 @@ def lower_scatter(t, buf, ctx, fill=True):
         statements.append((affine, _target_body(target, data, buf, ctx, context + affine,
                                                 renames)))
     first, more = statements[0], statements[1:]
-    return block([fill, domain_nest(axes, first[0], [], first[1], more, lets=False)])
+    return block([fill, domain_nest(axes, first[0], [], first[1], more)])
 
 
 def _target_body(target, data, buf, ctx, context, renames):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from tegrad import solver
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import Binary
+from tegrad.ir.expr import And, Binary, Compare, Const, Not, Or
 from tegrad.ir.graph import as_tensor_list, topological_order
 from tegrad.ir.mapper import Mapper, children
 from tegrad.ir.printer import axis_end
@@ -64,9 +64,65 @@ def affine_conditions(cond):
     return tuple(con for con in map(to_constraint, conjuncts(cond)) if con is not None)
 
 
+#: more alternatives than this in a condition's disjunctive form: counted as true
+MAX_ALTERNATIVES = 64
+
+
+def condition_alternatives(conds):
+    """The conjunction of ``conds`` as alternatives (a union of conjunctions of solver
+    constraints, ``[()]`` for true, ``[]`` for false).
+
+    Conditions on loop variables only are exact (negations, ``!=``, ``||`` included);
+    a comparison that reads data, or is not affine, counts as true: the loops run
+    where it might hold.
+
+    >>> import tegrad as tg
+    >>> i = tg.Var("i", "int32")
+    >>> len(condition_alternatives([tg.any(i < 2, i > 5)]))
+    2
+    """
+    out = [()]
+    for c in conds:
+        out = _and_alternatives(out, _alternatives(c, False))
+    return out
+
+
+def _and_alternatives(a, b):
+    out = [x + y for x in a for y in b]
+    return out if len(out) <= MAX_ALTERNATIVES else [()]
+
+
+def _alternatives(cond, negate):
+    t = type(cond)
+    if t is Not:
+        return _alternatives(cond.a, not negate)
+    if t in (And, Or):
+        a, b = _alternatives(cond.a, negate), _alternatives(cond.b, negate)
+        if (t is And) != negate:
+            return _and_alternatives(a, b)
+        out = a + b
+        return out if len(out) <= MAX_ALTERNATIVES else [()]
+    if t is Const and cond.dtype == "bool":
+        return [()] if bool(cond.value) != negate else []
+    if t is Compare:
+        con = to_constraint(Not(cond) if negate else cond)
+        if con is not None:
+            return [(con,)]
+        op = {"eq": "ne", "ne": "eq"}.get(cond.op) if negate else cond.op
+        if op == "ne" and _dt.is_int(cond.a.dtype):
+            lhs, rhs = to_affine(cond.a), to_affine(cond.b)
+            if lhs is not None and rhs is not None:
+                return [(solver.lt(lhs, rhs),), (solver.gt(lhs, rhs),)]
+    return [()]
+
+
 class _LocalWork(Mapper):
-    """Per node: ``(float operations there, [(child, conditions it adds)])``, or None for a
-    reduction (its work is counted over its own domain)."""
+    """Per node: ``(float operations there, [(child, conditions under which it is
+    evaluated)])``, or None for a reduction (its work is counted over its own domain).
+
+    The conditions are those of the lowering: a select's branches under its condition
+    and its negation, the right operand of ``&&`` (``||``) under the left (its negation).
+    """
 
     def _operation(self, e):
         return (1 if _dt.is_float(e.dtype) else 0), [(c, ()) for c in children(e)]
@@ -75,11 +131,16 @@ class _LocalWork(Mapper):
         return 0, [(c, ()) for c in children(e)]
 
     map_binary = map_neg = map_call = _operation
-    map_const = map_var = map_compare = map_and = map_or = map_not = map_cast = map_read = _free
+    map_const = map_var = map_compare = map_not = map_cast = map_read = _free
 
     def map_select(self, e):
-        return 0, [(e.cond, ()), (e.true_value, affine_conditions(e.cond)),
-                   (e.false_value, ())]
+        return 0, [(e.cond, ()), (e.true_value, (e.cond,)), (e.false_value, (Not(e.cond),))]
+
+    def map_and(self, e):
+        return 0, [(e.a, ()), (e.b, (e.a,))]
+
+    def map_or(self, e):
+        return 0, [(e.a, ()), (e.b, (Not(e.a),))]
 
     def map_reduce(self, e):
         return None
@@ -91,8 +152,8 @@ _LOCAL_WORK = _LocalWork()
 def local_flops(e):
     """Float operations of ``e`` outside its reductions, and the reductions reached.
 
-    Each reduction comes with the constraints of the affine conditions of the selects
-    whose true branch holds it.
+    Each reduction comes with the conditions (expressions) of the selects, ``&&`` and
+    ``||`` around it under which it is evaluated.
     """
     count, reductions = 0, []
     stack = [(e, ())]
@@ -117,9 +178,11 @@ class _Space:
         self.alternatives = tuple(alternatives)
 
     def nested(self, axes, conditions, stage):
-        """The space of ``axes`` iterated inside this one, under ``conditions``."""
+        """The space of ``axes`` iterated inside this one, where one of the alternatives
+        ``conditions`` (tuples of constraints) holds."""
         variables = list(self.variables)
-        alternatives = [tuple(alt) + tuple(conditions) for alt in self.alternatives]
+        alternatives = [tuple(alt) + tuple(c) for alt in self.alternatives
+                        for c in conditions]
         for ax in axes:
             lo_parts = _bound_parts(ax.lo, "max", ax, stage)
             end_parts = _bound_parts(axis_end(ax), "min", ax, stage)
@@ -173,22 +236,38 @@ def _bound_parts(e, same, ax, stage):
 
 
 def _reduction_work(e, space, stage):
-    """``(points, flops)`` of the reductions reached from ``e`` evaluated over ``space``."""
+    """``(points, flops)`` of the reductions reached from ``e`` evaluated over ``space``.
+
+    As lowered: a reduction's loops run where the conditions around it hold, over its
+    bounds and the affine conjuncts of its ``where`` (the others are tested at each of
+    those points); its source is evaluated where all of ``where`` holds, its ``init``
+    around the loops.
+    """
     points = flops = 0
-    stack = [(e, space)]
+    stack = [(e, space, ())]
     while stack:
-        expr, outer = stack.pop()
+        expr, outer, around = stack.pop()
         for red, guard in local_flops(expr)[1]:
-            inner = outer.nested(red.axes, guard + affine_conditions(red.where), stage)
+            guard = around + guard
+            affine = affine_conditions(red.where)
+            inner = outer.nested(red.axes, _and_alternatives(
+                condition_alternatives(guard), [affine]), stage)
             n = inner.count()
             points += n
             flops += n * (1 + local_flops(red.source)[0])
-            stack.append((red.source, inner))
+            if red.init is not None:
+                stack.append((red.init, outer, guard))
+            if red.where is not None:
+                stack.append((red.where, inner, ()))
+                source = inner.nested((), condition_alternatives([red.where]), stage)
+            else:
+                source = inner
+            stack.append((red.source, source, ()))
     return points, flops
 
 
 def _stage_space(t):
-    return _Space().nested(t.op.axes, (), t.name)
+    return _Space().nested(t.op.axes, [()], t.name)
 
 
 def _pointwise_cost(t, e, combine_flops):
@@ -210,8 +289,8 @@ class _StageCost(StageMapper):
         return _pointwise_cost(t, t.op.source, 1)
 
     def map_scatter(self, t):
-        # one pass over the domain; a point counts when some target's affine condition
-        # holds there, and each target costs its value and an accumulation where it does
+        # each point where some target's affine condition holds is visited once; each
+        # target costs its value and an accumulation where its whole condition holds
         space = _stage_space(t)
         guards = [affine_conditions(target.where) for target in t.op.targets]
         if any(not g for g in guards):
@@ -220,7 +299,11 @@ class _StageCost(StageMapper):
             points = _Space(space.variables, guards).count()
         flops = 0
         for target, guard in zip(t.op.targets, guards):
-            where = space.nested((), guard, t.name)
+            where = space.nested((), [guard], t.name)
+            if target.where is not None:
+                where_points, where_flops = _reduction_work(target.where, where, t.name)
+                points, flops = points + where_points, flops + where_flops
+                where = space.nested((), condition_alternatives([target.where]), t.name)
             inner_points, inner_flops = _reduction_work(target.value, where, t.name)
             points += inner_points
             flops += inner_flops + where.count() * (1 + local_flops(target.value)[0])
