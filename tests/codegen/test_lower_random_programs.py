@@ -1,14 +1,16 @@
 """Random programs and their optimised gradients, lowered and run by the loop-IR
 interpreter, equal ``tg.evaluate`` (the programs of the compiled random-program test;
-this checks lowering without LLVM).
+this checks lowering without LLVM), and the points the loops visit equal ``tg.cost``'s
+``iterations`` (plus the scatters' fills, as in ``test_lower_operators.py``).
 
-The points visited are not compared with ``tg.cost`` here: on random programs the cost
-model leaves out reductions inside conditions, and a scatter whose targets have
-different affine conditions is visited in one loop per piece of the domain (isl
-separates them) where the cost model counts one pass over their union. The operator
-library's programs are compared (``test_lower_operators.py``).
+Where a reduction's loops sit under a condition that reads data (a select on a loaded
+value holding the reduction), the lowering runs them only where the condition holds,
+which a count made without the data cannot know: ``tg.cost`` counts them as if it held,
+so there the points visited are at most the count, and equal to it once every such
+condition is taken as true (:func:`open_data_guards`).
 """
 import importlib.util
+import os
 import pathlib
 
 import numpy as np
@@ -18,21 +20,60 @@ from hypothesis import strategies as st
 import tegrad as tg
 from tegrad.ir.errors import DifferentiationError
 from tegrad.codegen.loops.interpret import run
-from tegrad.codegen.lower.program import lower_program
+from tegrad.codegen.loops.mapper import StmtMapper, walk_expr, walk_stmts
+from tegrad.codegen.loops.nodes import For, If, Kernel, Let, Load
+from tegrad.codegen.lower.program import lower_program, prepare
+
+
+def _module(file_name, name):
+    path = pathlib.Path(__file__).parent / file_name
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _programs():
-    path = pathlib.Path(__file__).parent / "test_random_programs_compiled.py"
-    spec = importlib.util.spec_from_file_location("_compiled_random_programs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.programs
+    return _module("test_random_programs_compiled.py", "_compiled_random_programs").programs
 
 
-@settings(max_examples=50, deadline=None, print_blob=True,
+scatter_fill = _module("test_lower_operators.py", "_lower_operators").scatter_fill
+
+
+def _is_data_guard(s):
+    """An if on loaded data around loops (a reduction run only where data says)."""
+    return (type(s) is If and s.otherwise is None
+            and any(type(n) is Load for n in walk_expr(s.cond))
+            and any(type(n) in (For, Let) for n in walk_stmts(s.then)))
+
+
+def _data_guards(kernel):
+    return [s for s in walk_stmts(kernel.body) if _is_data_guard(s)]
+
+
+class _OpenDataGuards(StmtMapper):
+    def map_if(self, s):
+        s = super().map_if(s)
+        return s.then if _is_data_guard(s) else s
+
+    def map_check(self, s):
+        return None  # the opened loops may index where the guard kept them from
+
+
+def open_data_guards(kernel):
+    """``kernel`` with every data guard around loops taken as true (only its count is
+    used: the results of the opened loops are not those of the program)."""
+    return Kernel(kernel.name, kernel.args, kernel.temps, _OpenDataGuards()(kernel.body))
+
+
+#: programs per run (each is interpreted in Python); set it higher for a long run
+EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_LOWERED", "50"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_programs()(), st.integers(0, 2**31 - 1))
-def test_lowered_random_program_matches_evaluator(program, seed):
+def test_lowered_random_program_matches_evaluator_and_cost(program, seed):
     x, out = program
     rng = np.random.default_rng(seed)
     head = tg.placeholder(out.shape, dtype="float64", name="head")
@@ -44,6 +85,14 @@ def test_lowered_random_program_matches_evaluator(program, seed):
         pass
     inputs = [x, head] if len(outputs) > 1 else [x]
     kernel = lower_program(inputs, outputs)
-    got, _ = run(kernel, [feed[t] for t in inputs])
+    got, iterations = run(kernel, [feed[t] for t in inputs])
     for t, g, w in zip(outputs, got, tg.evaluate(outputs, feed)):
         np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9, err_msg=t.name)
+    prepared = prepare(outputs)
+    counted = tg.cost(prepared).iterations + scatter_fill(inputs, prepared)
+    if not _data_guards(kernel):
+        assert iterations == counted
+    else:
+        assert iterations <= counted
+        _, opened = run(open_data_guards(kernel), [feed[t] for t in inputs])
+        assert opened == counted
