@@ -7,7 +7,7 @@ import pytest
 
 import tegrad as tg
 from tegrad.ir.graph import topological_order
-from tegrad.ir.tensor import ScatterOp
+from tegrad.ir.tensor import ScatterOp, ScatterTarget, scatter_stage
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Check, For, If, Let
@@ -270,3 +270,40 @@ def test_reduction_under_a_data_condition_is_tested_only_where_the_outer_guard_h
     feed = {a: np.arange(4.0).reshape(2, 2), head: np.ones((1, 1))}
     for g, w in zip(f(feed[a], feed[head]), tg.evaluate(outputs, feed)):
         np.testing.assert_array_equal(g, w)
+
+
+def test_reductions_under_conditions_visit_what_cost_counts():
+    A = x((6, 6))
+
+    def red(i, name):
+        k = tg.reduce_axis((0, 6), name=name)
+        return tg.sum(A[i, k], axis=k, where=k % 2 != tg.cast(i % 2, "int32"))
+
+    out = tg.compute((6,), lambda i: tg.if_then_else(
+        tg.all(i >= 1, i <= 3), 0.0, red(i, "a")) + tg.if_then_else(
+        i % 3 != 1, red(i, "b"), 1.0) + tg.cast(tg.all(i < 2, red(i, "c") > 0.0), F64), name="out")
+    kernel, iterations, cost, _ = evaluate_both([A], [out])
+    assert iterations == cost
+
+
+def test_a_reduction_bound_fixed_by_a_unit_stage_axis_is_a_let():
+    A = x((6, 6))
+    k = tg.reduce_axis((0, 2), name="k")
+    one = tg.compute((1, 4), lambda i, j: tg.sum(A[j, k], axis=k, where=k <= i), name="one")
+    kernel, iterations, cost, _ = evaluate_both([A], [one])
+    assert iterations == cost == 4 + 4
+    assert kinds(kernel, Let) and not kinds(kernel, If)
+
+
+def test_scatter_targets_with_different_conditions_visit_their_union_once():
+    g = tg.placeholder((8, 3), dtype=F64, name="g")
+    h = tg.scatter_add((8,), (8, 3), lambda p, c: (p,), lambda p, c: g[p, c],
+                       where=lambda p, c: p < 5, name="h")
+    p, c = (ax.var for ax in h.op.axes)
+    targets = [h.op.targets[0], ScatterTarget((7 - p,), g[p, c] * 2.0, tg.all(p >= 3, c <= 1)),
+               ScatterTarget((p // 2,), g[p, c], p % 2 == 0)]
+    both = scatter_stage("h", (8,), h.op.axes, targets)
+    kernel, iterations, cost, fills = evaluate_both([g], [both])
+    union = sum(1 for p in range(8) for c in range(3) if p < 5 or (p >= 3 and c <= 1) or p % 2 == 0)
+    assert iterations - fills == cost == union
+    assert not per_point_branches(kernel)

@@ -82,3 +82,54 @@ def test_a_bound_that_is_not_affine_is_named():
     # zero elimination does not need the count of such a stage
     (dx,) = tg.differentiate(y, [x])
     assert np.allclose(tg.evaluate(dx, {x: np.ones(4)}), [5.0, 3.0, 3.0, 3.0])
+
+
+def _reduction_points(body):
+    x = tg.placeholder((6, 6), dtype="float64", name="x")
+    y = tg.compute((6,), lambda i: body(x, i), name="y")
+    return stage_cost(y).iterations - 6
+
+
+def test_a_reduction_is_counted_where_the_conditions_around_it_hold():
+    def red(x, i, name):
+        k = tg.reduce_axis((0, 6), name=name)
+        return tg.sum(x[i, k], axis=k)
+
+    every = brute_force_points((6, 6), lambda i, k: True)
+    # a select's false branch under the negated condition, of a conjunction too
+    assert _reduction_points(lambda x, i: tg.if_then_else(i >= 2, 0.0, red(x, i, "k"))) == \
+        brute_force_points((6, 6), lambda i, k: i < 2)
+    assert _reduction_points(lambda x, i: tg.if_then_else(
+        tg.all(i >= 1, i <= 3), 0.0, red(x, i, "k"))) == \
+        brute_force_points((6, 6), lambda i, k: not 1 <= i <= 3)
+    # != and % are exact (a disjunction of two inequalities)
+    assert _reduction_points(lambda x, i: tg.if_then_else(
+        i % 3 != 1, red(x, i, "k"), 0.0)) == brute_force_points((6, 6), lambda i, k: i % 3 != 1)
+    # the right operand of && runs where the left holds, of || where it does not
+    assert _reduction_points(lambda x, i: tg.cast(tg.all(
+        i < 2, red(x, i, "k") > 0.0), "float64")) == brute_force_points(
+            (6, 6), lambda i, k: i < 2)
+    assert _reduction_points(lambda x, i: tg.cast(tg.any(
+        i < 2, red(x, i, "k") > 0.0), "float64")) == brute_force_points(
+            (6, 6), lambda i, k: i >= 2)
+    # a condition on data may hold anywhere: counted as if it held
+    assert _reduction_points(lambda x, i: tg.if_then_else(
+        x[i, 0] > 0.0, red(x, i, "k"), 0.0)) == every
+
+
+def test_reductions_in_where_init_and_under_a_where_on_data_are_counted():
+    x = tg.placeholder((5, 5), dtype="float64", name="x")
+
+    def body(i):
+        k = tg.reduce_axis((0, 5), name="k")
+        m = tg.reduce_axis((0, 5), name="m")
+        n = tg.reduce_axis((0, 5), name="n")
+        inner = tg.sum(x[k, m], axis=m)  # inside the source: under where
+        return tg.sum(inner, axis=k, where=tg.all(k <= i, k % 2 != 1),
+                      init=tg.sum(x[i, n], axis=n))
+
+    y = tg.compute((5,), body, name="y")
+    outer = brute_force_points((5, 5), lambda i, k: k <= i)  # k % 2 != 1 tested inside
+    source = 5 * brute_force_points((5, 5), lambda i, k: k <= i and k % 2 != 1)
+    init = 5 * 5
+    assert stage_cost(y).iterations == 5 + outer + source + init

@@ -1,0 +1,85 @@
+"""Loops from isl's AST builder visit exactly the points of their domains; the disjoint
+form visits each point of a union once, running the statements whose domains hold it."""
+import itertools
+
+import pytest
+
+from tegrad.solver.affine import Affine
+from tegrad.solver.constraint import eq, ge, lt
+from tegrad.solver.loop_ast import Guard, Loop, Point, Seq, build_disjoint_loops, build_loops
+
+
+def _eval(e, env):
+    op = e[0]
+    if op == "int":
+        return e[1]
+    if op == "var":
+        return env[e[1]]
+    args = [_eval(a, env) for a in e[1:]]
+    fold = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+            "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "min": min, "max": max,
+            "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+    if op == "neg":
+        return -args[0]
+    if op in fold:
+        out = args[0]
+        for a in args[1:]:
+            out = fold[op](out, a)
+        return out
+    if op == "select":
+        return args[1] if args[0] else args[2]
+    compare = {"eq": lambda a, b: a == b, "le": lambda a, b: a <= b, "lt": lambda a, b: a < b,
+               "ge": lambda a, b: a >= b, "gt": lambda a, b: a > b}
+    return compare[op](*args)
+
+
+def visits(node, variables, env):
+    """``[(statement, point)]`` in the order the tree runs them."""
+    if isinstance(node, Loop):
+        out = []
+        for v in range(_eval(node.lower, env), _eval(node.upper, env), node.step):
+            out += visits(node.body, variables, {**env, node.var: v})
+        return out
+    if isinstance(node, Guard):
+        if _eval(node.cond, env):
+            return visits(node.then, variables, env)
+        return [] if node.otherwise is None else visits(node.otherwise, variables, env)
+    if isinstance(node, Seq):
+        return [p for c in node.items for p in visits(c, variables, env)]
+    assert isinstance(node, Point)
+    return [(node.statement, tuple(_eval(v, env) for v in node.values))]
+
+
+i, k = Affine.var("i"), Affine.var("k")
+BOX = [ge(i, 0), lt(i, 6), ge(k, 0), lt(k, 6)]
+CASES = {
+    "overlapping ranges": [[lt(k, 4)], [ge(k, 2)]],
+    "triangles": [[lt(k, i)], [ge(k, i)], [ge(k, 3)]],
+    "parities": [[eq(k % 2, 0)], [eq((k + i) % 3, 0)], []],
+    "a point and a line": [[eq(i, 0), eq(k, 2)], [eq(k, 2), lt(i, 2)]],
+    "equal domains": [[lt(k, i)], [lt(k, i)]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_disjoint_loops_visit_each_point_of_the_union_once(name):
+    statements = [BOX + extra for extra in CASES[name]]
+    tree, pieces = build_disjoint_loops(["i", "k"], [], statements)
+    seen = visits(tree, ["i", "k"], {})
+    points = [p for _, p in seen]
+    assert len(points) == len(set(points))  # each point once
+    for (piece, p) in seen:
+        holds = tuple(s for s, cons in enumerate(statements)
+                      if all(c.evaluate({"i": p[0], "k": p[1]}) for c in cons))
+        assert pieces[piece] == holds
+    union = {p for p in itertools.product(range(6), range(6))
+             if any(all(c.evaluate({"i": p[0], "k": p[1]}) for c in cons) for cons in statements)}
+    assert set(points) == union
+
+
+def test_a_variable_fixed_by_the_context_is_a_point_not_a_loop():
+    # k <= n with 0 <= n < 1 known: k has the single value 0
+    n = Affine.var("n")
+    tree = build_loops(["k"], ["n"], [[ge(k, 0), lt(k, 2), ge(n, k)]], [ge(n, 0), lt(n, 1)])
+    assert isinstance(tree, Point)
+    assert visits(tree, ["k"], {"n": 0}) == [(0, (0,))]
