@@ -46,6 +46,12 @@ _LN2 = 0.6931471805599453
 _LOG2E = 1.4426950408889634
 
 
+def _contract(instr):
+    """Allow ``instr`` to fuse (an approximation's own operations, not the program's)."""
+    instr.flags.append("contract")
+    return instr
+
+
 def exp_in_double(em, x):
     """``exp`` of a float32 (or float16) value, computed in double without a library call
     (so loops containing it vectorise) and rounded once: ``exp(x) = 2**n * exp(r)``
@@ -55,11 +61,6 @@ def exp_in_double(em, x):
     own, not the program's."""
     bld = em.builder
     f64 = ir.DoubleType()
-
-    def contract(instr):
-        instr.flags.append("contract")
-        return instr
-
     xd = bld.fpext(x, f64)
     nan = bld.fcmp_unordered("uno", xd, xd)
     # beyond these exp rounds to 0 or overflows to inf in float32 (and 2**n stays normal)
@@ -68,17 +69,60 @@ def exp_in_double(em, x):
                                     ir.Constant(f64, -104.0), xd))
     xs = bld.select(nan, ir.Constant(f64, 0.0), clamped)
     n = bld.call(em.intrinsic("llvm.roundeven", f64), [bld.fmul(xs, ir.Constant(f64, _LOG2E))])
-    r = contract(bld.fsub(xs, contract(bld.fmul(n, ir.Constant(f64, _LN2)))))
-    poly = ir.Constant(f64, 1.0 / 40320.0)  # 1/8!
-    for k in range(7, -1, -1):
-        coefficient = 1.0
-        for j in range(2, k + 1):
-            coefficient /= j
-        poly = contract(bld.fadd(contract(bld.fmul(poly, r)), ir.Constant(f64, coefficient)))
+    r = _contract(bld.fsub(xs, _contract(bld.fmul(n, ir.Constant(f64, _LN2)))))
+    poly = _taylor_exp(bld, r, 8)
     i64 = ir.IntType(64)
     scale = bld.bitcast(bld.shl(bld.add(bld.fptosi(n, i64), ir.Constant(i64, 1023)),
                                 ir.Constant(i64, 52)), f64)
     y = bld.fptrunc(bld.fmul(poly, scale), x.type)
+    return bld.select(nan, x, y)
+
+
+def _taylor_exp(bld, r, degree):
+    """``sum(r**k / k!, k <= degree)`` by Horner's rule (fusable)."""
+    factorial = 1.0
+    for j in range(2, degree + 1):
+        factorial *= j
+    poly = ir.Constant(r.type, 1.0 / factorial)
+    for k in range(degree - 1, -1, -1):
+        coefficient = 1.0
+        for j in range(2, k + 1):
+            coefficient /= j
+        poly = _contract(bld.fadd(_contract(bld.fmul(poly, r)), ir.Constant(r.type, coefficient)))
+    return poly
+
+
+def _exp_cody_waite(em, x, *, limits, ln2, polynomial):
+    """``exp(x)`` in ``x``'s own float type: NaN kept, inf above ``limits[1]``, zero below
+    ``limits[0]``; else ``2**n * polynomial(r)`` with ``n = round(x / ln 2)`` and
+    ``r = x - n * ln2[0] - n * ln2[1]`` (``ln2[0] + ln2[1] == ln 2``, Cody and Waite),
+    ``2**n`` applied as two powers of two so that a subnormal result rounds once."""
+    bld = em.builder
+    ft = x.type
+    double = isinstance(ft, ir.DoubleType)
+    it = ir.IntType(64 if double else 32)
+    bias, mantissa = (1023, 52) if double else (127, 23)
+
+    def c(v):
+        return ir.Constant(ft, v)
+
+    nan = bld.fcmp_unordered("uno", x, x)
+    big = bld.fcmp_ordered(">", x, c(limits[1]))
+    small = bld.fcmp_ordered("<", x, c(limits[0]))
+    xs = bld.select(bld.or_(nan, bld.or_(big, small)), c(0.0), x)
+    n = bld.call(em.intrinsic("llvm.roundeven", ft), [bld.fmul(xs, c(_LOG2E))])
+    r = _contract(bld.fsub(_contract(bld.fsub(xs, _contract(bld.fmul(n, c(ln2[0]))))),
+                           _contract(bld.fmul(n, c(ln2[1])))))
+    poly = polynomial(r)
+    ni = bld.fptosi(n, it)
+    half = bld.ashr(ni, ir.Constant(it, 1))
+
+    def power_of_two(k):
+        return bld.bitcast(bld.shl(bld.add(k, ir.Constant(it, bias)), ir.Constant(it, mantissa)),
+                           ft)
+
+    y = bld.fmul(bld.fmul(poly, power_of_two(half)), power_of_two(bld.sub(ni, half)))
+    y = bld.select(big, c(float("inf")), bld.select(small, c(0.0), y))
     return bld.select(nan, x, y)
 
 
@@ -88,81 +132,35 @@ _LN2_LOW = 1.9082149292705877e-10
 
 def exp_double(em, x):
     """``exp`` of a double without a library call (loops containing it vectorise):
-    ``exp(x) = 2**n * exp(r)``, ``n = round(x / ln 2)``, ``r = x - n ln 2`` in two parts
-    (Cody and Waite), ``exp(r)`` from its Taylor series to ``r**13`` (truncation error
-    below 5e-18), scaled by two powers of two so that subnormal results round once.
-    Within 2 ulp of the correctly rounded value; the polynomial may be fused."""
-    bld = em.builder
-    f64, i64 = ir.DoubleType(), ir.IntType(64)
+    Cody-Waite reduction (:func:`_exp_cody_waite`), ``exp(r)`` from its Taylor series to
+    ``r**13`` (truncation error below 5e-18). Within 2 ulp of the correctly rounded
+    value; the polynomial may be fused."""
+    return _exp_cody_waite(em, x, limits=(-745.1332191019412, 709.782712893384),
+                           ln2=(_LN2_HIGH, _LN2_LOW),
+                           polynomial=lambda r: _taylor_exp(em.builder, r, 13))
 
-    def contract(instr):
-        instr.flags.append("contract")
-        return instr
 
-    def c(v):
-        return ir.Constant(f64, v)
-
-    nan = bld.fcmp_unordered("uno", x, x)
-    big = bld.fcmp_ordered(">", x, c(709.782712893384))
-    small = bld.fcmp_ordered("<", x, c(-745.1332191019412))
-    xs = bld.select(bld.or_(nan, bld.or_(big, small)), c(0.0), x)
-    n = bld.call(em.intrinsic("llvm.roundeven", f64), [bld.fmul(xs, c(_LOG2E))])
-    r = contract(bld.fsub(contract(bld.fsub(xs, contract(bld.fmul(n, c(_LN2_HIGH))))),
-                          contract(bld.fmul(n, c(_LN2_LOW)))))
-    poly = c(1.0 / 6227020800.0)  # 1/13!
-    for k in range(12, -1, -1):
-        coefficient = 1.0
-        for j in range(2, k + 1):
-            coefficient /= j
-        poly = contract(bld.fadd(contract(bld.fmul(poly, r)), c(coefficient)))
-    ni = bld.fptosi(n, i64)
-    half = bld.ashr(ni, ir.Constant(i64, 1))
-
-    def power_of_two(k):
-        return bld.bitcast(bld.shl(bld.add(k, ir.Constant(i64, 1023)), ir.Constant(i64, 52)), f64)
-
-    y = bld.fmul(bld.fmul(poly, power_of_two(half)), power_of_two(bld.sub(ni, half)))
-    y = bld.select(big, c(float("inf")), bld.select(small, c(0.0), y))
-    return bld.select(nan, x, y)
+#: Cephes' coefficients of ``(exp(r) - 1 - r) / r**2`` in float32, highest first
+_CEPHES_EXPF = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                1.6666665459e-1, 5.0000001201e-1)
 
 
 def exp_float32(em, x):
     """``exp`` of a float32 value in float32 arithmetic (twice the vector lanes of
-    :func:`exp_in_double`): Cody-Waite reduction with ``n = round(x / ln 2)``, Cephes'
-    degree-7 polynomial for ``exp(r)``, scaled by two powers of two so that subnormal
-    results round once. Within a few ulp of numpy's float32 ``exp``."""
+    :func:`exp_in_double`): Cody-Waite reduction (:func:`_exp_cody_waite`), Cephes'
+    degree-7 polynomial for ``exp(r)``. Within a few ulp of numpy's float32 ``exp``."""
     bld = em.builder
-    f32, i32 = ir.FloatType(), ir.IntType(32)
 
-    def contract(instr):
-        instr.flags.append("contract")
-        return instr
+    def polynomial(r):
+        poly = ir.Constant(r.type, _CEPHES_EXPF[0])
+        for coefficient in _CEPHES_EXPF[1:]:
+            poly = _contract(bld.fadd(_contract(bld.fmul(poly, r)),
+                                      ir.Constant(r.type, coefficient)))
+        poly = _contract(bld.fadd(_contract(bld.fmul(poly, _contract(bld.fmul(r, r)))), r))
+        return bld.fadd(poly, ir.Constant(r.type, 1.0))
 
-    def c(v):
-        return ir.Constant(f32, v)
-
-    nan = bld.fcmp_unordered("uno", x, x)
-    big = bld.fcmp_ordered(">", x, c(88.72283935546875))
-    small = bld.fcmp_ordered("<", x, c(-103.97208404541016))
-    xs = bld.select(bld.or_(nan, bld.or_(big, small)), c(0.0), x)
-    n = bld.call(em.intrinsic("llvm.roundeven", f32), [bld.fmul(xs, c(_LOG2E))])
-    r = contract(bld.fsub(contract(bld.fsub(xs, contract(bld.fmul(n, c(0.693359375))))),
-                          contract(bld.fmul(n, c(-2.12194440e-4)))))
-    poly = c(1.9875691500e-4)
-    for coefficient in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-                        5.0000001201e-1):
-        poly = contract(bld.fadd(contract(bld.fmul(poly, r)), c(coefficient)))
-    poly = contract(bld.fadd(contract(bld.fmul(poly, contract(bld.fmul(r, r)))), r))
-    poly = bld.fadd(poly, c(1.0))
-    ni = bld.fptosi(n, i32)
-    half = bld.ashr(ni, ir.Constant(i32, 1))
-
-    def power_of_two(k):
-        return bld.bitcast(bld.shl(bld.add(k, ir.Constant(i32, 127)), ir.Constant(i32, 23)), f32)
-
-    y = bld.fmul(bld.fmul(poly, power_of_two(half)), power_of_two(bld.sub(ni, half)))
-    y = bld.select(big, c(float("inf")), bld.select(small, c(0.0), y))
-    return bld.select(nan, x, y)
+    return _exp_cody_waite(em, x, limits=(-103.97208404541016, 88.72283935546875),
+                           ln2=(0.693359375, -2.12194440e-4), polynomial=polynomial)
 
 
 def _exp_value(em, x, dtype):
