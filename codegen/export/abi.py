@@ -139,6 +139,7 @@ class EntryPoint:
     workspace_bytes: int
     alignment: int
     checks: tuple      # sorted ((code, kind, tensor), ...)
+    messages: tuple = ()  # ((code, what the failed check reports), ...) where it says more
 
     @property
     def args(self):
@@ -152,6 +153,9 @@ class EntryPoint:
             p = self.params[-code - 1]
             what = "workspace" if p.role == "workspace" else f"pointer argument {p.name!r}"
             return f"{what} is NULL or not aligned to {self.alignment_of(p)} bytes"
+        for c, message in self.messages:
+            if c == code:
+                return message
         for c, kind, tensor in self.checks:
             if c == code:
                 return f"{ERROR_TEXT.get(kind, kind)} {tensor!r}"
@@ -171,7 +175,8 @@ class EntryPoint:
 
 def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=()):
     """The :class:`EntryPoint` exporting ``kernel`` as ``name``; ``checks`` maps each
-    positive status code of the kernel function to ``(error kind, tensor name)``;
+    positive status code of the kernel function to ``(error kind, tensor name)`` or
+    ``(error kind, tensor name, message)`` (what the error string says, when not None);
     ``alignment`` is what the kernel function assumes of each buffer pointer; ``extra``
     are buffers the kernel function takes after its temporaries (carved from the
     workspace like them)."""
@@ -198,15 +203,18 @@ def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=()
         offsets.append(end)
         end = _round_up(end + buf.size * C_TYPES[buf.dtype][1], WORKSPACE_ALIGNMENT)
     rows = []
-    for code, (kind, tensor) in sorted(dict(checks).items()):
+    messages = []
+    for code, (kind, tensor, *message) in sorted(dict(checks).items()):
         if not (isinstance(code, int) and 0 < code < 2**31):
             raise ExportError(f"kernel {kernel.name!r}: check code {code!r} must be a "
                               f"positive 32-bit int")
         rows.append((code, kind, tensor))
+        if message and message[0]:
+            messages.append((code, message[0]))
     if not (isinstance(alignment, int) and alignment >= 1 and alignment & (alignment - 1) == 0):
         raise ExportError(f"kernel {kernel.name!r}: alignment {alignment!r} is not a power of 2")
     return EntryPoint(name, kernel.name, tuple(params), tuple(offsets), end, alignment,
-                      tuple(rows))
+                      tuple(rows), tuple(messages))
 
 
 def _round_up(n, multiple):

@@ -44,7 +44,7 @@ class KernelModule:
     """The backend's answer for one kernel and target.
 
     ``module``: an ``llvmlite.ir.Module`` (or its LLVM IR text) defining ``function``;
-    ``function``: the kernel function's name; ``checks``: ``{code: (error kind, tensor)}``
+    ``function``: the kernel function's name; ``checks``: ``{code: (error kind, tensor)}`` or ``(error kind, tensor, message)``
     for every non-zero status the function can return; ``alignment``: the alignment in
     bytes the kernel function assumes of every buffer pointer (the exported entry point
     rejects pointers aligned less, with an error code, rather than run into a fault);

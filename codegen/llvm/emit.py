@@ -39,7 +39,7 @@ from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import children
 from tegrad.ir.reduction import sum as _SUM
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
@@ -68,8 +68,8 @@ class KernelModule:
 
     ``name``: the kernel's symbol; ``buffers``: the buffers in the order of the pointer array (``kernel.args``,
     ``kernel.temps``, then ``extra``, the local buffers too large for the stack);
-    ``errors``: ``(kind, tensor)`` per non-zero status code (code ``n`` is
-    ``errors[n - 1]``).
+    ``errors``: ``(kind, tensor, message)`` per non-zero status code (code ``n`` is
+    ``errors[n - 1]``; ``message`` is a ``Check`` node's, or None).
     """
 
     module: ir.Module
@@ -234,15 +234,15 @@ class _KernelEmitter:
             fn.attributes.add("nounwind")
         return fn
 
-    def error_code(self, kind, tensor):
-        key = (kind, tensor)
+    def error_code(self, kind, tensor, message=None):
+        key = (kind, tensor, message)
         if key not in self.errors:
             self.errors.append(key)
         return self.errors.index(key) + 1
 
-    def fail_unless(self, ok, kind, tensor):
-        """Return the status of ``(kind, tensor)`` unless the i1 ``ok`` holds."""
-        code = self.error_code(kind, tensor)
+    def fail_unless(self, ok, kind, tensor, message=None):
+        """Return the status of ``(kind, tensor, message)`` unless the i1 ``ok`` holds."""
+        code = self.error_code(kind, tensor, message)
         fail = self.new_block("fail")
         cont = self.new_block("ok")
         self.builder.cbranch(ok, cont, fail)
@@ -344,7 +344,13 @@ class _KernelEmitter:
             i = self.expr(index, "int64").ir
             if self.has_effects(index):
                 ok = self.builder.icmp_unsigned("<", i, ir.Constant(I64, extent))
-                self.fail_unless(ok, "index_out_of_range", buffer.name)
+                source = next((n.buffer.name for n in walk_expr(index) if type(n) is _n.Load),
+                              None)
+                if source is None:
+                    self.fail_unless(ok, "index_out_of_range", buffer.name)
+                else:
+                    self.fail_unless(ok, "index_out_of_range", source, _n.check_message(
+                        "index_out_of_range", source, buffer.name, self.tensor))
             term = i if stride == 1 else self.builder.mul(i, ir.Constant(I64, stride))
             total = term if total is None else self.builder.add(total, term)
             stride *= extent
@@ -617,7 +623,7 @@ def _allocate(em, s):
 
 def _check(em, s):
     ok = em.statement_exprs(lambda: em.expr(s.cond, "bool").ir)
-    em.fail_unless(ok, s.error, s.tensor)
+    em.fail_unless(ok, s.error, s.tensor, s.message)
 
 
 STMT_LOWERINGS = {

@@ -153,11 +153,8 @@ class Interpreter(Dispatcher):
 
     def run_Check(self, s, env):
         if not bool(self.value(s.cond, env)):
-            if s.error == "index_out_of_range":
-                raise OutOfBoundsError(f"an index into {s.tensor!r} is out of range "
-                                       f"(check {format_expr(s.cond)})")
-            raise TegradError(f"integer division by zero in {s.tensor!r} "
-                              f"(check {format_expr(s.cond)})")
+            error = OutOfBoundsError if s.error == "index_out_of_range" else TegradError
+            raise error(f"{s.message} (check {format_expr(s.cond)})")
 
 
 def run(kernel, inputs):

@@ -159,7 +159,7 @@ class StmtMapper(Dispatcher):
 
     def map_check(self, s):
         cond = self.expr(s.cond)
-        return s if cond is s.cond else Check(cond, s.error, s.tensor)
+        return s if cond is s.cond else Check(cond, s.error, s.tensor, s.indexed, s.stage)
 
 
 def substitute_stmt(s, mapping):

@@ -9,7 +9,7 @@ are tegrad ``Var`` s of dtype ``int64``.
 Every node is immutable and hashable (structural equality, like tegrad's expressions), so
 schedule transformations are pure functions from nodes to new nodes.
 
->>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.ir.expr import Var
 >>> A = Buffer("A", (4,), "float32", "input")
 >>> B = Buffer("B", (4,), "float32", "output")
 >>> i = Var("i", "int64")
@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from tegrad.ir.expr import Expr, Node
+from tegrad.ir.expr import Const, Expr, Node
 
 #: how a loop runs; "vectorized" and "unrolled" require a constant trip count
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -174,13 +174,39 @@ class Check(Stmt):
     """If ``cond`` is false, the kernel stops and reports ``error`` about ``tensor``.
 
     ``error`` is one of :data:`ERROR_KINDS`; the runtime turns it into
-    ``tg.OutOfBoundsError`` (or ``tg.TegradError`` for a division by zero) naming the
-    tensor. Used for data-dependent indices and integer division by a run-time value.
+    ``tg.OutOfBoundsError`` (or ``tg.TegradError`` for a division by zero) with
+    :attr:`message`. Used for data-dependent indices and integer division by a run-time
+    value: ``tensor`` is the tensor whose values were used as the index (or divisor),
+    ``indexed`` the tensor they index, ``stage`` the stage the check sits in.
+
+    >>> Check(Const(True, "bool"), "index_out_of_range", "labels", "logits", "loss").message
+    "'labels': index out of range: a value read from it indexes 'logits' (in stage 'loss')"
     """
 
     cond: Expr
     error: str
     tensor: str
+    indexed: str = ""
+    stage: str = ""
+
+    @property
+    def message(self):
+        """What a failed check reports, naming ``tensor`` first."""
+        return check_message(self.error, self.tensor, self.indexed, self.stage)
+
+
+def check_message(error, tensor, indexed="", stage=""):
+    """The text of a failed check of kind ``error`` on values read from ``tensor`` (used
+    to index ``indexed``, in ``stage``); see :class:`Check`."""
+    read = stage != tensor  # else the values come from no other tensor
+    where = f" (in stage {stage!r})" if stage and read else ""
+    if error == "index_out_of_range":
+        target = repr(indexed) if indexed else "a tensor"
+        return f"{tensor!r}: index out of range: a value read from it indexes {target}{where}"
+    if error == "division_by_zero":
+        what = ": a divisor read from it is zero" if read and stage else ""
+        return f"{tensor!r}: integer division by zero{what}{where}"
+    return f"{tensor!r}: run-time check {error!r} failed{where}"
 
 
 #: the run-time errors a :class:`Check` can report

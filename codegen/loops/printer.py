@@ -93,7 +93,8 @@ def _lines(s, p, depth, out):
         out.append(f"{pad}local {_decl(s.buffer)};")
         _lines(s.body, p, depth, out)
     elif t is Check:
-        out.append(f"{pad}check({p.text(s.cond)}, {s.error}, {s.tensor!r});")
+        where = "".join(f", {n!r}" for n in (s.indexed, s.stage) if n)
+        out.append(f"{pad}check({p.text(s.cond)}, {s.error}, {s.tensor!r}{where});")
     else:
         raise TypeError(f"cannot print the statement {s!r}")
 

@@ -52,11 +52,12 @@ class Names:
 
 class StageContext:
     """What lowering a stage needs: tensor -> buffer, fresh names, the stage's name, and
-    the loop variables whose bounds depend on data (indices using them are checked)."""
+    the loop variables whose bounds depend on data (indices using them are checked),
+    each with the name of the buffer its bounds read."""
 
     def __init__(self, buffers, names, stage):
         self.buffers, self.names, self.stage = buffers, names, stage
-        self.data_vars = set()
+        self.data_vars = {}
 
 
 class ExprLowering(IdentityMapper):
@@ -101,7 +102,8 @@ class ExprLowering(IdentityMapper):
         if e.op in ("floordiv", "floormod") and _dt.is_int(a.dtype) and not (
                 type(b) is Const and b.value != 0):
             self.stmts.append(Check(self._guarded(Compare("ne", b, Const(0, b.dtype))),
-                                    "division_by_zero", self.ctx.stage))
+                                    "division_by_zero", self.data_source(b) or self.ctx.stage,
+                                    stage=self.ctx.stage))
         return Binary(e.op, a, b, a.dtype)
 
     def map_neg(self, e, *args):
@@ -140,18 +142,29 @@ class ExprLowering(IdentityMapper):
         self.check_indices(buf, indices, e.tensor.name)
         return Load(buf, indices, buf.dtype)
 
+    def data_source(self, e):
+        """The name of the first buffer whose values ``e`` uses (a load, or a loop
+        variable whose bounds are loaded), or None."""
+        for n in walk_expr(e):
+            if type(n) is Load:
+                return n.buffer.name
+            if type(n) is Var and n.name in self.ctx.data_vars:
+                return self.ctx.data_vars[n.name]
+        return None
+
     def check_indices(self, buf, indices, name):
-        """Checks ``0 <= index < extent`` for every index that depends on loaded data
-        (a load, or a loop variable whose bounds are loaded)."""
-        conds = []
-        data_vars = self.ctx.data_vars
+        """Checks ``0 <= index < extent`` for every index that depends on loaded data;
+        the check names the tensor whose values were used as the index, then ``name``
+        (the tensor indexed) and the stage."""
+        conds, source = [], None
         for idx, extent in zip(indices, buf.shape):
-            if any(type(n) is Load or (type(n) is Var and n.name in data_vars)
-                   for n in walk_expr(idx)):
+            found = self.data_source(idx)
+            if found is not None:
+                source = source or found
                 conds.append(And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent))))
         if conds:
             self.stmts.append(Check(self._guarded(conjunction(conds)), "index_out_of_range",
-                                    name))
+                                    source, indexed=name, stage=self.ctx.stage))
 
     def map_reduce(self, e, *args):
         # the evaluator's order: reduce from the identity, then combine with init
@@ -215,9 +228,9 @@ def reduction_nest(outer, red, buf, indices, guards=()):
                               f"another reduce axis; not supported")
         renames[ax.name] = ctx.names.fresh(ax.name)
         axes.append((Var(renames[ax.name], INDEX), lo, end))
-        if any(type(n) is Load or (type(n) is Var and n.name in ctx.data_vars)
-               for e in (lo, end) for n in walk_expr(e)):
-            ctx.data_vars.add(renames[ax.name])
+        source = outer.data_source(lo) or outer.data_source(end)
+        if source is not None:
+            ctx.data_vars[renames[ax.name]] = source
     where_affine, where_data = split_guard([] if red.where is None else [red.where],
                                            ExprLowering(ctx, context, renames))
     conditions = list(guards) + where_affine

@@ -57,14 +57,15 @@ def aligned_empty(shape, dtype, alignment=STORAGE_ALIGNMENT):
     return raw[start:start + n * dtype.itemsize].view(dtype)[:int(np.prod(shape))].reshape(shape)
 
 
-def status_error(kind, tensor):
-    """The exception a kernel's status ``(kind, tensor)`` stands for."""
+def status_error(kind, tensor, message=None):
+    """The exception a kernel's status ``(kind, tensor, message)`` stands for (the
+    message of a ``Check`` node, or None for the emitter's own checks)."""
     if kind == "index_out_of_range":
-        return OutOfBoundsError(f"{tensor!r}: a data-dependent index is out of bounds (an "
-                                f"index read from data addresses outside the tensor)")
+        return OutOfBoundsError(message or f"{tensor!r}: a data-dependent index is out of "
+                                f"bounds (an index read from data addresses outside the tensor)")
     if kind == "division_by_zero":
-        return TegradError(f"{tensor!r}: integer division or modulo by zero")
-    return TegradError(f"{tensor!r}: run-time check {kind!r} failed")
+        return TegradError(message or f"{tensor!r}: integer division or modulo by zero")
+    return TegradError(message or f"{tensor!r}: run-time check {kind!r} failed")
 
 
 class Executable:
@@ -124,8 +125,7 @@ class Executable:
             with self._lock:
                 status = self._call(arrays)
         if status > 0:
-            kind, tensor = self.errors[status - 1]
-            raise status_error(kind, tensor)
+            raise status_error(*self.errors[status - 1])
         if status < 0:
             k, m = self._overlaps[-status - 1]
             args = self.kernel.args

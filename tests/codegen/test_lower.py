@@ -127,8 +127,10 @@ def test_take_checks_its_data_dependent_index():
     good = {idx: np.array([0, 4, 2, 4], dtype="int32")}
     kernel, iterations, cost, _ = evaluate_both([table, idx], [out], good)
     (check,) = kinds(kernel, Check)
-    assert check.error == "index_out_of_range" and check.tensor == "table"
-    with pytest.raises(tg.OutOfBoundsError, match="table"):
+    assert (check.error, check.tensor, check.indexed, check.stage) == (
+        "index_out_of_range", "idx", "table", "out")
+    with pytest.raises(tg.OutOfBoundsError, match="'idx': index out of range: .* 'table' "
+                                                  "\\(in stage 'out'\\)"):
         run(kernel, [np.zeros((5, 3)), np.array([0, 5, 0, 0], dtype="int32")])
 
 
@@ -146,8 +148,8 @@ def test_integer_division_by_a_variable_is_checked():
     feed = {a: np.array([7, -7, 3, 0], dtype="int32"), b: np.array([2, 2, -4, 5], dtype="int32")}
     kernel, _, _, _ = evaluate_both([a, b], [q], feed)
     checks = kinds(kernel, Check)
-    assert [c.error for c in checks] == ["division_by_zero"]
-    with pytest.raises(tg.TegradError, match="division by zero"):
+    assert [(c.error, c.tensor, c.stage) for c in checks] == [("division_by_zero", "b", "q")]
+    with pytest.raises(tg.TegradError, match="'b': integer division by zero.*'q'"):
         run(kernel, [feed[a], np.array([1, 0, 1, 1], dtype="int32")])
 
 
@@ -158,7 +160,7 @@ def test_scatter_with_data_dependent_targets_and_init():
     feed = {idx: np.array([0, 2, 2, 1, 0, 2], dtype="int32")}
     kernel, iterations, cost, fills = evaluate_both([idx, g, base], [H], feed)
     assert iterations == cost + fills
-    assert [c.tensor for c in kinds(kernel, Check)] == ["H"]
+    assert [(c.tensor, c.indexed) for c in kinds(kernel, Check)] == [("idx", "H")]
     assert any(s.step == 2 for s in kinds(kernel, For))  # p % 2 == 0 is a stride
     with pytest.raises(tg.OutOfBoundsError, match="H"):
         run(kernel, [np.array([0, 0, 3, 0, 0, 0], dtype="int32"), np.ones((6, 2)),
@@ -230,8 +232,8 @@ def test_data_dependent_reduction_extent_checks_the_reads_it_drives():
     np.testing.assert_allclose(got, tg.evaluate(S, {A: a, L: feed[L]}), rtol=1e-12)
     # (tg.cost cannot count a domain whose extent is loaded)
     assert iterations == 4 + 10
-    assert [c.tensor for c in kinds(kernel, Check)] == ["A"]
-    with pytest.raises(tg.OutOfBoundsError, match="'A'"):
+    assert [(c.tensor, c.indexed) for c in kinds(kernel, Check)] == [("L", "A")]
+    with pytest.raises(tg.OutOfBoundsError, match="'L'.*'A'"):
         run(kernel, [np.ones((4, 5)), np.array([0, 6, 0, 0], dtype="int32")])
 
 
