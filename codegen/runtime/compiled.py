@@ -29,20 +29,22 @@ class CompiledFunction:
         self._in_specs = tuple(ArraySpec(t.name, t.shape, t.dtype) for t in self.inputs)
         self._out_specs = tuple(ArraySpec(t.name, t.shape, t.dtype) for t in self.outputs)
         self._n_in = len(self._in_specs)
+        self._in_kinds = tuple((s.dtype, s.shape) for s in self._in_specs)
         self._empty = [(s.shape, s.dtype) for s in self._out_specs]
+        self._run = executable.run
 
     def __call__(self, *arrays, out=None):
         if len(arrays) != self._n_in:
             check_count(self._in_specs, len(arrays))
-        args = []
-        for spec, a in zip(self._in_specs, arrays):
-            # the common case inline: an array of exactly the right kind, used in place
-            if type(a) is np.ndarray and a.dtype is spec.dtype and a.shape == spec.shape:
-                flags = a.flags
-                if flags.c_contiguous and flags.aligned:
-                    args.append(a)
-                    continue
-            args.append(spec.argument(a))
+        ndarray = np.ndarray
+        for (dtype, shape), a in zip(self._in_kinds, arrays):
+            # the common case: every argument an array of exactly its kind (C-contiguous,
+            # aligned, writeable), used in place; otherwise each is checked (and copied
+            # where needed)
+            if not (type(a) is ndarray and a.dtype is dtype and a.shape == shape
+                    and a.flags.carray):
+                arrays = tuple(spec.argument(a) for spec, a in zip(self._in_specs, arrays))
+                break
         if out is None:
             outs = [np.empty(shape, dtype) for shape, dtype in self._empty]
         else:
@@ -51,9 +53,14 @@ class CompiledFunction:
                                   f"{type(out).__name__}")
             check_count(self._out_specs, len(out), "outputs")
             # overlaps between the arrays the kernel gets are checked natively
-            outs = [spec.out(o) for spec, o in zip(self._out_specs, out)]
-        args.extend(outs)
-        self._executable.run(args)
+            outs = list(out)
+            for (shape, dtype), o in zip(self._empty, outs):
+                # carray: C-contiguous, aligned and writeable, what an out array must be
+                if not (type(o) is ndarray and o.dtype is dtype and o.shape == shape
+                        and o.flags.carray):
+                    outs = [spec.out(o) for spec, o in zip(self._out_specs, out)]
+                    break
+        self._run(arrays + tuple(outs))
         return outs
 
     @property
