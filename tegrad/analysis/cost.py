@@ -1,16 +1,23 @@
 """The cost model: exact counts of the work a program's stages do.
 
-``iterations`` counts integer points iterated: every output point of every stage, plus
-every point of every reduction domain reached (bounds, and the affine part of ``where``
-and of enclosing selects, which loops generated from the domain do not visit; a
-data-dependent condition is tested inside the loop, so its points count). ``flops``
-counts floating-point operations (arithmetic, intrinsic calls, reduction combines) at
-those points; ``memory`` counts the elements of the intermediate stages (every computed
-stage except the requested tensors themselves).
+``iterations`` counts integer points iterated, as the lowering to loops
+(:mod:`tegrad.codegen.lower`) visits them: every output point of every stage, plus every
+point of every reduction domain reached. A reduction's loops run where the conditions
+around it hold (a select's branch under its condition or its negation, the right operand
+of ``&&`` or ``||`` under the left one or its negation, the source of a reduction under
+its ``where``), over its bounds and the affine conjuncts of its own ``where``; its other
+conditions are tested at each of those points, so they count. A scatter stage visits each
+point where some target's affine condition holds once. Conditions on loop variables are
+exact (``!=``, ``%``, negations); a condition that reads data counts as true, so a
+reduction under one is counted as if it ran (its loops run only where the data says:
+there the count is an upper bound). ``flops`` counts floating-point operations
+(arithmetic, intrinsic calls, reduction combines) at those points; ``memory`` counts
+the elements of the intermediate stages (every computed stage except the requested
+tensors themselves).
 
-Every reduction reached is one integer domain (the stage's axes, the axes of the
-reductions around it and its own, under the affine conditions that guard it); the solver
-counts its points in closed form, so the size of a stage does not matter.
+Every reduction reached is a union of integer domains (the stage's axes, the axes of the
+reductions around it and its own, under the conditions that guard it); the solver counts
+its points in closed form, so the size of a stage does not matter.
 
 >>> import tegrad as tg
 >>> A = tg.placeholder((8, 4), name="A")
