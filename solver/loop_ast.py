@@ -159,56 +159,156 @@ def _loops(variables, parameters, domains, context):
         node = isl.AstBuild.from_context(ctx).node_from_schedule_map(schedule)
     except isl.Error as err:
         raise ValueError(f"isl could not build loops: {err}") from None
-    fixed = {}
-    tree = _node(node, {f"c{d}": v for d, v in enumerate(variables)}, frozenset(), fixed)
-    for k, names in fixed.items():
-        for d, v in enumerate(variables):
-            # single-valued where the context holds (the loops run only there)
-            if v in names and not _single_valued(named[k].intersect_params(ctx), d):
-                # isl's AST builder can take a variable with several values for a fixed
-                # one (seen with islpy 2026.2); such loops would skip points
-                raise ValueError(f"isl fixed {v!r}, which has several values")
+    tree = _node(node, {f"c{d}": v for d, v in enumerate(variables)})
+    _check_visits(tree, parameters, named, ctx)
     return tree
 
 
-def _single_valued(dom, d):
-    """Variable ``d`` of ``dom`` has one value for given parameters and earlier variables."""
-    n = dom.dim(_SET)
-    s = dom.project_out(_SET, d + 1, n - d - 1)
-    m = isl.Map.from_range(s).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, d)
-    return m.is_single_valued()
+def _check_visits(tree, parameters, domains, ctx):
+    """Raise ValueError unless ``tree`` visits exactly the points of each domain.
+
+    isl's AST builder has produced trees that miss points (islpy 2026.2: a variable taken
+    for fixed that has two values; a window ``lo <= 20 t <= lo + 3`` moving with two
+    parameters, where whole rows of the parameters were dropped): the tree is therefore
+    read back as sets and compared with the domains, where the context holds. Callers
+    fall back to loops that test the conditions at each point.
+    """
+    pieces = {}
+    _visits(tree, [], [], pieces)
+    head = f"[{', '.join(parameters)}] -> "
+    for k, dom in enumerate(domains):
+        want = dom.intersect_params(ctx)
+        got = None
+        for loop_vars, conds in pieces.get(k, ()):
+            outs = [f"_o{d}" for d in range(dom.dim(_SET))]
+            body = " and ".join(conds(outs)) or "true"
+            if loop_vars:
+                body = f"exists ({', '.join(loop_vars)} : {body})"
+            try:
+                piece = isl.Set(f"{head}{{ S{k}[{', '.join(outs)}] : {body} }}")
+            except isl.Error:
+                raise ValueError("isl's loops could not be read back as a set") from None
+            piece = piece.align_params(want.get_space()).intersect_params(ctx)
+            if got is not None and not got.intersect(piece).is_empty():
+                raise ValueError(f"isl's loops visit points of S{k} twice")
+            got = piece if got is None else got.union(piece)
+        if got is None:
+            if not want.is_empty():
+                raise ValueError(f"isl's loops never visit S{k}")
+            continue
+        if not got.is_equal(want.align_params(got.get_space())):
+            raise ValueError(f"isl's loops do not visit exactly the points of S{k}")
 
 
-def _node(n, names, loops, fixed):
-    """The tree of the isl AST ``n``; ``fixed[k]`` collects the variables statement ``k``
-    gets a value for without a loop over them (``loops``: the loops around ``n``)."""
+def _visits(node, loop_vars, conds, pieces):
+    """Collect, per statement, ``(loop variables, conditions(outputs))`` of each place the
+    tree runs it (the conditions in isl's syntax, loop variables existential)."""
+    if isinstance(node, Loop):
+        v = ("var", node.var)
+        here = [_isl_cond(("ge", v, node.lower)), _isl_cond(("lt", v, node.upper))]
+        if node.step != 1:
+            here.append(_isl_cond(("eq", ("mod", ("sub", v, node.lower), ("int", node.step)),
+                                   ("int", 0))))
+        _visits(node.body, loop_vars + [node.var], conds + here, pieces)
+    elif isinstance(node, Guard):
+        _visits(node.then, loop_vars, conds + [_isl_cond(node.cond)], pieces)
+        if node.otherwise is not None:
+            _visits(node.otherwise, loop_vars, conds + [_isl_cond(node.cond, negate=True)],
+                    pieces)
+    elif isinstance(node, Seq):
+        for item in node.items:
+            _visits(item, loop_vars, conds, pieces)
+    else:
+        def point_conds(outs, conds=tuple(conds), values=node.values):
+            return list(conds) + [_isl_cond(("eq", ("var", o), v))
+                                  for o, v in zip(outs, values)]
+        pieces.setdefault(node.statement, []).append((list(loop_vars), point_conds))
+
+
+_NEGATED = {"eq": None, "le": "gt", "lt": "ge", "ge": "lt", "gt": "le"}
+_ISL_OPS = {"add": "+", "sub": "-", "mul": "*"}
+
+
+def _isl_cond(e, negate=False):
+    """A tree condition in isl's syntax (negated with ``negate``)."""
+    op = e[0]
+    if op in ("and", "or"):
+        joint = {"and": " and ", "or": " or "}[op if not negate else
+                                              ("or" if op == "and" else "and")]
+        return "(" + joint.join(_isl_cond(a, negate) for a in e[1:]) + ")"
+    if op not in _NEGATED:
+        raise ValueError(f"loop tree condition {op!r}")
+    # each operand is a set of (guards, value) alternatives whose guards partition the
+    # space, so the comparison is the disjunction over pairs, and its negation too
+    cases = []
+    for ga, a in _isl_values(e[1]):
+        for gb, b in _isl_values(e[2]):
+            if negate and op == "eq":
+                cmp = f"({a} < {b} or {a} > {b})"
+            else:
+                sym = {"eq": "=", "le": "<=", "lt": "<", "ge": ">=", "gt": ">"}[
+                    _NEGATED[op] if negate else op]
+                cmp = f"{a} {sym} {b}"
+            cases.append("(" + " and ".join(ga + gb + [cmp]) + ")")
+    return "(" + " or ".join(cases) + ")"
+
+
+def _isl_values(e):
+    """``[(guards, value)]``: the select-free values of a tree expression in isl's syntax,
+    each where its guards hold (the guards of the list partition the space)."""
+    op = e[0]
+    if op == "int":
+        return [([], str(e[1]))]  # isl reads "-2 * n" but not "(-2) * n"
+    if op == "var":
+        return [([], e[1])]
+    if op == "select":
+        cond = e[1]
+        return ([([_isl_cond(cond)] + g, v) for g, v in _isl_values(e[2])]
+                + [([_isl_cond(cond, negate=True)] + g, v) for g, v in _isl_values(e[3])])
+    if op == "neg":
+        return [(g, f"(-{v})") for g, v in _isl_values(e[1])]
+    out = [([], None)]
+    for arg in e[1:]:
+        out = [(g + ga, [*(vs or []), va]) for g, vs in out for ga, va in _isl_values(arg)]
+    if op in _ISL_OPS:
+        return [(g, "(" + f" {_ISL_OPS[op]} ".join(vs) + ")") for g, vs in out]
+    if op in ("min", "max"):
+        return [(g, f"{op}({', '.join(vs)})") for g, vs in out]
+    if op in ("floordiv", "mod"):
+        if e[2][0] != "int" or e[2][1] <= 0:
+            raise ValueError("loop tree division by a non-constant")
+        form = "floor({0}/{1})" if op == "floordiv" else "({0} mod {1})"
+        return [(g, form.format(*vs)) for g, vs in out]
+    raise ValueError(f"loop tree operation {op!r}")
+
+
+def _node(n, names):
+    """The tree of the isl AST ``n``."""
     t = n.get_type()
     if t == isl.ast_node_type.for_:
         var = names[n.for_get_iterator().get_id().get_name()]
         lower = _expr(n.for_get_init(), names)
+        body = _node(n.for_get_body(), names)
         if n.for_is_degenerate():
-            body = _node(n.for_get_body(), names, loops, fixed)
             return Loop(var, lower, _plus_one(lower), 1, body)
-        body = _node(n.for_get_body(), names, loops | {var}, fixed)
         return Loop(var, lower, _upper(n.for_get_cond(), var, names), _int(n.for_get_inc()),
                     body)
     if t == isl.ast_node_type.if_:
-        otherwise = (_node(n.if_get_else_node(), names, loops, fixed)
+        otherwise = (_node(n.if_get_else_node(), names)
                      if n.if_has_else_node() else None)
         return Guard(_expr(n.if_get_cond(), names),
-                     _node(n.if_get_then_node(), names, loops, fixed), otherwise)
+                     _node(n.if_get_then_node(), names), otherwise)
     if t == isl.ast_node_type.block:
         children = n.block_get_children()
-        return Seq(tuple(_node(children.get_at(i), names, loops, fixed)
+        return Seq(tuple(_node(children.get_at(i), names)
                          for i in range(children.n_ast_node())))
     if t == isl.ast_node_type.user:
         call = n.user_get_expr()
         statement = int(call.get_op_arg(0).get_id().get_name()[1:])
         values = tuple(_expr(call.get_op_arg(j), names) for j in range(1, call.get_op_n_arg()))
-        fixed.setdefault(statement, set()).update(set(names.values()) - loops)
         return Point(statement, values)
     if t == isl.ast_node_type.mark:
-        return _node(n.mark_get_node(), names, loops, fixed)
+        return _node(n.mark_get_node(), names)
     raise ValueError(f"unexpected isl AST node {t}")
 
 

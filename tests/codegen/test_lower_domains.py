@@ -88,3 +88,46 @@ def test_a_variable_isl_takes_for_fixed_but_has_two_values():
                 if -4 * v - 5 * a + 2 * b <= 10 * c <= -4 * v - 5 * a + 2 * b + 1)
             for v in range(5)]
     assert memory[out].tolist() == want == [2, 0, 1, 2, 1]
+
+
+@st.composite
+def windows(draw):
+    """Domains ``lo <= c * v <= lo + w`` over two loop variables, ``lo`` moving with two
+    parameters by large coefficients (the windows of zero-eliminated strided gradients)."""
+    names = NAMES[:2]
+    terms = [solver.Affine.var(v) for v in names]
+    p, q = solver.Affine.var("p"), solver.Affine.var("q")
+    constraints = []
+    for _ in range(draw(st.integers(1, 2))):
+        expr = (sum((draw(st.integers(-9, 9)) * t for t in terms), solver.Affine.const(0))
+                + draw(st.integers(-40, 40)) * p + draw(st.integers(-40, 40)) * q
+                + draw(st.integers(-20, 20)))
+        c, w = draw(st.integers(2, 25)), draw(st.integers(0, 4))
+        v = terms[draw(st.integers(0, 1))]
+        constraints += [solver.ge(v * c, expr), solver.le(v * c, expr + w)]
+    lows = [draw(st.integers(-12, 0)) for _ in names]
+    return names, [draw(st.integers(1, 12)) for _ in names], lows, constraints
+
+
+@settings(max_examples=60, deadline=None)
+@given(windows())
+def test_loops_visit_the_points_of_windows_moving_with_two_parameters(domain):
+    names, extents, lows, constraints = domain
+    axes = [(Var(v, "int64"), Const(lo, "int64"), Const(lo + n, "int64"))
+            for v, n, lo in zip(names, extents, lows)]
+    out = Buffer("out", (4, 5) + tuple(extents), "int64", "output")
+    p, q = Var("p", "int64"), Var("q", "int64")
+    body = Accumulate(out, (p, q) + tuple(Var(v, "int64") - lo for v, lo in zip(names, lows)),
+                      Const(1, "int64"), tg.sum)
+    context = [solver.ge("p", 0), solver.lt("p", 4), solver.ge("q", 0), solver.lt("q", 5)]
+    stmt = domain_nest(axes, constraints, context, lambda: body)
+    memory = {out: np.zeros(out.shape, dtype=np.int64)}
+    want = np.zeros(out.shape, dtype=np.int64)
+    for pv, qv in itertools.product(range(4), range(5)):
+        Interpreter(memory).run(stmt, {"p": np.array(pv, dtype=np.int64),
+                                       "q": np.array(qv, dtype=np.int64)})
+        for point in itertools.product(*[range(n) for n in extents]):
+            values = dict(zip(names, [a + lo for a, lo in zip(point, lows)]), p=pv, q=qv)
+            if all(c.evaluate(values) for c in constraints):
+                want[(pv, qv) + point] = 1
+    np.testing.assert_array_equal(memory[out], want)

@@ -83,3 +83,24 @@ def test_a_variable_fixed_by_the_context_is_a_point_not_a_loop():
     tree = build_loops(["k"], ["n"], [[ge(k, 0), lt(k, 2), ge(n, k)]], [ge(n, 0), lt(n, 1)])
     assert isinstance(tree, Point)
     assert visits(tree, ["k"], {"n": 0}) == [(0, (0,))]
+
+
+def test_loops_isl_builds_wrongly_are_refused():
+    # isl's AST builder (islpy 2026.2) gives loops that miss most points of this domain:
+    # one t with 20 t in a window moving with the parameters; a tree is only returned
+    # when it visits exactly the domain's points
+    i0, i1, t = Affine.var("i0"), Affine.var("i1"), Affine.var("t")
+    a = -8 * i - 35 * i0 + 28 * i1 + 6
+    lo = a // 20 + 4
+    domain = [ge(i, 0), lt(i, 2), ge(t, lo), lt(t, lo + ((a + 4) // 20 - a // 20))]
+    context = [ge(i0, 0), lt(i0, 4), ge(i1, 0), lt(i1, 5)]
+    try:
+        tree = build_loops(["i", "t"], ["i0", "i1"], [domain], context)
+    except ValueError:
+        return
+    for p0 in range(4):
+        for p1 in range(5):
+            env = {"i0": p0, "i1": p1}
+            want = [(0, (vi, vt)) for vi in range(2) for vt in range(-40, 40)
+                    if all(c.evaluate({**env, "i": vi, "t": vt}) for c in domain)]
+            assert sorted(visits(tree, ["i", "t"], env)) == want
