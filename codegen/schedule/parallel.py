@@ -40,9 +40,12 @@ from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count,
 from tegrad.codegen.schedule.loops import fuse, parallelize
 
 #: the least work (expression nodes evaluated, see :func:`loop_work`) of a loop run in
-#: parallel: measured with ``python benchmarks/threads.py``, where two threads start to
-#: beat one on an elementwise loop at about 16k elements (3 nodes each)
-MIN_PARALLEL_WORK = 1 << 16
+#: parallel. ``python benchmarks/threads.py`` measures about 15 ps of serial time per
+#: unit of work (elementwise loops and row sums, vectorised), and ``benchmarks/peers.py``
+#: a fork-join between spinning threads at 0.02-0.7 us: 2**18 units, about 4 us, keep
+#: the fork-join under a fifth of the time two threads save (a sleeping worker, woken
+#: in ``futex``, costs more, but the caller then runs the range itself)
+MIN_PARALLEL_WORK = 1 << 18
 
 #: the statements of the loop IR; a stage holding anything else is not a loop nest
 _LOOP_IR = (For, Block, If, Store, Accumulate, Let, Allocate, Check)

@@ -174,12 +174,12 @@ def test_a_stage_that_is_not_a_loop_nest_is_left_alone():
 
 
 def test_few_outer_iterations_are_collapsed_with_the_next_loop():
-    x = tg.placeholder((1, 8, 64, 64), dtype="float32", name="x")
-    y = tg.compute((1, 8, 64, 64), lambda n, c, h, w: x[n, c, h, w] * 2.0, name="y")
+    x = tg.placeholder((1, 8, 128, 64), dtype="float32", name="x")
+    y = tg.compute((1, 8, 128, 64), lambda n, c, h, w: x[n, c, h, w] * 2.0, name="y")
     kernel = parallelize_stages(lower_program([x], [y]), threads=2)
     (loop,) = parallel_loops(kernel)
     assert loop.end.value == 8  # n fused with c: the innermost loop untouched
-    a = np.random.default_rng(4).standard_normal((1, 8, 64, 64)).astype("float32")
+    a = np.random.default_rng(4).standard_normal((1, 8, 128, 64)).astype("float32")
     np.testing.assert_array_equal(run(Executable(kernel, threads=2), [x], {x: a})[0], a * 2)
 
 
