@@ -253,23 +253,27 @@ def test_a_forked_child_still_runs_parallel_loops():
     assert "child 0" in out
 
 
-def test_two_python_threads_call_one_function_at_once():
+def test_python_threads_calling_at_once_get_their_own_results():
+    # f has a temporary (its calls take turns); g has none (its calls meet in the pool)
     inputs, outputs = _big_program()
     f = tg.build(inputs, outputs, threads=2)
-    assert parallel_loops(f.kernel)
+    x = inputs[0]
+    g = tg.build([x], [tg.compute(x.shape, lambda i, j: x[i, j] * 3.0, name="g")], threads=2)
+    assert parallel_loops(f.kernel) and parallel_loops(g.kernel) and not g.kernel.temps
     rng = np.random.default_rng(5)
-    xs = [rng.standard_normal((256, 512)).astype("float32") for _ in range(2)]
-    want = [tg.build(inputs, outputs, threads=1)(x)[0] for x in xs]
+    xs = [rng.standard_normal((256, 512)).astype("float32") for _ in range(4)]
+    want = [(tg.build(inputs, outputs, threads=1)(a)[0], a * np.float32(3.0)) for a in xs]
     errors = []
 
     def worker(k):
         try:
-            for _ in range(30):
-                assert f(xs[k])[0].tobytes() == want[k].tobytes()
+            for _ in range(25):
+                assert f(xs[k])[0].tobytes() == want[k][0].tobytes()
+                assert g(xs[k])[0].tobytes() == want[k][1].tobytes()
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:
