@@ -129,12 +129,13 @@ def emit_parallel_loop(em, s, begin, end, body):
         return
     names = sorted((_read_names(s.body) & set(em.env)) - {s.var.name})
     scalars = [em.env[n] for n in names]
+    # a buffer used outside its allocation: em.address raises the error that says so
     pointers = [em.pointers[b] if b in em.pointers else em.address(b, ()) for b in buffers]
 
     fields = [PTR] * len(buffers) + [v.ir.type for v in scalars] + [I64, I64]
     ctx_type = ir.LiteralStructType(fields)
     n_fields = len(fields)
-    task, task_body = _declare_task(em, s, buffers, scalars, fields)
+    task, task_body = _declare_task(em, s, buffers, fields)
 
     # the kernel's side: fill the context, fork-join, report a recorded failure
     bld = em.builder
@@ -153,7 +154,7 @@ def emit_parallel_loop(em, s, begin, end, body):
                     _trip_count(bld, begin, end, s.step), ir.Constant(I32, em.threads)])
     status = bld.load(field(bld, ctx, n_fields - 1), typ=I64)
     failed, cont = em.new_block("parallel.failed"), em.new_block("parallel.done")
-    bld.cbranch(bld.icmp_unsigned("==", status, ir.Constant(I64, NO_FAILURE)), cont, failed,)
+    bld.cbranch(bld.icmp_unsigned("==", status, ir.Constant(I64, NO_FAILURE)), cont, failed)
     bld.position_at_end(failed)
     bld.ret(bld.trunc(status, I32))
     bld.position_at_end(cont)
@@ -168,7 +169,7 @@ def emit_parallel_loop(em, s, begin, end, body):
     _emit_task_body(em, s, task_body, buffers, names, scalars, body)
 
 
-def _declare_task(em, s, buffers, scalars, fields):
+def _declare_task(em, s, buffers, fields):
     em.tasks += 1
     base = f"{em.symbol}.{s.var.name}.task{em.tasks}"
     task = ir.Function(em.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), name=base)
