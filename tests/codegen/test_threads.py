@@ -194,6 +194,18 @@ def _failing_program():
 
 
 def test_a_failed_check_in_a_parallel_loop_reports_the_serial_error():
+    # in a fresh process: a wrong bounds check in a task would be a crash
+    out = _run_python(f"""
+        import runpy
+        runpy.run_path({str(pathlib.Path(__file__))!r})["check_failures_in_parallel_loops"]()
+        print("checked")
+    """)
+    assert out.strip().endswith("checked")
+
+
+def check_failures_in_parallel_loops():
+    """Index and divisor failures at chosen iterations: the serial kernel and the parallel
+    one on 2 and 3 threads report the same error (the serial loop's first)."""
     inputs, outputs = _failing_program()
     kernel = lower_program(inputs, outputs)
     parallel = parallelize_stages(kernel, threads=2, min_work=0)
