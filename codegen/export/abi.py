@@ -67,7 +67,7 @@ sqrt tan tanh tgamma trunc""".split()
 #: some of them): an entry point with one of these names would replace it
 RESERVED_NAMES = frozenset(_MATH + [f + suffix for f in _MATH for suffix in "fl"] + """
 memcpy memmove memset memcmp bcmp malloc calloc realloc free abort exit main printf
-sincos sincosf __errno_location""".split())
+sincos sincosf __errno_location syscall pthread_create pthread_detach pthread_self""".split())
 
 
 def c_identifier(name):
@@ -130,7 +130,8 @@ class EntryPoint:
     size, the alignment the kernel function assumes of buffer pointers (the entry point
     requires at least that, and each element's size, of every argument, and at least
     :data:`WORKSPACE_ALIGNMENT` of the workspace), and the check codes of the kernel
-    function (``code -> (error kind, tensor name)``)."""
+    function (``code -> (error kind, tensor name)``), and the number of threads its
+    parallel loops run on (1: no threads)."""
 
     name: str
     kernel_name: str
@@ -140,6 +141,7 @@ class EntryPoint:
     alignment: int
     checks: tuple      # sorted ((code, kind, tensor), ...)
     messages: tuple = ()  # ((code, what the failed check reports), ...) where it says more
+    threads: int = 1
 
     @property
     def args(self):
@@ -173,13 +175,13 @@ class EntryPoint:
         return max(self.alignment, C_TYPES[param.dtype][1])
 
 
-def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=()):
+def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=(), threads=1):
     """The :class:`EntryPoint` exporting ``kernel`` as ``name``; ``checks`` maps each
     positive status code of the kernel function to ``(error kind, tensor name)`` or
     ``(error kind, tensor name, message)`` (what the error string says, when not None);
     ``alignment`` is what the kernel function assumes of each buffer pointer; ``extra``
     are buffers the kernel function takes after its temporaries (carved from the
-    workspace like them)."""
+    workspace like them); ``threads``: the threads its parallel loops run on."""
     check_entry_name(name)
     params, seen = [], {"workspace"}
     for buf in kernel.args:
@@ -214,7 +216,7 @@ def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=()
     if not (isinstance(alignment, int) and alignment >= 1 and alignment & (alignment - 1) == 0):
         raise ExportError(f"kernel {kernel.name!r}: alignment {alignment!r} is not a power of 2")
     return EntryPoint(name, kernel.name, tuple(params), tuple(offsets), end, alignment,
-                      tuple(rows), tuple(messages))
+                      tuple(rows), tuple(messages), int(threads))
 
 
 def _round_up(n, multiple):

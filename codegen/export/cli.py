@@ -59,6 +59,8 @@ def add_arguments(p):
                                   "`outputs` (default: the output's file name)")
     p.add_argument("--linker", help="C compiler driver that links the shared library "
                                     "(default: cc for the host, <triple>-gcc otherwise)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads the library's parallel loops run on (default: 1, none)")
     return p
 
 
@@ -109,7 +111,8 @@ def run(args, *, lower=None, make_module=None):
     name = args.name or default_entry_name(output)
     exports = load_exports(args.model, name=name)
     result = export_program(exports, output, target=args.target, cpu=args.cpu,
-                            linker=args.linker, lower=lower, make_module=make_module)
+                            linker=args.linker, lower=lower, make_module=make_module,
+                            threads=args.threads)
     print(f"exported {', '.join(e.name for e in result.entries)} for {result.target.triple}")
     print(f"  {result.object_path}\n  {result.header_path}")
     print(f"  {result.message}")

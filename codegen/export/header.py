@@ -30,7 +30,11 @@ def header_text(library, entries, target_description):
         " * returns 0 on success, a positive code for a failed run-time check (listed below,",
         " * named by NAME_error_string), or -(p + 1) when pointer parameter p (counting from 0,",
         " * the workspace last) is NULL or misaligned.",
-        " * Depends only on libc and libm.",
+        " * Depends only on libc and libm, and on libpthread when an entry point's NAME_THREADS",
+        " * is above 1: its parallel loops then run on that many threads, started on the first",
+        " * call and kept (spinning briefly, then asleep) for later calls until the process",
+        " * exits. Calls from several threads at once are safe (their parallel loops take",
+        " * turns); results do not depend on NAME_THREADS.",
         " */",
         f"#ifndef {guard}",
         f"#define {guard}",
@@ -68,6 +72,7 @@ def _entry_lines(entry):
     lines.append(" */")
     lines.append(f"#define {prefix}_ALIGNMENT {alignment}")
     lines.append(f"#define {prefix}_WORKSPACE_BYTES {entry.workspace_bytes}")
+    lines.append(f"#define {prefix}_THREADS {entry.threads}")
     lines.append(f"#define {prefix}_NUM_INPUTS {sum(p.role == 'input' for p in entry.args)}")
     lines.append(f"#define {prefix}_NUM_OUTPUTS {sum(p.role == 'output' for p in entry.args)}")
     for p in entry.args:

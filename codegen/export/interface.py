@@ -18,7 +18,8 @@ The module must define the kernel function with the backend's convention::
 outputs), followed by ``kernel.temps``, then ``KernelModule.extra``. It returns 0 on
 success, otherwise a positive code listed in ``checks``: the failed ``Check`` node's error
 kind (``"index_out_of_range"`` or ``"division_by_zero"``) and the tensor it names. The module may call only LLVM intrinsics
-and functions of libc and libm (and pthreads if the kernel runs threads), so the exported
+and functions of libc and libm (and the thread pool's entry point
+``tegrad_parallel_for``, which export defines, if the kernel runs threads), so the exported
 object depends on nothing else; it must not hold pointers to memory of this process
 (addresses of Python objects, of buffers allocated by the JIT).
 
@@ -50,7 +51,9 @@ class KernelModule:
     rejects pointers aligned less, with an error code, rather than run into a fault);
     ``extra``: buffers (:class:`~tegrad.codegen.loops.nodes.Buffer`) the function takes
     after ``kernel.temps`` in its pointer array, such as local buffers too large for the
-    stack; the workspace holds them after the temporaries.
+    stack; the workspace holds them after the temporaries; ``threads``: the number of
+    threads the kernel's parallel loops run on (above 1, the module calls
+    ``tegrad_parallel_for``, declared only: export defines the pool once per library).
     """
 
     module: Union[object, str]
@@ -58,6 +61,7 @@ class KernelModule:
     checks: Mapping[int, tuple] = field(default_factory=dict)
     alignment: int = WORKSPACE_ALIGNMENT
     extra: tuple = ()
+    threads: int = 1
 
 
 #: ``make_module(kernel, target) -> KernelModule``

@@ -4,7 +4,10 @@ Every kernel becomes one C entry point (see :mod:`tegrad.codegen.export.abi`). T
 modules come from a module factory (see :mod:`tegrad.codegen.export.interface`); each is
 linked with its wrapper, its definitions renamed ``ENTRY.NAME`` and made internal (so two
 kernels never clash and only the entry points are exported), all are linked into one
-module, optimised at O3 for the target machine and emitted as one object file.
+module, optimised at O3 for the target machine and emitted as one object file. When a
+kernel runs parallel loops, the library gets one native thread pool
+(:func:`tegrad.codegen.kernels.threadpool.emit_thread_pool`), internal like the kernels,
+which every entry point shares.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 import llvmlite.binding as llvm
+import llvmlite.ir as llvm_ir
 
+from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, emit_thread_pool
 from tegrad.codegen.export.abi import check_entry_name, entry_point
 from tegrad.codegen.export.errors import ExportError
 from tegrad.codegen.export.header import header_text
@@ -79,7 +84,7 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, linker=
             raise ExportError(f"the module factory returned {type(built).__name__} for "
                               f"kernel {kernel.name!r}; a KernelModule is needed")
         entry = entry_point(name, kernel, built.checks, alignment=built.alignment,
-                            extra=built.extra)
+                            extra=built.extra, threads=built.threads)
         module = _entry_module(entry, built, spec.triple, data_layout, exported)
         if combined is None:
             combined = module
@@ -90,6 +95,7 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, linker=
                 raise ExportError(f"the modules of kernels {sorted(kernels)} do not link "
                                   f"together: {e}") from None
         entries.append(entry)
+    _link_thread_pool(combined, spec.triple, data_layout)
     undefined = tuple(sorted(f.name for f in combined.functions
                              if f.is_declaration and not f.name.startswith("llvm.")))
     combined.verify()
@@ -142,6 +148,25 @@ def _entry_module(entry, built, triple, data_layout, exported):
     for value in defined:  # internal only now: the wrapper had to link against them
         value.linkage = "internal"
     return module
+
+
+def _link_thread_pool(module, triple, data_layout):
+    """Define the pool in ``module`` if its kernels call it (internal: each library has
+    its own, and exports no symbol of it)."""
+    try:
+        declared = module.get_function(PARALLEL_FOR)
+    except NameError:
+        return
+    if not declared.is_declaration:
+        return
+    pool = llvm_ir.Module(name="tegrad_thread_pool")
+    pool.triple, pool.data_layout = triple, data_layout
+    emit_thread_pool(pool, triple=triple)
+    parsed = _parse(str(pool), "the thread pool")
+    names = [f.name for f in parsed.functions if not f.is_declaration]
+    module.link_in(parsed)
+    for name in names:
+        module.get_function(name).linkage = "internal"
 
 
 def _parse(text, what):

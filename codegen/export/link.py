@@ -48,10 +48,20 @@ def find_linker(spec, linker=None):
     return None
 
 
+def needs_pthreads(undefined):
+    """Whether an object needing the symbols ``undefined`` links with ``-lpthread`` (glibc
+    before 2.34 keeps the pthread functions there; the thread pool calls them).
+
+    >>> needs_pthreads(["expf", "pthread_create"]), needs_pthreads(["expf"])
+    (True, False)
+    """
+    return any(name.startswith("pthread_") for name in undefined)
+
+
 def link_command(driver, spec, object_path, library_path, undefined):
     """The command line that links ``object_path`` into ``library_path``."""
     command = [driver, "-shared", "-o", str(library_path), str(object_path), "-lm"]
-    if any(name.startswith("pthread_") for name in undefined):
+    if needs_pthreads(undefined):
         command.append("-lpthread")
     if spec.object_format == "ELF":
         command.append("-Wl,--no-undefined")
@@ -68,10 +78,13 @@ def link_shared_library(spec, object_path, library_path, undefined, *, linker=No
     if driver is None:
         tried = ", ".join(linker_candidates(spec))
         example = linker_candidates(spec)[-1]
+        needs, flags = ("libc, libm and libpthread", "-lm -lpthread") \
+            if needs_pthreads(undefined) else ("libc and libm", "-lm")
         return None, (f"no linker for {spec.triple} found (tried {tried}); the object "
-                      f"{object_path} needs only libc and libm: link it with a C compiler "
+                      f"{object_path} needs only {needs}: link it with a C compiler "
                       f"for that target, e.g. `{example} -shared -o {library_path} "
-                      f"{object_path} -lm`, or add it to your program's link line with -lm")
+                      f"{object_path} {flags}`, or add it to your program's link line with "
+                      f"{flags}")
     command = link_command(driver, spec, object_path, library_path, undefined)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

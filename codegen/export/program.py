@@ -15,6 +15,7 @@ from tegrad.codegen.export.interface import KernelModule
 from tegrad.codegen.export.library import export_kernels
 from tegrad.codegen.llvm.emit import emit_kernel
 from tegrad.codegen.lower.program import lower_program
+from tegrad.codegen.schedule.parallel import parallelize_stages
 
 
 def default_lower():
@@ -22,19 +23,36 @@ def default_lower():
     return lower_program
 
 
-def default_module_factory():
+def default_module_factory(*, threads=1):
     """The LLVM backend's module factory ``(kernel, target) -> KernelModule``: the one
     place where export meets the backend (``tegrad.codegen.llvm.emit.emit_kernel``, whose
     status code ``n`` is ``errors[n - 1]``, which passes its large local buffers after
     the temporaries as ``extra`` and which assumes only the natural alignment of each
-    buffer)."""
+    buffer); parallel loops run on ``threads`` threads (1: serially, no pool)."""
+    threads = _thread_count(threads)
+
     def make_module(kernel, target):
-        emitted = emit_kernel(kernel, triple=target.triple, data_layout=target.data_layout)
+        emitted = emit_kernel(kernel, triple=target.triple, data_layout=target.data_layout,
+                              threads=threads)
         checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}
         return KernelModule(emitted.module, emitted.name, checks, alignment=1,
-                            extra=tuple(emitted.extra))
+                            extra=tuple(emitted.extra), threads=threads)
 
     return make_module
+
+
+def _thread_count(threads):
+    """``threads`` checked: a positive int (an export's code is for another machine, so
+    "every core" is not a default it can take).
+
+    >>> _thread_count(0)
+    Traceback (most recent call last):
+    ...
+    tegrad.codegen.export.errors.ExportError: threads must be a positive integer, got 0
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ExportError(f"threads must be a positive integer, got {threads!r}")
+    return threads
 
 
 def default_entry_name(path):
@@ -47,10 +65,13 @@ def default_entry_name(path):
 
 
 def export_program(exports, path, *, target=None, cpu=None, linker=None, lower=None,
-                   make_module=None):
+                   make_module=None, threads=1):
     """Export several programs as one library: ``exports`` maps each entry point's name
     to ``(inputs, outputs)`` (lists of tensors: the placeholders in call order, and the
-    results). Options as :func:`export_kernels`; returns its result."""
+    results). ``threads``: how many threads the library's parallel loops run on (1, the
+    default: none, the library starts no thread). Other options as
+    :func:`export_kernels`; returns its result."""
+    threads = _thread_count(threads)
     exports = dict(exports)
     if not exports:
         raise ExportError("nothing to export: no programs given")
@@ -61,25 +82,33 @@ def export_program(exports, path, *, target=None, cpu=None, linker=None, lower=N
             raise ExportError(f"export {name!r}: expected a pair (inputs, outputs), got "
                               f"{type(pair).__name__}")
         inputs, outputs = pair
-        kernels[name] = lower(list(inputs), outputs, name=name)
-    return export_kernels(kernels, path, make_module=make_module or default_module_factory(),
+        kernels[name] = parallelize_stages(lower(list(inputs), outputs, name=name),
+                                           threads=threads)
+    return export_kernels(kernels, path,
+                          make_module=make_module or default_module_factory(threads=threads),
                           target=target, cpu=cpu, linker=linker)
 
 
 def export(inputs, outputs, path, *, target=None, cpu=None, name=None, linker=None,
-           lower=None, make_module=None):
+           lower=None, make_module=None, threads=1):
     """Compile the program ``inputs -> outputs`` and write ``<path>.o``, ``<path>.h`` and
     (when a linker for the target is found) ``<path>.so``: one C entry point called
-    ``name`` (default: the file name of ``path``); see :func:`export_kernels`."""
+    ``name`` (default: the file name of ``path``), whose parallel loops run on ``threads``
+    threads (default 1: none); see :func:`export_kernels`."""
     name = default_entry_name(path) if name is None else name
     return export_program({name: (inputs, outputs)}, path, target=target, cpu=cpu,
-                          linker=linker, lower=lower, make_module=make_module)
+                          linker=linker, lower=lower, make_module=make_module,
+                          threads=threads)
 
 
 def export_kernel(kernel, path, *, target=None, cpu=None, name=None, linker=None,
-                  make_module=None):
+                  make_module=None, threads=1):
     """Export an already lowered ``kernel`` (a built function's) as entry point ``name``
-    (default: the kernel's name)."""
+    (default: the kernel's name), its parallel loops on ``threads`` threads (default 1:
+    none)."""
+    threads = _thread_count(threads)
     name = kernel.name if name is None else name
-    return export_kernels({name: kernel}, path, make_module=make_module or default_module_factory(),
+    kernel = parallelize_stages(kernel, threads=threads)
+    return export_kernels({name: kernel}, path,
+                          make_module=make_module or default_module_factory(threads=threads),
                           target=target, cpu=cpu, linker=linker)

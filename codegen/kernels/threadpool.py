@@ -49,7 +49,7 @@ import llvmlite.ir as ir
 from tegrad.ir.errors import TegradError
 
 from tegrad.codegen.kernels import jit
-from tegrad.codegen.kernels.irutil import I32, I64, VOIDPTR, declare as _declare
+from tegrad.codegen.kernels.irutil import I32, I64, VOIDPTR, counted_loop, declare as _declare
 
 #: the name of the pool's entry point in every module
 PARALLEL_FOR = "tegrad_parallel_for"
@@ -184,6 +184,39 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I32, iterations)), loop, timeout)
         return ok, timeout
 
+    def wait(self, b, fn, ptr, done, spins, announce, *, restart=None, after_sleep=None):
+        """Wait until ``done(b, *ptr)``: spin ``spins`` checks, then ``announce(b, ok)``
+        (tell the waker that this thread sleeps; it may branch to ``ok`` instead when the
+        wait is over already), then sleep in ``futex`` for as long as ``*ptr`` keeps the
+        value last seen. A value for which ``restart(b, value)`` holds sends the thread
+        back to spinning; ``after_sleep(b)`` runs when a sleep ended the wait. Leaves
+        ``b`` where the wait is over."""
+        start = fn.append_basic_block("wait")
+        b.branch(start)
+        b.position_at_end(start)
+        ok, timeout = self.spin_until(b, fn, ptr, done, spins)
+        b.position_at_end(timeout)
+        announce(b, ok)
+        sleep = fn.append_basic_block("wait.sleep")
+        check = fn.append_basic_block("wait.check")
+        woken = fn.append_basic_block("wait.woken")
+        b.branch(sleep)
+        b.position_at_end(sleep)
+        value = self.load(b, ptr, "seq_cst")
+        b.cbranch(done(b, value), woken, check)
+        b.position_at_end(check)
+        if restart is not None:
+            asleep = fn.append_basic_block("wait.futex")
+            b.cbranch(restart(b, value), start, asleep)
+            b.position_at_end(asleep)
+        self.futex(b, ptr, _FUTEX_WAIT_PRIVATE, value)
+        b.branch(sleep)
+        b.position_at_end(woken)
+        if after_sleep is not None:
+            after_sleep(b)
+        b.branch(ok)
+        b.position_at_end(ok)
+
     # -- the mutex (three states: 0 free, 1 held, 2 held with waiters) ------------------
 
     def emit_lock(self, b, fn, me, nested):
@@ -274,26 +307,19 @@ class _Emitter:
         idle = fn.append_basic_block("idle")
         b.branch(idle)
         b.position_at_end(idle)
-        is_work = lambda bb, v: bb.icmp_unsigned("==", v, c32(_WORK))
-        offered, timeout = self.spin_until(b, fn, word, is_work, SPIN_ITERATIONS)
-        claim = fn.append_basic_block("claim")
-        b.position_at_end(offered)
-        b.branch(claim)
-        # Going to sleep: idle -> asleep, unless work arrived meanwhile.
-        b.position_at_end(timeout)
-        pair = b.cmpxchg(word, c32(_IDLE), c32(_ASLEEP), "seq_cst", "seq_cst")
-        sleep = fn.append_basic_block("sleep")
-        b.cbranch(b.extract_value(pair, 1), sleep, claim)
-        b.position_at_end(sleep)
-        self.futex(b, word, _FUTEX_WAIT_PRIVATE, _ASLEEP)
-        state = self.load(b, word)
-        still = fn.append_basic_block("sleep.check")
-        b.cbranch(is_work(b, state), claim, still)
-        b.position_at_end(still)
-        # Idle again: the caller offered this range and ran it itself.
-        b.cbranch(b.icmp_unsigned("==", state, c32(_IDLE)), idle, sleep)
+
+        def announce(bb, offered):
+            # idle -> asleep, unless work arrived meanwhile
+            pair = bb.cmpxchg(word, c32(_IDLE), c32(_ASLEEP), "seq_cst", "seq_cst")
+            asleep = fn.append_basic_block("asleep")
+            bb.cbranch(bb.extract_value(pair, 1), asleep, offered)
+            bb.position_at_end(asleep)
+
+        # Woken idle again: the caller offered this range and ran it itself.
+        self.wait(b, fn, word, lambda bb, v: bb.icmp_unsigned("==", v, c32(_WORK)),
+                  SPIN_ITERATIONS, announce,
+                  restart=lambda bb, v: bb.icmp_unsigned("==", v, c32(_IDLE)))
         # Claim the offered range (the caller may have taken it back: then idle).
-        b.position_at_end(claim)
         pair = b.cmpxchg(word, c32(_WORK), c32(_RUNNING), "acq_rel", "acquire")
         run = fn.append_basic_block("run")
         b.cbranch(b.extract_value(pair, 1), run, idle)
@@ -365,69 +391,24 @@ class _Emitter:
         pending = self.word(b, self.pending)
         self.store(b, b.trunc(b.sub(t, c64(1)), I32), pending, "seq_cst")
         # Hand out ranges 1..t-1 (the word's release publishes the stores above).
-        entry = b.block
-        signal = fn.append_basic_block("signal")
-        wake = fn.append_basic_block("signal.wake")
-        next_ = fn.append_basic_block("signal.next")
-        own = fn.append_basic_block("own_range")
-        b.branch(signal)
-        b.position_at_end(signal)
-        w = b.phi(I32)
-        w.add_incoming(c32(1), entry)
-        word = self.slot(b, w)
-        old = b.atomic_rmw("xchg", word, c32(_WORK), "seq_cst")
-        b.cbranch(b.icmp_unsigned("==", old, c32(_ASLEEP)), wake, next_)
-        b.position_at_end(wake)
-        self.futex(b, word, _FUTEX_WAKE_PRIVATE, 1)
-        b.branch(next_)
-        b.position_at_end(next_)
-        w_next = b.add(w, c32(1))
-        w.add_incoming(w_next, next_)
-        b.cbranch(b.icmp_signed("<", b.sext(w_next, I64), t), signal, own)
-
-        b.position_at_end(own)
+        t32 = b.trunc(t, I32)
+        with counted_loop(b, c32(1), t32, name="signal") as w:
+            word = self.slot(b, w)
+            old = b.atomic_rmw("xchg", word, c32(_WORK), "seq_cst")
+            with b.if_then(b.icmp_unsigned("==", old, c32(_ASLEEP))):
+                self.futex(b, word, _FUTEX_WAKE_PRIVATE, 1)
         b.call(task_fn, [ctx, c64(0), b.sdiv(n_tasks, t)])
         # Run the ranges no worker has claimed yet (a descheduled worker delays nothing).
-        entry = b.block
-        steal = fn.append_basic_block("steal")
-        stolen = fn.append_basic_block("steal.run")
-        steal_next = fn.append_basic_block("steal.next")
-        wait_all = fn.append_basic_block("join")
-        b.branch(steal)
-        b.position_at_end(steal)
-        w = b.phi(I32)
-        w.add_incoming(c32(1), entry)
-        pair = b.cmpxchg(self.slot(b, w), c32(_WORK), c32(_IDLE), "acq_rel", "monotonic")
-        b.cbranch(b.extract_value(pair, 1), stolen, steal_next)
-        b.position_at_end(stolen)
-        self.run_range(b, b.sext(w, I64))
-        self.finish_range(b, fn)
-        b.branch(steal_next)
-        b.position_at_end(steal_next)
-        w_next = b.add(w, c32(1))
-        w.add_incoming(w_next, steal_next)
-        b.cbranch(b.icmp_signed("<", b.sext(w_next, I64), t), steal, wait_all)
-        b.position_at_end(wait_all)
+        with counted_loop(b, c32(1), t32, name="steal") as w:
+            pair = b.cmpxchg(self.slot(b, w), c32(_WORK), c32(_IDLE), "acq_rel", "monotonic")
+            with b.if_then(b.extract_value(pair, 1)):
+                self.run_range(b, b.sext(w, I64))
+                self.finish_range(b, fn)
         # Wait for the workers: spin, then sleep on the pending count.
-        is_zero = lambda bb, v: bb.icmp_unsigned("==", v, c32(0))
-        joined, timeout = self.spin_until(b, fn, pending, is_zero, CALLER_SPIN_ITERATIONS)
-        b.position_at_end(timeout)
         asleep = self.word(b, self.caller_asleep)
-        self.store(b, c32(1), asleep, "seq_cst")
-        sleep = fn.append_basic_block("join.sleep")
-        woken = fn.append_basic_block("join.woken")
-        b.branch(sleep)
-        b.position_at_end(sleep)
-        value = self.load(b, pending, "seq_cst")
-        wait = fn.append_basic_block("join.wait")
-        b.cbranch(is_zero(b, value), woken, wait)
-        b.position_at_end(wait)
-        self.futex(b, pending, _FUTEX_WAIT_PRIVATE, value)
-        b.branch(sleep)
-        b.position_at_end(woken)
-        self.store(b, c32(0), asleep, "seq_cst")
-        b.branch(joined)
-        b.position_at_end(joined)
+        self.wait(b, fn, pending, lambda bb, v: bb.icmp_unsigned("==", v, c32(0)),
+                  CALLER_SPIN_ITERATIONS, lambda bb, ok: self.store(bb, c32(1), asleep, "seq_cst"),
+                  after_sleep=lambda bb: self.store(bb, c32(0), asleep, "seq_cst"))
         self.emit_unlock(b, fn)
         b.ret_void()
         return fn

@@ -43,6 +43,7 @@ from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
+from tegrad.codegen.llvm.parallel import emit_parallel_loop, resolve_threads
 from tegrad.codegen.llvm.types import (I1, I8, I32, I64, PTR, Value, constant, memory_type,
                                        promote, register_type)
 
@@ -79,8 +80,12 @@ class KernelModule:
     errors: tuple
 
 
-def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None):
+def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
+
+    Loops marked ``parallel`` run on ``threads`` threads of the native pool (None: every
+    usable core; 1: serially, without the pool), see :mod:`.parallel`; the module then
+    declares ``tegrad_parallel_for``.
 
     With ``python_abi = (tuple_items_offset, array_data_offset)`` (byte offsets of the
     items in a Python tuple object and of the data pointer in a numpy array object), the
@@ -89,7 +94,7 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None):
     then passes two arguments and builds no pointer array. It first checks that no output
     overlaps another argument (see :func:`overlap_pairs`).
     """
-    km = _KernelEmitter(kernel, triple, data_layout).run()
+    km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads)).run()
     if python_abi is not None:
         _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
@@ -157,8 +162,12 @@ def _first_target(stmt):
 
 
 class _KernelEmitter:
-    def __init__(self, kernel, triple, data_layout):
+    def __init__(self, kernel, triple, data_layout, threads):
         self.kernel = kernel
+        self.threads = threads
+        #: the failure path of the parallel task being emitted (None: the kernel's)
+        self.task = None
+        self.tasks = 0
         # never the name of a C function the kernel may call (a kernel named "exp")
         self.symbol = f"tegrad.{kernel.name}"
         self.module = ir.Module(name=kernel.name)
@@ -247,7 +256,10 @@ class _KernelEmitter:
         cont = self.new_block("ok")
         self.builder.cbranch(ok, cont, fail)
         self.builder.position_at_end(fail)
-        self.builder.ret(ir.Constant(I32, code))
+        if self.task is None:
+            self.builder.ret(ir.Constant(I32, code))
+        else:
+            self.task.fail(self, code)
         self.builder.position_at_end(cont)
 
     def check_nonzero_divisor(self, is_zero, divisor):
@@ -410,8 +422,8 @@ class _KernelEmitter:
         bld.position_at_end(done)
 
     def emit_parallel_for(self, s, begin, end, body):
-        """The one place a parallel loop is emitted; its iterations run in order here."""
-        self.emit_serial_for(s, begin, end, body)
+        """The one place a parallel loop is emitted: as tasks of the native pool."""
+        emit_parallel_loop(self, s, begin, end, body)
 
 
 # ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from tegrad.ir.errors import TegradError
 from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
 from tegrad.codegen.lower.program import lower_program
+from tegrad.codegen.schedule.parallel import parallelize_stages
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
@@ -82,8 +83,10 @@ def build(inputs, outputs, *, threads=None, name=None):
     (its gradients), or a list mixing them. Returns a :class:`CompiledFunction`: call it
     with one array per input; it returns a list of arrays, one per output (a list even
     for one output, so that a training step unpacks the same way whatever it returns).
-    ``threads`` is the number of threads parallel loops may use (None: every core); it
-    is part of the cache key, but parallel loops still run on the calling thread.
+    ``threads`` is the number of threads parallel loops use (None: every usable core;
+    1: none but the caller's); it is part of the cache key. Each stage's outer loop runs
+    in parallel when its iterations are independent and its work pays for a fork-join
+    (see :mod:`tegrad.codegen.schedule.parallel`); results do not depend on ``threads``.
     ``name`` names the kernel (default: from the outputs' names).
 
     >>> import numpy as np, tegrad as tg
@@ -111,6 +114,7 @@ def build(inputs, outputs, *, threads=None, name=None):
         executable = _executables.get(key)
     if executable is None:
         kernel = lower_program(inputs, outputs, name=kernel_name)
+        kernel = parallelize_stages(kernel, threads=threads)
         executable = Executable(kernel, threads=threads)
         with _lock:
             _remember(_executables, key, executable)

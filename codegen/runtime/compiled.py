@@ -83,11 +83,12 @@ class CompiledFunction:
         """The machine code, as assembly."""
         return self._executable.asm
 
-    def export(self, path, *, target=None, cpu=None, name=None, linker=None):
+    def export(self, path, *, target=None, cpu=None, name=None, linker=None, threads=1):
         """Write this function as ``<path>.o``, ``<path>.h`` and (when a linker for the
-        target is found) a shared library: see :func:`tegrad.export`."""
+        target is found) a shared library, whose parallel loops run on ``threads`` threads
+        (default 1: the library starts none): see :func:`tegrad.export`."""
         return export_kernel(self.kernel, path, target=target, cpu=cpu, name=name,
-                             linker=linker)
+                             linker=linker, threads=threads)
 
     def __repr__(self):
         ins = ", ".join(t.name for t in self.inputs)

@@ -25,7 +25,9 @@ import threading
 import numpy as np
 
 from tegrad.ir.errors import OutOfBoundsError, TegradError
+from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
 from tegrad.codegen.llvm.emit import STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
+from tegrad.codegen.llvm.parallel import resolve_threads
 from tegrad.codegen.llvm.target import LoadedModule, data_layout, host_triple
 
 
@@ -70,14 +72,19 @@ def status_error(kind, tensor, message=None):
 
 class Executable:
     """``kernel`` compiled for this CPU. ``run(arrays)`` takes the kernel's arguments (C-
-    contiguous aligned numpy arrays of the buffers' shapes and dtypes, already checked)."""
+    contiguous aligned numpy arrays of the buffers' shapes and dtypes, already checked).
+
+    Its parallel loops run on ``threads`` threads of the process's native pool (None:
+    every usable core, counted now; 1: no pool at all)."""
 
     def __init__(self, kernel, *, threads=None):
         self.kernel = kernel
-        self.threads = threads
+        self.threads = resolve_threads(threads)
         abi = python_abi()
         km = emit_kernel(kernel, triple=host_triple(), data_layout=data_layout(),
-                         python_abi=abi)
+                         python_abi=abi, threads=self.threads)
+        if PARALLEL_FOR in km.module.globals:
+            parallel_for_address()  # the JIT resolves the module's calls to the pool
         self.emitted_ir = str(km.module)
         self.loaded = LoadedModule(self.emitted_ir)
         self.errors = km.errors

@@ -1,0 +1,201 @@
+"""Choosing parallel loops: per stage, the outermost loop worth a fork-join of the pool.
+
+:func:`parallelize_stages` looks at each top-level statement of a kernel (a stage, or the
+loop nests of a block that is one) and marks ``parallel`` the outermost serial loop whose
+iterations are independent (:func:`~.common.independence_problem`: every write pins the
+loop variable, so a scatter runs in parallel only when its targets are disjoint) and
+whose work, one execution of the whole loop, is at least ``min_work`` (see
+:data:`MIN_PARALLEL_WORK`): below that a fork-join costs more than it saves. When the
+outer loop has fewer iterations than threads (or a count the threads do not divide,
+and few), it is first fused with the loop inside it, if that loop holds loops itself
+(fusing an innermost loop would cost its vectorisation).
+
+A stage is left alone when it already has a parallel loop (a schedule given by the user)
+or is not a loop nest (it holds a statement other than the loop IR's). Every loop keeps
+its iterations, so the kernel computes the same values; each iteration of a parallel
+loop writes its own elements, so the results are the same for any thread count.
+
+>>> import tegrad as tg
+>>> from tegrad.codegen.lower.program import lower_program
+>>> from tegrad.codegen.loops.printer import format_kernel
+>>> A = tg.placeholder((512, 256), dtype="float32", name="A")
+>>> B = tg.compute((512, 256), lambda i, j: A[i, j] * 2.0, name="B")
+>>> k = lower_program([A], [B])
+>>> "parallel" in format_kernel(parallelize_stages(k, threads=2))
+True
+>>> parallelize_stages(k, threads=1) is k
+True
+"""
+from __future__ import annotations
+
+from tegrad.ir.expr import Var
+from tegrad.analysis.intervals import value_range
+
+from tegrad.codegen.loops.mapper import stmt_exprs, walk_expr, walk_stmts
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel,
+                                        Let, Store)
+from tegrad.codegen.llvm.parallel import resolve_threads
+from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count,
+                                            independence_problem, stmt_uses_var)
+from tegrad.codegen.schedule.loops import fuse, parallelize
+
+#: the least work (expression nodes evaluated, see :func:`loop_work`) of a loop run in
+#: parallel. ``python benchmarks/threads.py`` measures about 15 ps of serial time per
+#: unit of work (elementwise loops and row sums, vectorised), and ``benchmarks/peers.py``
+#: a fork-join between spinning threads at 0.02-0.7 us: 2**18 units, about 4 us, keep
+#: the fork-join under a fifth of the time two threads save (a sleeping worker, woken
+#: in ``futex``, costs more, but the caller then runs the range itself)
+MIN_PARALLEL_WORK = 1 << 18
+
+#: the statements of the loop IR; a stage holding anything else is not a loop nest
+_LOOP_IR = (For, Block, If, Store, Accumulate, Let, Allocate, Check)
+
+
+def _nodes(e):
+    return sum(1 for _ in walk_expr(e))
+
+
+def _trip(loop, ranges):
+    """The trip count of ``loop`` (an upper bound when its bounds vary; None: unknown)."""
+    n = constant_trip_count(loop)
+    if n is not None:
+        return n
+    lo, hi = value_range(loop.begin, ranges), value_range(loop.end, ranges)
+    if lo is None or hi is None:
+        return None
+    return max(0, -(-(hi[1] - lo[0]) // loop.step))
+
+
+def _var_range(loop, ranges):
+    lo, hi = value_range(loop.begin, ranges), value_range(loop.end, ranges)
+    if lo is None or hi is None:
+        return None
+    return lo[0], hi[1] - 1
+
+
+def loop_work(s, ranges=None):
+    """The work of one execution of ``s``: expression nodes evaluated, summed over its
+    iterations (loops with unknown bounds count as one iteration; ``ranges``: known
+    inclusive ranges of the variables bound around ``s``).
+
+    >>> from tegrad.ir.expr import Var, Const
+    >>> from tegrad.codegen.loops.nodes import Buffer, Load
+    >>> A, B = Buffer("A", (8,), "float32", "input"), Buffer("B", (8,), "float32", "output")
+    >>> i = Var("i", "int64")
+    >>> loop_work(For(i, Const(0, "int64"), Const(8, "int64"), Store(B, (i,), Load(A, (i,)))))
+    24
+    """
+    ranges = dict(ranges or {})
+    t = type(s)
+    if t is For:
+        n = _trip(s, ranges)
+        inner = dict(ranges)
+        r = _var_range(s, ranges)
+        if r is not None:
+            inner[s.var.name] = r
+        return (1 if n is None else n) * loop_work(s.body, inner)
+    if t is Block:
+        return sum(loop_work(c, ranges) for c in s.stmts)
+    if t is If:
+        branches = [loop_work(s.then, ranges)]
+        if s.otherwise is not None:
+            branches.append(loop_work(s.otherwise, ranges))
+        return _nodes(s.cond) + max(branches)
+    if t is Let:
+        return _nodes(s.value) + loop_work(s.body, ranges)
+    if t is Allocate:
+        return loop_work(s.body, ranges)
+    return sum(_nodes(e) for e in stmt_exprs(s))
+
+
+def _stages(body):
+    """The top-level statements of a kernel body (blocks flattened: a stage that is a
+    block, such as a scatter's fill and accumulation, counts as its statements)."""
+    if type(body) is not Block:
+        return [body]
+    return [s for child in body.stmts for s in _stages(child)]
+
+
+def _candidates(stmt):
+    """The serial loops of ``stmt`` from the outside in, each with the ranges of the loops
+    around it, along the single path through lets, allocations and one-statement
+    blocks (where every loop of the nest is a loop around the next)."""
+    ranges, s = {}, stmt
+    while True:
+        t = type(s)
+        if t in (Let, Allocate):
+            s = s.body
+        elif t is Block and len(s.stmts) == 1:
+            s = s.stmts[0]
+        elif t is For and s.kind == "serial":
+            yield s, dict(ranges)
+            r = _var_range(s, ranges)
+            if r is not None:
+                ranges[s.var.name] = r
+            s = s.body
+        else:
+            return
+
+
+def _has_loop(s):
+    return any(type(n) is For for n in walk_stmts(s))
+
+
+def _collapse(kernel, loop, threads):
+    """Fuse ``loop`` with the loop directly inside it while it has too few iterations
+    for ``threads``; returns the kernel and the name of the (fused) loop."""
+    while True:
+        n = constant_trip_count(loop)
+        inner = loop.body
+        if (n is None or (n >= threads and (n % threads == 0 or n >= 4 * threads))
+                or type(inner) is not For or inner.kind != "serial" or not _has_loop(inner.body)
+                or constant_trip_count(inner) is None
+                or stmt_uses_var(For(inner.var, inner.begin, inner.end, Block(())), loop.var.name)):
+            return kernel, loop
+        fused = fuse(kernel, outer=loop.var.name, inner=inner.var.name)
+        new = [s for s in walk_stmts(fused.body) if type(s) is For
+               and s.var.name not in _loop_names(kernel)]
+        kernel, loop = fused, new[0]
+
+
+def _loop_names(kernel):
+    return {s.var.name for s in walk_stmts(kernel.body) if type(s) is For}
+
+
+def _choose(stmt, threads, min_work):
+    """The loop of the stage ``stmt`` to run in parallel, or None."""
+    if any(type(n) not in _LOOP_IR for n in walk_stmts(stmt)):
+        return None
+    if any(type(n) is For and n.kind == "parallel" for n in walk_stmts(stmt)):
+        return None
+    for loop, ranges in _candidates(stmt):
+        if loop_work(loop, ranges) < min_work:
+            return None  # the loops inside do less work still
+        n = constant_trip_count(loop)
+        if n is not None and n < 2:
+            continue
+        if independence_problem(loop.body, (loop.var.name,), accumulate_ok=False) is None:
+            return loop
+    return None
+
+
+def parallelize_stages(kernel, *, threads=None, min_work=MIN_PARALLEL_WORK):
+    """``kernel`` with, per stage, the loop chosen as the module docstring says marked
+    parallel (``threads``: the kernel's thread count, None for every usable core; with
+    one thread the kernel is returned as it is)."""
+    threads = resolve_threads(threads)
+    if threads <= 1:
+        return kernel
+    for stmt in _stages(kernel.body):
+        loop = _choose(stmt, threads, min_work)
+        if loop is None:
+            continue
+        try:
+            collapsed, loop = _collapse(kernel, loop, threads)
+            kernel = parallelize(collapsed, loop=loop.var.name)
+        except ScheduleError:
+            continue  # loop names shared by two stages: that stage stays serial
+    return kernel
+
+
+__all__ = ["parallelize_stages", "loop_work", "MIN_PARALLEL_WORK"]
