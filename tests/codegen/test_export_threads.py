@@ -145,7 +145,8 @@ def test_c_drivers_get_the_same_bits_on_one_and_three_threads(host_exports, buil
         y, s, report = run_driver(tmp_path, result)
         assert y.tobytes() == want_y.tobytes() and s.tobytes() == want_s.tobytes(), threads
         outputs[threads] = report
-    assert outputs[1] == ("status 0 threads 1 bad 1 index out of range in tensor 'table'")
+    assert outputs[1] == ("status 0 threads 1 bad 1 'idx': index out of range: a value read "
+                          "from it indexes 'table' (in stage 'g')")
     assert outputs[3] == outputs[1].replace("threads 1", "threads 3")
 
 
