@@ -29,6 +29,7 @@ them, and a store converts to the buffer's dtype as ``astype`` does.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import children
 from tegrad.ir.reduction import sum as _SUM
+from tegrad.codegen.kernels.gemm import emit_gemm
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
@@ -79,7 +81,7 @@ class KernelModule:
     errors: tuple
 
 
-def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None):
+def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
 
     With ``python_abi = (tuple_items_offset, array_data_offset)`` (byte offsets of the
@@ -88,8 +90,12 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None):
     argument arrays and the other buffers' pointers in ``storage``: a call from Python
     then passes two arguments and builds no pointer array. It first checks that no output
     overlaps another argument (see :func:`overlap_pairs`).
+
+    ``threads`` is the most threads a :class:`MatrixProduct` runs on (None: every core this
+    process may use); the module then calls the thread pool's ``tegrad_parallel_for``,
+    which the JIT resolves to the process's pool.
     """
-    km = _KernelEmitter(kernel, triple, data_layout).run()
+    km = _KernelEmitter(kernel, triple, data_layout, threads).run()
     if python_abi is not None:
         _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
@@ -157,8 +163,11 @@ def _first_target(stmt):
 
 
 class _KernelEmitter:
-    def __init__(self, kernel, triple, data_layout):
+    def __init__(self, kernel, triple, data_layout, threads=None):
         self.kernel = kernel
+        self.threads = usable_threads(threads)
+        #: the gemm function emitted for each distinct spec
+        self.gemms = {}
         # never the name of a C function the kernel may call (a kernel named "exp")
         self.symbol = f"tegrad.{kernel.name}"
         self.module = ir.Module(name=kernel.name)
@@ -620,6 +629,31 @@ def _check(em, s):
     em.fail_unless(ok, s.error, s.tensor)
 
 
+def usable_threads(threads=None):
+    """``threads``, or every core this process may run on when it is None."""
+    if threads is not None:
+        return threads
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity masks on this platform
+        return os.cpu_count() or 1
+
+
+def _matrix_product(em, s):
+    """A call of the gemm kernel emitted for ``s.spec`` (once per spec per module)."""
+    fn = em.gemms.get(s.spec)
+    if fn is None:
+        fn = emit_gemm(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}")
+        em.gemms[s.spec] = fn
+    bld = em.builder
+    args = [bld.gep(em.pointers[buf], [ir.Constant(I64, off)], inbounds=True,
+                    source_etype=memory_type(buf.dtype))
+            for buf, off in ((s.a, s.a_offset), (s.b, s.b_offset), (s.c, s.c_offset))]
+    status = bld.call(fn, args + [ir.Constant(I32, em.threads)])
+    ok = bld.icmp_signed("==", status, ir.Constant(I32, 0))
+    em.fail_unless(ok, "out_of_memory", s.c.name)
+
+
 STMT_LOWERINGS = {
     _n.For: _for,
     _n.Block: _block,
@@ -629,6 +663,7 @@ STMT_LOWERINGS = {
     _n.Let: _let,
     _n.Allocate: _allocate,
     _n.Check: _check,
+    _n.MatrixProduct: _matrix_product,
 }
 
 __all__ = ["KernelModule", "emit_kernel", "EXPR_LOWERINGS", "STMT_LOWERINGS",

@@ -82,8 +82,9 @@ def build(inputs, outputs, *, threads=None, name=None):
     (its gradients), or a list mixing them. Returns a :class:`CompiledFunction`: call it
     with one array per input; it returns a list of arrays, one per output (a list even
     for one output, so that a training step unpacks the same way whatever it returns).
-    ``threads`` is the number of threads parallel loops may use (None: every core); it
-    is part of the cache key, but parallel loops still run on the calling thread.
+    ``threads`` is the number of threads parallel loops and contractions (stages run on
+    the gemm kernel) may use (None: every core this process may run on); it is part of
+    the cache key.
     ``name`` names the kernel (default: from the outputs' names).
 
     >>> import numpy as np, tegrad as tg
@@ -110,7 +111,7 @@ def build(inputs, outputs, *, threads=None, name=None):
     with _lock:
         executable = _executables.get(key)
     if executable is None:
-        kernel = lower_program(inputs, outputs, name=kernel_name)
+        kernel = lower_program(inputs, outputs, name=kernel_name, contractions=True)
         executable = Executable(kernel, threads=threads)
         with _lock:
             _remember(_executables, key, executable)

@@ -27,6 +27,7 @@ import numpy as np
 from tegrad.ir.errors import OutOfBoundsError, TegradError
 from tegrad.codegen.llvm.emit import STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.target import LoadedModule, data_layout, host_triple
+from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
 
 
 
@@ -62,6 +63,9 @@ def status_error(kind, tensor):
     if kind == "index_out_of_range":
         return OutOfBoundsError(f"{tensor!r}: a data-dependent index is out of bounds (an "
                                 f"index read from data addresses outside the tensor)")
+    if kind == "out_of_memory":
+        return MemoryError(f"{tensor!r}: the matrix product's packing buffer could not be "
+                           f"allocated")
     if kind == "division_by_zero":
         return TegradError(f"{tensor!r}: integer division or modulo by zero")
     return TegradError(f"{tensor!r}: run-time check {kind!r} failed")
@@ -76,7 +80,9 @@ class Executable:
         self.threads = threads
         abi = python_abi()
         km = emit_kernel(kernel, triple=host_triple(), data_layout=data_layout(),
-                         python_abi=abi)
+                         python_abi=abi, threads=threads)
+        if PARALLEL_FOR in km.module.globals:
+            parallel_for_address()  # the process's pool, registered before linking
         self.emitted_ir = str(km.module)
         self.loaded = LoadedModule(self.emitted_ir)
         self.errors = km.errors

@@ -1,0 +1,107 @@
+"""A contraction stage as a call of the gemm kernel: :func:`lower_contraction`.
+
+A compute stage with a :func:`~tegrad.codegen.kernels.contraction.gemm_plan` becomes
+
+- per zero-padded operand (conv2d's padding): a ``temp`` buffer of the padded shape,
+  filled by a loop nest (``pad[x] = src[x - low]`` inside, ``0`` around);
+- one :class:`~tegrad.codegen.loops.nodes.MatrixProduct` writing the reduced values
+  (into the output buffer, or a temp of the reduction's dtype when it differs);
+- for an epilogue (``dense``'s bias, any function of the reduced value and the output
+  axes): a loop nest over the output, ``out[x] = epilogue(acc[x], x)``.
+
+So it computes ``out[x] = epilogue(sum_k a(x, k) * b(x, k))``, the stage's value, with
+the sum in the gemm kernel's order.
+
+>>> import tegrad as tg
+>>> from tegrad.codegen.lower.program import lower_program
+>>> from tegrad.codegen.loops.printer import format_kernel
+>>> a = tg.placeholder((8, 3), name="a"); b = tg.placeholder((3, 5), name="b")
+>>> print(format_kernel(lower_program([a, b], [tg.ops.matmul(a, b)], name="mm",
+...                                   contractions=True)))
+kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
+  matmul = gemm(a, b; batch 1, m 8, n 5, k 3; strides A (0, 3, 1), B (0, 5, 1), C (0, 5, 1));
+}
+"""
+from __future__ import annotations
+
+from tegrad.ir.expr import Compare, Const, Read, Var, And
+from tegrad.ir.mapper import substitute
+from tegrad.ir.tensor import compute_stage, placeholder
+
+from tegrad.codegen.kernels.contraction import ACC, detect_contraction, gemm_plan
+from tegrad.codegen.loops.mapper import block
+from tegrad.codegen.loops.nodes import Buffer, If, Load, MatrixProduct, Store
+from tegrad.codegen.lower.nest import INDEX, const
+from tegrad.codegen.lower.stage import box_loops, lower_compute
+
+
+def contraction_plan(t):
+    """``(contraction, plan)`` when ``t``'s stage runs on the gemm kernel, else None."""
+    c = detect_contraction(t)
+    if c is None:
+        return None
+    plan = gemm_plan(c)
+    return None if plan is None else (c, plan)
+
+
+def lower_contraction(t, buf, ctx, found, new_temp):
+    """Statements computing the contraction stage ``t`` into ``buf`` with its plan.
+
+    ``found`` is :func:`contraction_plan`'s result; ``new_temp(base, shape, dtype)``
+    returns a fresh ``temp`` buffer of the kernel.
+    """
+    c, plan = found
+    stmts = []
+    operands = []
+    for tensor, padding in ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding)):
+        src = ctx.buffers[id(tensor)]
+        if padding:
+            shape = tuple(d + lo + hi for d, (lo, hi) in zip(tensor.shape, padding))
+            padded = new_temp(f"{src.name}_padded", shape, src.dtype)
+            stmts.append(_pad_loops(padded, src, padding, ctx))
+            src = padded
+        operands.append(src)
+    # The epilogue reads each reduced value once, where it writes its result.
+    acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape, c.dtype)
+    stmts.append(MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
+                               plan.lhs_offset, plan.rhs_offset))
+    if c.epilogue is not None or acc is not buf:
+        stmts.append(_epilogue(t, c, acc, buf, ctx))
+    return block(stmts)
+
+
+def _pad_loops(padded, src, padding, ctx):
+    """``padded[x] = src[x - low]`` where that is inside ``src``, else 0."""
+    variables = [Var(ctx.names.fresh(f"p{d}"), INDEX) for d in range(len(padded.shape))]
+    inside, shifted = [], []
+    for v, (lo, _), size, extent in zip(variables, padding, src.shape, padded.shape):
+        shifted.append(v - const(lo) if lo else v)
+        if lo:
+            inside.append(Compare("ge", v, const(lo)))
+        if lo + size < extent:
+            inside.append(Compare("lt", v, const(lo + size)))
+    value = Store(padded, tuple(variables), Load(src, tuple(shifted), src.dtype))
+    zero = Store(padded, tuple(variables), Const(0, padded.dtype))
+    cond = None
+    for term in inside:
+        cond = term if cond is None else And(cond, term)
+    body = value if cond is None else If(cond, value, zero)
+    return box_loops(variables, padded.shape, body)
+
+
+def _epilogue(t, c, acc, buf, ctx):
+    """``buf[x] = epilogue(acc[x])`` (the stage's body with its reduction read from
+    ``acc``), lowered like any compute stage."""
+    op = t.op
+    reduced = placeholder(t.shape, dtype=c.dtype, name=acc.name)
+    body = Var(ACC, c.dtype) if c.epilogue is None else c.epilogue
+    body = substitute(body, {ACC: Read(reduced, tuple(ax.var for ax in op.axes), c.dtype)})
+    stage = compute_stage(t.name, op.axes, body)
+    ctx.buffers[id(reduced)] = acc
+    try:
+        return lower_compute(stage, buf, ctx)
+    finally:
+        del ctx.buffers[id(reduced)]
+
+
+__all__ = ["contraction_plan", "lower_contraction"]
