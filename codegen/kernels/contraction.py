@@ -41,11 +41,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from tegrad.analysis.affine import conjuncts, to_affine
+import numpy as np
+
+from tegrad import solver
+from tegrad.analysis.affine import conjunction, conjuncts, from_affine, to_affine
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import Binary, Cast, Compare, Const, Read, Reduce, Var
-from tegrad.ir.mapper import IdentityMapper, free_var_names, walk
+from tegrad.ir.expr import Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var
+from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute, walk
+from tegrad.reference.evaluator import ExprEvaluator
 from tegrad.ir.tensor import ComputeOp
 
 from tegrad.codegen.kernels.gemm import GemmSpec
@@ -134,8 +138,12 @@ def detect_contraction(tensor):
     extents, lows = {}, {}
     for ax in op.axes:
         extents[ax.name], lows[ax.name] = ax.extent.value, 0
+    if not all(type(ax.lo) is Const and type(ax.extent) is Const for ax in reduce_.axes):
+        reduce_ = constant_bounds(reduce_, extents)
+        if reduce_ is None:
+            return None
     for ax in reduce_.axes:
-        if type(ax.lo) is not Const or type(ax.extent) is not Const or ax.extent.value < 1:
+        if ax.extent.value < 1:
             return None
         extents[ax.name], lows[ax.name] = ax.extent.value, ax.lo.value
     factors = _product_factors(reduce_.source)
@@ -199,6 +207,172 @@ def _split_epilogue(body, data_axes):
     if not free_var_names(epilogue) <= set(data_axes) | {ACC}:
         return None, None
     return target, epilogue
+
+
+#: the most points (output-axis values times reduction-variable values) enumerated to
+#: check that rewritten reduction bounds are equivalent
+MAX_CHECKED_POINTS = 1 << 16
+
+
+def constant_bounds(reduce_, extents):
+    """``reduce_`` over constant ranges, or None.
+
+    Zero elimination leaves a gradient's reductions with bounds depending on the output
+    axes (conv2d's data gradient: ``yy in [max(0, i2 - 1), min(H, i2 + 2))``). Each such
+    variable ``v`` is replaced by ``r``, either ``v`` itself or an index ``r == c * v +
+    rest(out)`` (``c`` = +-1) of one operand's read; ``r`` runs over the smallest
+    constant range holding every value it takes, and the bounds become a ``where`` guard
+    saying that the reads indexed by ``r`` are inside their tensors. The identity
+    preserved: ``lo(out) <= v < hi(out)`` holds exactly where that guard does, checked by
+    enumerating every output-axis value the bounds use and every ``r`` in the range
+    (refused above :data:`MAX_CHECKED_POINTS` points). The candidate with the fewest
+    values of ``r`` wins. ``extents`` gives the output axes' extents.
+
+    >>> import tegrad as tg
+    >>> X = tg.placeholder((1, 1, 5, 5), name="X"); W = tg.placeholder((1, 1, 3, 3), name="W")
+    >>> Y = tg.nn.conv2d(X, W, padding=1); HY = tg.placeholder(Y.shape, name="HY")
+    >>> dX = tg.differentiate(Y, [X], head=HY).result[0]
+    >>> r = constant_bounds(dX.op.body, {"i0": 1, "i1": 1, "i2": 5, "i3": 5})
+    >>> [(str(ax.lo), str(ax.extent)) for ax in r.axes]
+    [('0', '3'), ('0', '3')]
+    >>> str(r.source)
+    'HY[i0, 0, i2 - yy + 1, i3 - xx + 1] * W[0, i1, yy, xx]'
+    >>> str(r.where)
+    'i2 - yy + 1 >= 0 && i2 - yy + 1 < 5 && i3 - xx + 1 >= 0 && i3 - xx + 1 < 5'
+    """
+    reduce_axes = {ax.name for ax in reduce_.axes}
+    reads = [read for read, _ in (_product_factors(reduce_.source) or [])]
+    if not reads:
+        return None
+    new_axes, mapping, guards = [], {}, []
+    for ax in reduce_.axes:
+        if type(ax.lo) is Const and type(ax.extent) is Const:
+            new_axes.append(ax)
+            continue
+        chosen = _rebox_axis(ax, reads, reduce_axes, extents)
+        if chosen is None:
+            return None
+        axis, value, guard = chosen
+        new_axes.append(axis)
+        mapping[ax.name] = value
+        guards += guard
+    source = _CanonicalIndices()(substitute(reduce_.source, mapping))
+    where = reduce_.where
+    if where is not None and not (type(where) is Const and where.value is True):
+        if free_var_names(where) & set(mapping):
+            return None
+        guards.insert(0, where)
+    return Reduce(reduce_.reducer, source, tuple(new_axes),
+                  conjunction(guards) if guards else None, reduce_.init, reduce_.dtype)
+
+
+def _rebox_axis(ax, reads, reduce_axes, extents):
+    """``(IterVar r, v as an expression of r, [guard conjuncts])`` for the reduction
+    variable ``ax`` (see :func:`constant_bounds`), or None."""
+    hi_expr = ax.lo + ax.extent
+    used = sorted((free_var_names(ax.lo) | free_var_names(hi_expr)))
+    if not set(used) <= set(extents):
+        return None
+    points = _points([extents[u] for u in used])
+    if points is None:
+        return None
+    grid = [dict(zip(used, point)) for point in points]
+    evaluator = ExprEvaluator({})
+    env = lambda point: {k: np.array(v, dtype=np.int64) for k, v in point.items()}
+    bounds = [(int(evaluator.at_point(ax.lo, env(p))), int(evaluator.at_point(hi_expr, env(p))))
+              for p in grid]
+    # the index dimensions that use v, as affine forms; each is a candidate r
+    dims = []
+    for read in reads:
+        for index, size in zip(read.indices, read.tensor.shape):
+            aff = to_affine(index)
+            if aff is None or not aff.is_linear:
+                return None
+            coeffs = aff.as_dict()
+            if coeffs.get(ax.name, 0) == 0:
+                continue
+            if any(name in reduce_axes and name != ax.name for name in coeffs):
+                return None
+            dims.append((aff, size))
+    candidates = [(1, {})] + [(aff.as_dict()[ax.name], aff) for aff, _ in dims
+                              if abs(aff.as_dict()[ax.name]) == 1]
+    best = None
+    for c, aff in candidates:
+        rest = {} if not aff else {k: v for k, v in aff.as_dict().items() if k != ax.name}
+        const = 0 if not aff else aff.constant
+
+        def r_of(v, point, c=c, rest=rest, const=const):
+            return c * v + const + sum(k * point[n] for n, k in rest.items())
+
+        if not set(rest) <= set(used) and rest:
+            continue
+        values = [r_of(v, p) for p, (lo, hi) in zip(grid, bounds) for v in (lo, hi - 1)
+                  if hi > lo]
+        if not values:
+            return None
+        r_lo, r_hi = min(values), max(values)
+        if best is not None and r_hi - r_lo + 1 >= best[0]:
+            continue
+        if len(grid) * (r_hi - r_lo + 1) > MAX_CHECKED_POINTS:
+            continue
+        ok, needed = True, set()
+        for p, (lo, hi) in zip(grid, bounds):
+            for r in range(r_lo, r_hi + 1):
+                v = c * (r - r_of(0, p))  # c == 1/c
+                inside = lo <= v < hi
+                at = dict(p, **{ax.name: v})
+                dims_in = [0 <= _eval_affine(d, at) < size for d, size in dims]
+                if inside != all(dims_in):
+                    ok = False
+                    break
+                needed |= {k for k, good in enumerate(dims_in) if not good}
+            if not ok:
+                break
+        if ok:
+            best = (r_hi - r_lo + 1, c, rest, const, r_lo, sorted(needed))
+    if best is None:
+        return None
+    extent, c, rest, const, r_lo, needed = best
+    dtype = ax.var.dtype
+    # v == c * (r - rest - const), r keeping v's name
+    v_aff = (solver.Affine.var(ax.name) - const
+             - sum((solver.Affine.var(n) * k for n, k in rest.items()), solver.Affine.const(0))) * c
+    value = from_affine(v_aff, dtype)
+    guards = []
+    for k in needed:
+        aff, size = dims[k]
+        index = from_affine(aff.substitute({ax.name: v_aff}), dtype)
+        guards += [Compare("ge", index, Const(0, index.dtype)),
+                   Compare("lt", index, Const(size, index.dtype))]
+    axis = IterVar(Var(ax.name, dtype), Const(r_lo, ax.lo.dtype), Const(extent, ax.extent.dtype),
+                   ax.kind)
+    return axis, value, guards
+
+
+def _points(extents):
+    points = [()]
+    for n in extents:
+        if len(points) * n > MAX_CHECKED_POINTS:
+            return None
+        points = [p + (i,) for p in points for i in range(n)]
+    return points
+
+
+def _eval_affine(aff, at):
+    return aff.constant + sum(k * at[n] for n, k in aff.as_dict().items())
+
+
+class _CanonicalIndices(IdentityMapper):
+    """Reads with affine indices written in canonical form (``i2 - yy + 1``)."""
+
+    def finish(self, e, out):
+        if type(out) is not Read:
+            return out
+        indices = []
+        for i in out.indices:
+            aff = to_affine(i)
+            indices.append(i if aff is None else from_affine(aff, i.dtype))
+        return Read(out.tensor, tuple(indices), out.dtype)
 
 
 def _strip_casts(e):
