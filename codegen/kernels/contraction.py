@@ -191,7 +191,7 @@ class _ReplaceReduce(IdentityMapper):
         self.target, self.var = target, var
 
     def map_reduce(self, e, *args):
-        return self.var if e is self.target else e
+        return self.var if e == self.target else e
 
 
 def _split_epilogue(body, data_axes):
@@ -199,10 +199,10 @@ def _split_epilogue(body, data_axes):
     the body is the reduction), or ``(None, None)``."""
     if type(body) is Reduce:
         return body, None
-    reductions = [node for node in walk(body) if type(node) is Reduce]
+    reductions = {node for node in walk(body) if type(node) is Reduce}  # structural
     if len(reductions) != 1:
         return None, None
-    target = reductions[0]
+    target = reductions.pop()
     epilogue = _ReplaceReduce(target, Var(ACC, target.dtype))(body)
     if not free_var_names(epilogue) <= set(data_axes) | {ACC}:
         return None, None
