@@ -526,6 +526,20 @@ def _merge(axes, extents, stride_maps, order_by):
     return extent, [strides.get(axes[-1], 0) for strides in stride_maps]
 
 
+def _contiguous_run(axes, extents, out):
+    """The axes of ``axes`` that, with the last (stride-1) one, make one row-major run of
+    the output (``out[outer] == out[inner] * extent[inner]``), outermost first."""
+    axes = sorted(axes, key=lambda v: -abs(out.get(v, 0)))
+    if not axes or out.get(axes[-1]) != 1:
+        return axes[-1:]
+    run = [axes[-1]]
+    for outer in reversed(axes[:-1]):
+        if out[outer] != out[run[0]] * extents[run[0]]:
+            break
+        run.insert(0, outer)
+    return run
+
+
 #: the most rows an offset table of a plan may have
 MAX_TABLE_ROWS = 1 << 16
 
@@ -568,10 +582,20 @@ def gemm_plan(c):
     elif innermost is not None and innermost not in n_axes:
         return None
     batch_axes = list(c.batch_axes)
-    n_merged = _merge(n_axes, ext, [b.strides, out], out)
+    # the n axes that are one run of C's columns with its stride-1 axis; the others are
+    # batch axes; B reads the run with one stride, or through a column offset table
+    n_group = _contiguous_run(n_axes, ext, out)
+    batch_axes += [v for v in n_axes if v not in n_group]
+    n_merged = _merge(n_group, ext, [b.strides, out], out)
+    n_offsets = None
     if n_merged is None:
-        batch_axes += [v for v in n_axes if v != innermost]
-        n_merged = _merge((innermost,), ext, [b.strides, out], out)
+        rows = _table(n_group, ext, [b.strides], out)
+        if rows is None:
+            batch_axes += [v for v in n_group if v != innermost]
+            n_merged = _merge((innermost,), ext, [b.strides, out], out)
+        else:
+            n_offsets = tuple(r[0] for r in rows)
+            n_merged = (len(rows), [0, 1])
     m_merged = _merge(m_axes, ext, [a.strides, out], out)
     if m_merged is None:
         longest = max(m_axes, key=lambda v: ext[v])
@@ -597,6 +621,6 @@ def gemm_plan(c):
         k_merged = (len(k_offsets), [0, 0])
     (batch, (ap, bp, cp)), (k, (ak, bk)) = batch_merged, k_merged
     spec = GemmSpec(c.dtype, batch, m, n, k, (ap, am, ak), (bp, bk, bn), (cp, cm, 1),
-                    k_offsets=k_offsets, batch_offsets=batch_offsets)
+                    k_offsets=k_offsets, batch_offsets=batch_offsets, n_offsets=n_offsets)
     return GemmPlan(spec, a.tensor, b.tensor, a.offset, b.offset, swapped, a.padding,
                     b.padding)

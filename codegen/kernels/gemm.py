@@ -65,8 +65,11 @@ class GemmSpec:
     Axes that are not one strided axis (a reduction over several axes whose strides do
     not merge, such as a convolution's channels and taps; several batch axes) are given
     by offset tables instead: ``k_offsets[k] = (a, b)``, the element offsets of reduction
-    index ``k`` in A and B (replacing ``k * a_strides[2]`` and ``k * b_strides[1]``), and
-    ``batch_offsets[p] = (a, b, c)`` (replacing ``p * strides[0]``).
+    index ``k`` in A and B (replacing ``k * a_strides[2]`` and ``k * b_strides[1]``),
+    ``batch_offsets[p] = (a, b, c)`` (replacing ``p * strides[0]``), and ``n_offsets[j]``,
+    the element offset of column ``j`` in B (replacing ``j * b_strides[2]``: columns that
+    are contiguous in C but not one strided axis of B, such as a convolution's output rows
+    and columns in its padded input).
     """
 
     dtype: str
@@ -79,6 +82,7 @@ class GemmSpec:
     c_strides: tuple
     k_offsets: Optional[tuple] = None
     batch_offsets: Optional[tuple] = None
+    n_offsets: Optional[tuple] = None
 
     def __post_init__(self):
         if self.dtype not in _ELEMENT:
@@ -90,6 +94,8 @@ class GemmSpec:
             raise ShapeError("gemm: the output's column axis must have stride 1")
         if self.k_offsets is not None and len(self.k_offsets) != self.k:
             raise ShapeError(f"gemm: {len(self.k_offsets)} reduction offsets for k={self.k}")
+        if self.n_offsets is not None and len(self.n_offsets) != self.n:
+            raise ShapeError(f"gemm: {len(self.n_offsets)} column offsets for n={self.n}")
         if self.batch_offsets is not None and len(self.batch_offsets) != self.batch:
             raise ShapeError(f"gemm: {len(self.batch_offsets)} batch offsets for "
                              f"batch={self.batch}")
@@ -136,7 +142,9 @@ class GemmSpec:
             return sum(min(p) for p in parts), sum(max(p) for p in parts)
 
         a = [offsets(0, "batch"), [0, (self.m - 1) * self.a_strides[1]], offsets(0, "k")]
-        b = [offsets(1, "batch"), offsets(1, "k"), [0, (self.n - 1) * self.b_strides[2]]]
+        b_n = list(self.n_offsets) if self.n_offsets is not None else \
+            [0, (self.n - 1) * self.b_strides[2]]
+        b = [offsets(1, "batch"), offsets(1, "k"), b_n]
         c = [offsets(2, "batch"), [0, (self.m - 1) * self.c_strides[1]],
              [0, self.n - 1]]
         return span(a), span(b), span(c)
@@ -294,15 +302,16 @@ class _GemmEmitter:
     # -- packing ----------------------------------------------------------------------
 
     def emit_pack(self):
-        """``pack(bsrc, bp, kc, nc, koff)``: strips of NR columns, ``bp[(s*kc + k)*NR + jj]
-        = B[k, s*NR + jj]``, zero past ``nc`` columns (row ``k`` at ``koff[k]`` with a
-        reduction offset table)."""
+        """``pack(bsrc, bp, kc, nc, koff, noff)``: strips of NR columns, ``bp[(s*kc + k)*NR
+        + jj] = B[k, s*NR + jj]``, zero past ``nc`` columns (row ``k`` at ``koff[k]`` with a
+        reduction offset table, column ``j`` at ``noff[j]`` with a column offset table)."""
         blk, spec = self.blk, self.spec
-        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer()])
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer(),
+                                               I64.as_pointer()])
         fn = ir.Function(self.module, fnty, name=f"{self.name}.pack")
         fn.linkage = "internal"
         fn.attributes.add("noinline")
-        src, dst, kc, nc, koff = fn.args
+        src, dst, kc, nc, koff, noff = fn.args
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
         sbk, sbn = spec.b_strides[1], spec.b_strides[2]
@@ -310,7 +319,14 @@ class _GemmEmitter:
         strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
         with counted_loop(b, i64(0), strips, name="s") as s:
             cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
-            strip_src = b.gep(src, [b.mul(s, i64(blk.nr * sbn))], inbounds=True)
+            if spec.n_offsets is None:
+                strip_src = b.gep(src, [b.mul(s, i64(blk.nr * sbn))], inbounds=True)
+            else:
+                strip_src = src
+                strip_noff = b.gep(noff, [b.mul(s, i64(blk.nr))], inbounds=True)
+                # this strip's column offsets, loaded once per strip (not per row)
+                col_at = [b.load(b.gep(strip_noff, [smin(b, i64(jj), b.sub(cols, i64(1)))],
+                                       inbounds=True)) for jj in range(blk.nr)]
             strip_dst = b.gep(dst, [b.mul(b.mul(s, kc), i64(blk.nr))], inbounds=True)
             full = fn.append_basic_block("full")
             partial = fn.append_basic_block("partial")
@@ -328,9 +344,12 @@ class _GemmEmitter:
                     for jj in range(blk.nr):
                         target = b.gep(row_dst, [i64(jj)], inbounds=True)
                         # Past the last column: read the last one (in bounds), store 0.
-                        col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
-                        value = b.load(b.gep(row_src, [b.mul(col, i64(sbn))], inbounds=True),
-                                       align=self.esize)
+                        if spec.n_offsets is None:
+                            col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
+                            col = b.mul(col, i64(sbn))
+                        else:
+                            col = col_at[jj]
+                        value = b.load(b.gep(row_src, [col], inbounds=True), align=self.esize)
                         if guarded:
                             value = b.select(b.icmp_signed("<", i64(jj), cols), value,
                                              self.const(0.0))
@@ -366,6 +385,13 @@ class _GemmEmitter:
         table = self.table(f"k{operand}", [[v] for v in column])
         first = b.gep(table, [i32(0), k0, i32(0)], inbounds=True)
         return first
+
+    def n_table(self, b, n0):
+        """A pointer to B's column offsets from ``n0`` (a null pointer without a table)."""
+        if self.spec.n_offsets is None:
+            return ir.Constant(I64.as_pointer(), None)
+        table = self.table("n", [[v] for v in self.spec.n_offsets])
+        return b.gep(table, [i32(0), n0, i32(0)], inbounds=True)
 
     def ctx_type(self):
         return ir.LiteralStructType([self.eptr, self.eptr, self.eptr, I32])
@@ -422,9 +448,11 @@ class _GemmEmitter:
                 accumulate = b.icmp_signed(">", k0, i64(0))
                 with counted_loop(b, i64(0), i64(spec.n), blk.nc, name="n0") as n0:
                     nc = smin(b, i64(blk.nc), b.sub(i64(spec.n), n0))
+                    b_n_stride = spec.b_strides[2] if spec.n_offsets is None else 0
                     src = b.gep(b_p, [b.add(b.mul(k0, i64(b_k_stride)),
-                                            b.mul(n0, i64(spec.b_strides[2])))], inbounds=True)
-                    b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0)])
+                                            b.mul(n0, i64(b_n_stride)))], inbounds=True)
+                    b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0),
+                                  self.n_table(b, n0)])
                     with counted_loop(b, lo, hi, name="rb") as rb:
                         m0 = b.mul(rb, i64(blk.mr))
                         a_blk = b.gep(a_p, [b.add(b.mul(m0, i64(spec.a_strides[1])),

@@ -185,7 +185,9 @@ def matrix_product_indices(spec):
     else:
         ka, kb = (np.array([row[x] for row in spec.k_offsets], dtype=np.int64) for x in range(2))
     a = pa[:, None, None] + (i * spec.a_strides[1])[None, :, None] + ka[None, None, :]
-    b = pb[:, None, None] + kb[None, :, None] + (j * spec.b_strides[2])[None, None, :]
+    bj = j * spec.b_strides[2] if spec.n_offsets is None else \
+        np.array(spec.n_offsets, dtype=np.int64)
+    b = pb[:, None, None] + kb[None, :, None] + bj[None, None, :]
     c = pc[:, None, None] + (i * spec.c_strides[1])[None, :, None] + j[None, None, :]
     return a, b, c
 

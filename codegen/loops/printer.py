@@ -119,6 +119,8 @@ def format_matrix_product(s):
         parts = []
         if spec.k_offsets is not None:
             parts.append(f"k offsets [{len(spec.k_offsets)}]")
+        if getattr(spec, "n_offsets", None) is not None:
+            parts.append(f"n offsets [{len(spec.n_offsets)}]")
         if spec.batch_offsets is not None:
             parts.append(f"batch offsets [{len(spec.batch_offsets)}]")
         return "; " + ", ".join(parts) if parts else ""
