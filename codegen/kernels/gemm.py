@@ -361,19 +361,24 @@ class _GemmEmitter:
 
     # -- macro-loops and the entry point ----------------------------------------------
 
-    def table(self, what, rows):
-        """An internal constant ``[n x [w x i64]]`` of offset rows (made once)."""
+    def table(self, what, values):
+        """An ``i64*`` to an internal constant array of ``values`` (made once).
+
+        Written as one byte string in little-endian order (the targets this package
+        supports): llvmlite formats a byte string at once, but an ``i64`` array element
+        by element, which for a convolution's tables costs more than compiling them.
+        """
         name = f"{self.name}.{what}_offsets"
-        existing = self.module.globals.get(name)
-        if existing is not None:
-            return existing
-        row_ty = ir.ArrayType(I64, len(rows[0]))
-        ty = ir.ArrayType(row_ty, len(rows))
-        g = ir.GlobalVariable(self.module, ty, name=name)
-        g.linkage = "internal"
-        g.global_constant = True
-        g.initializer = ir.Constant(ty, [ir.Constant(row_ty, list(r)) for r in rows])
-        return g
+        g = self.module.globals.get(name)
+        if g is None:
+            data = bytearray(np.asarray(values, dtype="<i8").tobytes())
+            ty = ir.ArrayType(ir.IntType(8), len(data))
+            g = ir.GlobalVariable(self.module, ty, name=name)
+            g.linkage = "internal"
+            g.global_constant = True
+            g.align = 8
+            g.initializer = ir.Constant(ty, data)
+        return g.bitcast(I64.as_pointer())
 
     def k_table(self, b, operand, k0):
         """A pointer to operand ``operand``'s reduction offsets from ``k0`` (a null
@@ -381,17 +386,14 @@ class _GemmEmitter:
         spec = self.spec
         if spec.k_offsets is None:
             return ir.Constant(I64.as_pointer(), None)
-        column = [row[operand] for row in spec.k_offsets]
-        table = self.table(f"k{operand}", [[v] for v in column])
-        first = b.gep(table, [i32(0), k0, i32(0)], inbounds=True)
-        return first
+        table = self.table(f"k{operand}", [row[operand] for row in spec.k_offsets])
+        return b.gep(table, [k0], inbounds=True)
 
     def n_table(self, b, n0):
         """A pointer to B's column offsets from ``n0`` (a null pointer without a table)."""
         if self.spec.n_offsets is None:
             return ir.Constant(I64.as_pointer(), None)
-        table = self.table("n", [[v] for v in self.spec.n_offsets])
-        return b.gep(table, [i32(0), n0, i32(0)], inbounds=True)
+        return b.gep(self.table("n", self.spec.n_offsets), [n0], inbounds=True)
 
     def ctx_type(self):
         return ir.LiteralStructType([self.eptr, self.eptr, self.eptr, I32])
@@ -438,8 +440,8 @@ class _GemmEmitter:
                 at = [b.mul(p, i64(strides[0]))
                       for strides in (spec.a_strides, spec.b_strides, spec.c_strides)]
             else:
-                table = self.table("batch", spec.batch_offsets)
-                at = [b.load(b.gep(table, [i32(0), p, i32(j)], inbounds=True))
+                table = self.table("batch", [v for row in spec.batch_offsets for v in row])
+                at = [b.load(b.gep(table, [b.add(b.mul(p, i64(3)), i64(j))], inbounds=True))
                       for j in range(3)]
             a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
                              for base, off in zip((a_base, b_base, c_base), at))
