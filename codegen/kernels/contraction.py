@@ -38,6 +38,8 @@ tables).
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -50,7 +52,7 @@ from tegrad.ir import reduction as _red
 from tegrad.ir.expr import Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute, walk
 from tegrad.reference.evaluator import ExprEvaluator
-from tegrad.ir.tensor import ComputeOp
+from tegrad.ir.tensor import ComputeOp, compute_stage
 
 from tegrad.codegen.kernels.gemm import GemmSpec
 
@@ -484,6 +486,97 @@ def _guard_padding(guard, reads, ranges):
     if any(lo < 0 or hi >= size for (_, lo, hi), size in zip(other, reads[1 - which].tensor.shape)):
         return None
     return which, tuple(pads)
+
+
+# -- residue classes of strided output axes --------------------------------------------
+
+#: the most residue classes a stage is split into
+MAX_RESIDUE_CLASSES = 16
+
+
+@dataclass(frozen=True, eq=False)
+class ResidueClass:
+    """One part of a stage split by output residues: ``stage`` computes the elements of
+    the original output at ``axis == step * q + residue`` (``q`` the part's axis, same
+    name and position) for each ``(position, step, residue)`` of ``splits``."""
+
+    stage: object
+    splits: tuple
+
+
+def residue_classes(tensor):
+    """The compute stage ``tensor`` split into the residue classes of its output axes
+    that appear under ``// s`` or ``% s``, or None (no such axis, or too many classes).
+
+    A strided convolution's data gradient reads its output gradient at ``i2 // 2``; at
+    ``i2 == 2 * q + p`` that is ``q`` (``(2*q + p) // 2 == q + p // 2`` for a constant
+    ``p``), so each class is an affine stage, a contraction of its own. The identity
+    preserved: ``part[..., q, ...] == tensor[..., step * q + residue, ...]``.
+
+    >>> import tegrad as tg
+    >>> a = tg.placeholder((4,), name="a")
+    >>> t = tg.compute((5,), lambda i: a[i // 2] * 2.0, name="t")
+    >>> [(str(c.stage.op.body), c.stage.shape) for c in residue_classes(t)]
+    [('a[i] * 2.0', (3,)), ('a[i] * 2.0', (2,))]
+    """
+    op = tensor.op
+    if not isinstance(op, ComputeOp):
+        return None
+    names = {ax.name: k for k, ax in enumerate(op.axes)}
+    steps = {}
+    for node in walk(op.body):
+        if type(node) is not Binary or node.op not in ("floordiv", "floormod") \
+                or type(node.b) is not Const or not isinstance(node.b.value, int) \
+                or node.b.value < 2:
+            continue
+        aff = to_affine(node.a)
+        if aff is None or not aff.is_linear:
+            continue
+        for name, coeff in aff.as_dict().items():
+            if name in names and coeff % node.b.value:
+                steps[name] = math.lcm(steps.get(name, 1), node.b.value)
+    if not steps or math.prod(steps.values()) > MAX_RESIDUE_CLASSES:
+        return None
+    parts = []
+    for residues in itertools.product(*(range(s) for s in steps.values())):
+        mapping, axes, splits = {}, list(op.axes), []
+        for (name, step), residue in zip(steps.items(), residues):
+            k = names[name]
+            ax = op.axes[k]
+            extent = -(-(ax.extent.value - residue) // step)
+            if extent < 1:
+                break
+            mapping[name] = ax.var * step + residue
+            axes[k] = IterVar(ax.var, Const(0, ax.lo.dtype), Const(extent, ax.extent.dtype),
+                              ax.kind)
+            splits.append((k, step, residue))
+        else:
+            body = _ExactDivisions()(substitute(op.body, mapping))
+            label = "_".join(str(r) for r in residues)
+            parts.append(ResidueClass(compute_stage(f"{tensor.name}_r{label}", axes, body),
+                                      tuple(splits)))
+    return parts
+
+
+class _ExactDivisions(IdentityMapper):
+    """``(d * e + c) // d`` as ``e + c // d`` and ``(d * e + c) % d`` as ``c % d`` (``d``
+    a positive constant dividing every coefficient: floor division's identity)."""
+
+    def finish(self, e, out):
+        if type(out) is not Binary or out.op not in ("floordiv", "floormod") \
+                or type(out.b) is not Const or not isinstance(out.b.value, int) \
+                or out.b.value < 1:
+            return out
+        d = out.b.value
+        aff = to_affine(out.a)
+        if aff is None or not aff.is_linear or any(c % d for c in aff.as_dict().values()):
+            return out
+        if out.op == "floormod":
+            return Const(aff.constant % d, out.dtype)
+        quotient = solver.Affine.const(aff.constant // d)
+        for name, c in aff.as_dict().items():
+            quotient = quotient + solver.Affine.var(name) * (c // d)
+        return from_affine(quotient, out.dtype)
 
 
 # -- the matrix-product plan ---------------------------------------------------------

@@ -28,15 +28,15 @@ from tegrad.ir.expr import Compare, Const, Read, Var, And
 from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import compute_stage, placeholder
 
-from tegrad.codegen.kernels.contraction import ACC, detect_contraction, gemm_plan
+from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
+                                                residue_classes)
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import Buffer, If, Load, MatrixProduct, Store
 from tegrad.codegen.lower.nest import INDEX, const
 from tegrad.codegen.lower.stage import box_loops, lower_compute
 
 
-def contraction_plan(t):
-    """``(contraction, plan)`` when ``t``'s stage runs on the gemm kernel, else None."""
+def _plan_of(t):
     c = detect_contraction(t)
     if c is None:
         return None
@@ -44,12 +44,50 @@ def contraction_plan(t):
     return None if plan is None else (c, plan)
 
 
+def contraction_plan(t):
+    """How ``t``'s stage runs on the gemm kernel, or None: ``[(stage, splits, contraction,
+    plan), ...]``, the stage itself (``splits == ()``), or each of its residue classes
+    (:func:`~tegrad.codegen.kernels.contraction.residue_classes`, a strided
+    convolution's data gradient) when every class has a plan."""
+    found = _plan_of(t)
+    if found is not None:
+        return [(t, ()) + found]
+    parts = residue_classes(t)
+    if not parts:
+        return None
+    out = []
+    for part in parts:
+        found = _plan_of(part.stage)
+        if found is None:
+            return None
+        out.append((part.stage, part.splits) + found)
+    return out
+
+
 def lower_contraction(t, buf, ctx, found, new_temp):
     """Statements computing the contraction stage ``t`` into ``buf`` with its plan.
 
     ``found`` is :func:`contraction_plan`'s result; ``new_temp(base, shape, dtype)``
-    returns a fresh ``temp`` buffer of the kernel.
+    returns a fresh ``temp`` buffer of the kernel. A residue class is computed into a
+    temp, then copied to its elements of ``buf`` (``axis == step * q + residue``).
     """
+    if len(found) == 1 and not found[0][1]:
+        return _lower_plan(t, buf, ctx, found[0][2:], new_temp)
+    stmts = []
+    for stage, splits, c, plan in found:
+        part = new_temp(stage.name, stage.shape, buf.dtype)
+        stmts.append(_lower_plan(stage, part, ctx, (c, plan), new_temp))
+        variables = [Var(ctx.names.fresh(f"q{d}"), INDEX) for d in range(len(stage.shape))]
+        target = list(variables)
+        for k, step, residue in splits:
+            target[k] = variables[k] * step + const(residue) if residue else \
+                variables[k] * step
+        stmts.append(box_loops(variables, stage.shape,
+                               Store(buf, tuple(target), Load(part, tuple(variables)))))
+    return block(stmts)
+
+
+def _lower_plan(t, buf, ctx, found, new_temp):
     c, plan = found
     stmts = []
     operands = []
