@@ -202,24 +202,30 @@ class _GemmEmitter:
 
     # -- the micro-kernel -------------------------------------------------------------
 
+    def shared_name(self, what):
+        """The name of a function every gemm of the module with this dtype and register
+        blocking shares (strides are its arguments: one copy to compile)."""
+        return f"tegrad.gemm.{what}.{self.spec.dtype}.vl{self.blk.vl}.nr{self.blk.nr}"
+
     def emit_micro(self, mr):
-        """``micro(a, bp, c, kc, accumulate, n_valid, koff)``: ``C[r, :n_valid] (+)= sum_k
-        a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr`` (``a[r*sam + koff[k]]``
-        with a reduction offset table)."""
+        """``micro(a, bp, c, kc, accumulate, n_valid, koff, sam, sak, scm)``: ``C[r*scm +
+        :n_valid] (+)= sum_k a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr``
+        (``a[r*sam + koff[k]]`` with a reduction offset table)."""
         blk, spec = self.blk, self.spec
+        name = self.shared_name(f"micro{mr}.{'ktable' if spec.k_offsets else 'kstride'}")
+        if name in self.module.globals:
+            return self.module.globals[name]
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64,
-                                               I64.as_pointer()])
-        fn = ir.Function(self.module, fnty, name=f"{self.name}.micro{mr}")
+                                               I64.as_pointer(), I64, I64, I64])
+        fn = ir.Function(self.module, fnty, name=name)
         fn.linkage = "internal"
         # One call per KC-long reduction costs nothing; inlined copies cost compile time.
         fn.attributes.add("noinline")
         for arg in fn.args[:3]:
             arg.add_attribute("noalias")
-        a, bp, c, kc, accumulate, n_valid, koff = fn.args
+        a, bp, c, kc, accumulate, n_valid, koff, sam, sak, scm = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         nv = blk.nr // blk.vl
-        sam, sak = spec.a_strides[1], spec.a_strides[2]
-        scm = spec.c_strides[1]
         zero = ir.Constant(self.vty, [0.0] * blk.vl)
         pre = b.block
         head = fn.append_basic_block("k.head")
@@ -240,12 +246,12 @@ class _GemmEmitter:
                                  self.vty.as_pointer()), align=self.vty_align)
                 for v in range(nv)]
         if self.spec.k_offsets is None:
-            acol = b.gep(a, [b.mul(k, i64(sak))], inbounds=True)
+            acol = b.gep(a, [b.mul(k, sak)], inbounds=True)
         else:
             acol = b.gep(a, [b.load(b.gep(koff, [k], inbounds=True))], inbounds=True)
         new = []
         for r in range(mr):
-            x = b.load(b.gep(acol, [i64(r * sam)], inbounds=True), align=self.esize)
+            x = b.load(b.gep(acol, [b.mul(i64(r), sam)], inbounds=True), align=self.esize)
             xs = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, i32(0))
             xs = b.shuffle_vector(xs, ir.Constant(self.vty, ir.Undefined),
                                   ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
@@ -278,7 +284,7 @@ class _GemmEmitter:
         blk = self.blk
         lanes = ir.Constant(ir.VectorType(I64, blk.vl), list(range(blk.vl)))
         for r, row in enumerate(acc):
-            crow = b.gep(c, [i64(r * scm)], inbounds=True)
+            crow = b.gep(c, [b.mul(i64(r), scm)], inbounds=True)
             for v, value in enumerate(row):
                 ptr = b.bitcast(b.gep(crow, [i64(v * blk.vl)], inbounds=True),
                                 self.vty.as_pointer())
@@ -302,25 +308,29 @@ class _GemmEmitter:
     # -- packing ----------------------------------------------------------------------
 
     def emit_pack(self):
-        """``pack(bsrc, bp, kc, nc, koff, noff)``: strips of NR columns, ``bp[(s*kc + k)*NR
-        + jj] = B[k, s*NR + jj]``, zero past ``nc`` columns (row ``k`` at ``koff[k]`` with a
-        reduction offset table, column ``j`` at ``noff[j]`` with a column offset table)."""
+        """``pack(bsrc, bp, kc, nc, koff, noff, sbk, sbn)``: strips of NR columns,
+        ``bp[(s*kc + k)*NR + jj] = B[k*sbk + (s*NR + jj)*sbn]``, zero past ``nc`` columns
+        (row ``k`` at ``koff[k]`` with a reduction offset table, column ``j`` at ``noff[j]``
+        with a column offset table)."""
         blk, spec = self.blk, self.spec
+        name = self.shared_name(f"pack.{'ktable' if spec.k_offsets else 'kstride'}."
+                                f"{'ntable' if spec.n_offsets else 'nstride'}")
+        if name in self.module.globals:
+            return self.module.globals[name]
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer(),
-                                               I64.as_pointer()])
-        fn = ir.Function(self.module, fnty, name=f"{self.name}.pack")
+                                               I64.as_pointer(), I64, I64])
+        fn = ir.Function(self.module, fnty, name=name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")
-        src, dst, kc, nc, koff, noff = fn.args
+        src, dst, kc, nc, koff, noff, sbk, sbn = fn.args
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
-        sbk, sbn = spec.b_strides[1], spec.b_strides[2]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
         with counted_loop(b, i64(0), strips, name="s") as s:
             cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
             if spec.n_offsets is None:
-                strip_src = b.gep(src, [b.mul(s, i64(blk.nr * sbn))], inbounds=True)
+                strip_src = b.gep(src, [b.mul(s, b.mul(i64(blk.nr), sbn))], inbounds=True)
             else:
                 strip_src = src
                 strip_noff = b.gep(noff, [b.mul(s, i64(blk.nr))], inbounds=True)
@@ -336,7 +346,7 @@ class _GemmEmitter:
                 b.position_at_end(block)
                 with counted_loop(b, i64(0), kc, name="k") as k:
                     if spec.k_offsets is None:
-                        k_at = b.mul(k, i64(sbk))
+                        k_at = b.mul(k, sbk)
                     else:
                         k_at = b.load(b.gep(koff, [k], inbounds=True))
                     row_src = b.gep(strip_src, [k_at], inbounds=True)
@@ -346,7 +356,7 @@ class _GemmEmitter:
                         # Past the last column: read the last one (in bounds), store 0.
                         if spec.n_offsets is None:
                             col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
-                            col = b.mul(col, i64(sbn))
+                            col = b.mul(col, sbn)
                         else:
                             col = col_at[jj]
                         value = b.load(b.gep(row_src, [col], inbounds=True), align=self.esize)
@@ -454,7 +464,8 @@ class _GemmEmitter:
                     src = b.gep(b_p, [b.add(b.mul(k0, i64(b_k_stride)),
                                             b.mul(n0, i64(b_n_stride)))], inbounds=True)
                     b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0),
-                                  self.n_table(b, n0)])
+                                  self.n_table(b, n0), i64(spec.b_strides[1]),
+                                  i64(spec.b_strides[2])])
                     with counted_loop(b, lo, hi, name="rb") as rb:
                         m0 = b.mul(rb, i64(blk.mr))
                         a_blk = b.gep(a_p, [b.add(b.mul(m0, i64(spec.a_strides[1])),
@@ -468,7 +479,8 @@ class _GemmEmitter:
                             args = [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
                                     b.gep(c_row, [j0], inbounds=True), kc, accumulate,
                                     smin(b, i64(blk.nr), b.sub(nc, j0)),
-                                    self.k_table(b, 0, k0)]
+                                    self.k_table(b, 0, k0), i64(spec.a_strides[1]),
+                                    i64(spec.a_strides[2]), i64(spec.c_strides[1])]
                             if micro_tail is None:
                                 b.call(micro_full, args)
                             else:
