@@ -558,9 +558,62 @@ def residue_classes(tensor):
     return parts
 
 
+def split_axes(tensor):
+    """The compute stage ``tensor`` with each output axis ``v`` that appears as ``v // d``
+    (``d`` dividing its extent) split in two, ``v == d * v_g + v`` (``v_g`` before
+    ``v``, ``v`` now of extent ``d``), or None when there is none. The output's memory
+    is the same, read in row-major order (a grouped convolution's output channel ``ff``
+    is its group ``ff // (O/G)`` and the channel in it). The identity preserved:
+    ``split[..., g, f, ...] == tensor[..., d * g + f, ...]``.
+
+    >>> import tegrad as tg
+    >>> a = tg.placeholder((2,), name="a")
+    >>> t = tg.compute((6,), lambda i: a[i // 3] * 2.0, name="t")
+    >>> s = split_axes(t); str(s.op.body), s.shape
+    ('a[i_g] * 2.0', (2, 3))
+    """
+    op = tensor.op
+    if not isinstance(op, ComputeOp):
+        return None
+    extents = {ax.name: ax.extent.value for ax in op.axes}
+    divisors = {}
+    for node in walk(op.body):
+        if type(node) is Binary and node.op == "floordiv" and type(node.b) is Const \
+                and type(node.a) is Var and node.a.name in extents:
+            d, extent = node.b.value, extents[node.a.name]
+            if isinstance(d, int) and 1 < d < extent and extent % d == 0:
+                if divisors.setdefault(node.a.name, d) != d:
+                    return None
+    if not divisors:
+        return None
+    taken = {ax.name for ax in op.axes} | free_var_names(op.body)
+    axes, mapping, small = [], {}, {}
+    for ax in op.axes:
+        d = divisors.get(ax.name)
+        if d is None:
+            axes.append(ax)
+            continue
+        g_name = ax.name + "_g"
+        if g_name in taken:
+            return None
+        g = Var(g_name, ax.var.dtype)
+        axes += [IterVar(g, Const(0, ax.lo.dtype), Const(extents[ax.name] // d,
+                                                         ax.extent.dtype), ax.kind),
+                 IterVar(ax.var, Const(0, ax.lo.dtype), Const(d, ax.extent.dtype), ax.kind)]
+        mapping[ax.name] = g * d + ax.var
+        small[ax.name] = d
+    body = _ExactDivisions(small)(substitute(op.body, mapping))
+    return compute_stage(tensor.name, axes, body)
+
+
 class _ExactDivisions(IdentityMapper):
     """``(d * e + c) // d`` as ``e + c // d`` and ``(d * e + c) % d`` as ``c % d`` (``d``
-    a positive constant dividing every coefficient: floor division's identity)."""
+    a positive constant dividing every coefficient: floor division's identity); with
+    ``small`` (variable name -> ``d`` for variables known to lie in ``[0, d)``), also
+    ``(d * e + f) // d`` as ``e`` and ``(d * e + f) % d`` as ``f``."""
+
+    def __init__(self, small=None):
+        self.small = small or {}
 
     def finish(self, e, out):
         if type(out) is not Binary or out.op not in ("floordiv", "floormod") \
@@ -569,7 +622,16 @@ class _ExactDivisions(IdentityMapper):
             return out
         d = out.b.value
         aff = to_affine(out.a)
-        if aff is None or not aff.is_linear or any(c % d for c in aff.as_dict().values()):
+        if aff is None or not aff.is_linear:
+            return out
+        rest = [n for n, c in aff.as_dict().items() if c % d]
+        if len(rest) == 1 and aff.as_dict()[rest[0]] == 1 and aff.constant == 0 \
+                and self.small.get(rest[0]) == d:
+            f = rest[0]
+            if out.op == "floormod":
+                return Var(f, out.dtype)
+            aff = aff - solver.Affine.var(f)
+        elif rest:
             return out
         if out.op == "floormod":
             return Const(aff.constant % d, out.dtype)

@@ -29,7 +29,7 @@ from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import compute_stage, placeholder
 
 from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
-                                                residue_classes)
+                                                residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import Buffer, If, Load, MatrixProduct, Store
 from tegrad.codegen.lower.nest import INDEX, const
@@ -52,6 +52,11 @@ def contraction_plan(t):
     found = _plan_of(t)
     if found is not None:
         return [(t, ()) + found]
+    split = split_axes(t)
+    found = None if split is None else _plan_of(split)
+    if found is not None and found[0].epilogue is None and found[0].dtype == t.dtype:
+        # the same memory, seen with the split axes: the product writes it directly
+        return [(split, ()) + found]
     parts = residue_classes(t)
     if not parts:
         return None
@@ -64,19 +69,22 @@ def contraction_plan(t):
     return out
 
 
-def lower_contraction(t, buf, ctx, found, new_temp):
+def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     """Statements computing the contraction stage ``t`` into ``buf`` with its plan.
 
     ``found`` is :func:`contraction_plan`'s result; ``new_temp(base, shape, dtype)``
-    returns a fresh ``temp`` buffer of the kernel. A residue class is computed into a
-    temp, then copied to its elements of ``buf`` (``axis == step * q + residue``).
+    returns a fresh ``temp`` buffer of the kernel; ``padded`` (a dict the caller keeps
+    for the kernel) remembers the zero-padded copies made, for later stages to reuse. A
+    residue class is computed into a temp, then copied to its elements of ``buf``
+    (``axis == step * q + residue``).
     """
+    padded = {} if padded is None else padded
     if len(found) == 1 and not found[0][1]:
-        return _lower_plan(t, buf, ctx, found[0][2:], new_temp)
+        return _lower_plan(found[0][0], buf, ctx, found[0][2:], new_temp, padded)
     stmts = []
     for stage, splits, c, plan in found:
         part = new_temp(stage.name, stage.shape, buf.dtype)
-        stmts.append(_lower_plan(stage, part, ctx, (c, plan), new_temp))
+        stmts.append(_lower_plan(stage, part, ctx, (c, plan), new_temp, padded))
         variables = [Var(ctx.names.fresh(f"q{d}"), INDEX) for d in range(len(stage.shape))]
         target = list(variables)
         for k, step, residue in splits:
@@ -87,17 +95,20 @@ def lower_contraction(t, buf, ctx, found, new_temp):
     return block(stmts)
 
 
-def _lower_plan(t, buf, ctx, found, new_temp):
+def _lower_plan(t, buf, ctx, found, new_temp, padded):
     c, plan = found
     stmts = []
     operands = []
     for tensor, padding in ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding)):
         src = ctx.buffers[id(tensor)]
-        if padding:
+        if padding and (src, padding) in padded:
+            src = padded[src, padding]
+        elif padding:
             shape = tuple(d + lo + hi for d, (lo, hi) in zip(tensor.shape, padding))
-            padded = new_temp(f"{src.name}_padded", shape, src.dtype)
-            stmts.append(_pad_loops(padded, src, padding, ctx))
-            src = padded
+            copy = new_temp(f"{src.name}_padded", shape, src.dtype)
+            stmts.append(_pad_loops(copy, src, padding, ctx))
+            padded[src, padding] = copy
+            src = copy
         operands.append(src)
     # The epilogue reads each reduced value once, where it writes its result.
     acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape, c.dtype)

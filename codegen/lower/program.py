@@ -81,7 +81,7 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False):
     order = topological_order(prepared)
     in_place = _accumulated_in_place(order, buffers)
     temps, stmts = [], []
-
+    padded = {}  # zero-padded copies of buffers, made once for every contraction
     def new_temp(base, shape, dtype):
         temps.append(Buffer(names.fresh(base), tuple(shape), dtype, "temp"))
         return temps[-1]
@@ -105,7 +105,7 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False):
         ctx = StageContext(buffers, names, t.name)
         found = contraction_plan(t) if contractions else None
         if found is not None:
-            stmts.append(lower_contraction(t, buf, ctx, found, new_temp))
+            stmts.append(lower_contraction(t, buf, ctx, found, new_temp, padded))
         else:
             stmts.append(lower_stage(t, buf, ctx, fill=id(t) not in in_place))
     temps.sort(key=lambda b: b.name)

@@ -107,11 +107,9 @@ def test_conv2d_forward_and_both_gradients(stride, padding, dilation, groups, dt
     G = tg.differentiate(Y, [X, W], head=HY)
     f = check_build([X, W, HY], [Y, G], feed_of([X, W, HY]),
                     1e-4 if dtype == "float32" else 1e-10)
-    on_gemm = {s.c.name for s in products(f)}
-    if groups == 1:
-        assert "conv2d" in on_gemm
-        if stride == 1:
-            assert {"dX", "dW"} <= on_gemm
+    on_gemm = {s.c.name.split("_r")[0] for s in products(f)}
+    # a grouped data gradient's reductions are bounded by each other (not yet a product)
+    assert on_gemm == ({"conv2d", "dW"} if groups > 1 else {"conv2d", "dX", "dW"})
 
 
 def test_threads_give_bit_identical_results():
