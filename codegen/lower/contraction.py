@@ -10,7 +10,11 @@ A compute stage with a :func:`~tegrad.codegen.kernels.contraction.gemm_plan` bec
   axes): a loop nest over the output, ``out[x] = epilogue(acc[x], x)``.
 
 So it computes ``out[x] = epilogue(sum_k a(x, k) * b(x, k))``, the stage's value, with
-the sum in the gemm kernel's order.
+the sum in the gemm kernel's order. A stage that is no contraction as written may be
+one seen with an output axis split in two (a grouped convolution's channels: the same
+memory), or be one per residue class of its strided output axes (a strided
+convolution's data gradient: each class computed into a temp, then copied); see
+:func:`contraction_plan`.
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
@@ -24,19 +28,20 @@ kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Compare, Const, Read, Var, And
+from tegrad.ir.expr import And, Compare, Const, Read, Var
 from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import compute_stage, placeholder
 
 from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
-from tegrad.codegen.loops.nodes import Buffer, If, Load, MatrixProduct, Store
+from tegrad.codegen.loops.nodes import If, Load, MatrixProduct, Store
 from tegrad.codegen.lower.nest import INDEX, const
 from tegrad.codegen.lower.stage import box_loops, lower_compute
 
 
 def _plan_of(t):
+    """``(contraction, plan)`` of the stage ``t``, or None."""
     c = detect_contraction(t)
     if c is None:
         return None
