@@ -271,18 +271,6 @@ def constant_bounds(reduce_, extents):
 def _rebox_axis(ax, reads, reduce_axes, extents):
     """``(IterVar r, v as an expression of r, [guard conjuncts])`` for the reduction
     variable ``ax`` (see :func:`constant_bounds`), or None."""
-    hi_expr = ax.lo + ax.extent
-    used = sorted((free_var_names(ax.lo) | free_var_names(hi_expr)))
-    if not set(used) <= set(extents):
-        return None
-    points = _points([extents[u] for u in used])
-    if points is None:
-        return None
-    grid = [dict(zip(used, point)) for point in points]
-    evaluator = ExprEvaluator({})
-    env = lambda point: {k: np.array(v, dtype=np.int64) for k, v in point.items()}
-    bounds = [(int(evaluator.at_point(ax.lo, env(p))), int(evaluator.at_point(hi_expr, env(p))))
-              for p in grid]
     # the index dimensions that use v, as affine forms; each is a candidate r
     dims = []
     for read in reads:
@@ -296,6 +284,22 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
             if any(name in reduce_axes and name != ax.name for name in coeffs):
                 return None
             dims.append((aff, size))
+    # every output axis the bounds or those indices use takes every value in the check
+    hi_expr = ax.lo + ax.extent
+    used = free_var_names(ax.lo) | free_var_names(hi_expr)
+    for aff, _ in dims:
+        used |= set(aff.as_dict()) - {ax.name}
+    used = sorted(used)
+    if not set(used) <= set(extents):
+        return None
+    points = _points([extents[u] for u in used])
+    if points is None:
+        return None
+    grid = [dict(zip(used, point)) for point in points]
+    evaluator = ExprEvaluator({})
+    env = lambda point: {k: np.array(v, dtype=np.int64) for k, v in point.items()}
+    bounds = [(int(evaluator.at_point(ax.lo, env(p))), int(evaluator.at_point(hi_expr, env(p))))
+              for p in grid]
     candidates = [(1, {})] + [(aff.as_dict()[ax.name], aff) for aff, _ in dims
                               if abs(aff.as_dict()[ax.name]) == 1]
     best = None

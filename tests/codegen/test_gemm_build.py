@@ -112,6 +112,19 @@ def test_conv2d_forward_and_both_gradients(stride, padding, dilation, groups, dt
     assert on_gemm == ({"conv2d", "dW"} if groups > 1 else {"conv2d", "dX", "dW"})
 
 
+def test_bounds_that_are_no_padding_stay_loops():
+    # a triangular product: k <= i is no "read inside its tensor" condition
+    a = tg.placeholder((6, 6), dtype="float64", name="a")
+    b = tg.placeholder((6, 5), dtype="float64", name="b")
+
+    def body(i, j):
+        k = tg.reduce_axis((0, i + 1), name="k")
+        return tg.sum(a[i, k] * b[k, j], axis=k)
+    t = tg.compute((6, 5), body, name="tri")
+    f = check_build([a, b], [t], feed_of([a, b]), 1e-12)
+    assert not products(f)
+
+
 def test_threads_give_bit_identical_results():
     x = tg.placeholder((70, 80), name="x")
     w = tg.placeholder((65, 80), name="w")
