@@ -52,7 +52,7 @@ from tegrad.ir import reduction as _red
 from tegrad.ir.expr import Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute, walk
 from tegrad.reference.evaluator import ExprEvaluator
-from tegrad.ir.tensor import ComputeOp, compute_stage
+from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
 
 from tegrad.codegen.kernels.gemm import GemmSpec
 
@@ -118,6 +118,8 @@ class Contraction:
     dtype: str
     guard: Optional[object] = None
     epilogue: Optional[object] = None
+    #: the tensor of ones that is one operand (see :func:`times_ones`), or None
+    ones: Optional[object] = None
 
     @property
     def flops(self):
@@ -140,6 +142,11 @@ def detect_contraction(tensor):
     extents, lows = {}, {}
     for ax in op.axes:
         extents[ax.name], lows[ax.name] = ax.extent.value, 0
+    ones = None
+    if _product_factors(reduce_.source) is None:
+        reduce_, ones = times_ones(reduce_, extents)
+        if reduce_ is None:
+            return None
     if not all(type(ax.lo) is Const and type(ax.extent) is Const for ax in reduce_.axes):
         reduce_ = constant_bounds(reduce_, extents)
         if reduce_ is None:
@@ -185,7 +192,7 @@ def detect_contraction(tensor):
     out_strides = dict(zip(data, row_major_strides(tensor.shape)))
     return Contraction(tensor, a, b, tuple(roles["m"]), tuple(roles["n"]),
                        tuple(roles["batch"]), tuple(roles["k"]), extents, lows, out_strides,
-                       reduce_.dtype, guard, epilogue)
+                       reduce_.dtype, guard, epilogue, ones)
 
 
 class _ReplaceReduce(IdentityMapper):
@@ -209,6 +216,75 @@ def _split_epilogue(body, data_axes):
     if not free_var_names(epilogue) <= set(data_axes) | {ACC}:
         return None, None
     return target, epilogue
+
+
+def times_ones(reduce_, extents):
+    """``(reduce', ones)``: a sum of one read that does not use every output axis, as
+    the sum of that read times ``ones`` (a placeholder standing for a tensor of ones,
+    indexed by the output axes the read lacks and every reduction axis, each over the
+    range it takes), or ``(None, None)``.
+
+    The gradient of a convolution for a head of ones is such a sum (``dX = sum(W[...])``
+    over a window, the same for every image): a product with ones makes it a
+    contraction, computed as a vendor's gemm computes it. ``extents`` gives the output
+    axes' extents (the output axes are its keys).
+
+    >>> import tegrad as tg
+    >>> w = tg.placeholder((3, 4), name="w"); k = tg.reduce_axis((0, 3), name="k")
+    >>> t = tg.compute((5, 4), lambda i, j: tg.sum(w[k, j], axis=k))
+    >>> r, ones = times_ones(t.op.body, {"i": 5, "j": 4})
+    >>> str(r.source), ones.shape
+    ('w[k, j] * ones[i, k]', (5, 3))
+    """
+    inner, _ = _strip_casts(reduce_.source)
+    if type(inner) is not Read or not _dt.is_float(inner.dtype):
+        return None, None
+    used = set()
+    for index in inner.indices:
+        used |= free_var_names(index)
+    missing = [name for name in extents if name not in used]
+    if not missing:
+        return None, None
+    shape, indices = [], []
+    for name in missing:
+        shape.append(extents[name])
+        indices.append(Var(name, "int64"))
+    for ax in reduce_.axes:
+        lo_hi = _bounding_range(ax, extents)
+        if lo_hi is None:
+            return None, None
+        lo, hi = lo_hi
+        shape.append(hi - lo)
+        var = Var(ax.name, ax.var.dtype)
+        indices.append(var - lo if lo else var)
+    ones = placeholder(tuple(shape), dtype=inner.tensor.dtype, name="ones")
+    source = reduce_.source * Read(ones, tuple(indices), ones.dtype)
+    return Reduce(reduce_.reducer, source, reduce_.axes, reduce_.where, reduce_.init,
+                  reduce_.dtype), ones
+
+
+def _bounding_range(ax, extents):
+    """``(lowest, highest + 1)`` of the values the reduction variable ``ax`` takes, its
+    bounds evaluated at every value of the output axes they use; None when they use
+    anything else or there are too many."""
+    if type(ax.lo) is Const and type(ax.extent) is Const:
+        return ax.lo.value, ax.lo.value + max(ax.extent.value, 0)
+    hi_expr = ax.lo + ax.extent
+    used = sorted(free_var_names(ax.lo) | free_var_names(hi_expr))
+    if not set(used) <= set(extents):
+        return None
+    points = _points([extents[u] for u in used])
+    if points is None:
+        return None
+    evaluator = ExprEvaluator({})
+    lows, highs = [], []
+    for point in points:
+        env = {k: np.array(v, dtype=np.int64) for k, v in zip(used, point)}
+        lo, hi = int(evaluator.at_point(ax.lo, env)), int(evaluator.at_point(hi_expr, env))
+        if hi > lo:
+            lows.append(lo)
+            highs.append(hi)
+    return (min(lows), max(highs)) if lows else None
 
 
 #: the most points (output-axis values times reduction-variable values) enumerated to

@@ -105,6 +105,9 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded):
     stmts = []
     operands = []
     for tensor, padding in ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding)):
+        if tensor is c.ones:
+            operands.append(_ones(tensor, padding, stmts, ctx, new_temp, padded))
+            continue
         src = ctx.buffers[id(tensor)]
         if padding and (src, padding) in padded:
             src = padded[src, padding]
@@ -122,6 +125,27 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded):
     if c.epilogue is not None or acc is not buf:
         stmts.append(_epilogue(t, c, acc, buf, ctx))
     return block(stmts)
+
+
+def _ones(tensor, padding, stmts, ctx, new_temp, padded):
+    """A temp of ones of ``tensor``'s shape, with zeros around it by ``padding`` (made
+    once per kernel; its fill appended to ``stmts``)."""
+    key = ("ones", tensor.shape, tensor.dtype, padding)
+    if key not in padded:
+        shape = tuple(d + lo + hi for d, (lo, hi) in zip(tensor.shape, padding)) \
+            if padding else tensor.shape
+        buf = padded[key] = new_temp("ones", shape, tensor.dtype)
+        variables = [Var(ctx.names.fresh(f"o{d}"), INDEX) for d in range(len(shape))]
+        one = Store(buf, tuple(variables), Const(1, buf.dtype))
+        cond = None
+        for v, (lo, hi), extent in zip(variables, padding or (), shape):
+            for term in ([Compare("ge", v, const(lo))] if lo else []) + \
+                    ([Compare("lt", v, const(extent - hi))] if hi else []):
+                cond = term if cond is None else And(cond, term)
+        body = one if cond is None else If(cond, one, Store(buf, tuple(variables),
+                                                             Const(0, buf.dtype)))
+        stmts.append(box_loops(variables, shape, body))
+    return padded[key]
 
 
 def _pad_loops(padded, src, padding, ctx):
