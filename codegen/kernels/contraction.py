@@ -241,7 +241,10 @@ def times_ones(reduce_, extents):
         return None, None
     used = set()
     for index in inner.indices:
-        used |= free_var_names(index)
+        aff = to_affine(index)
+        # an axis whose terms cancel (a residue class's index) is not used
+        used |= {n for n, c in aff.as_dict().items() if c} if aff is not None \
+            else free_var_names(index)
     missing = [name for name in extents if name not in used]
     if not missing:
         return None, None
@@ -631,7 +634,7 @@ def residue_classes(tensor):
                               ax.kind)
             splits.append((k, step, residue))
         else:
-            body = _ExactDivisions()(substitute(op.body, mapping))
+            body = _CanonicalIndices()(_ExactDivisions()(substitute(op.body, mapping)))
             label = "_".join(str(r) for r in residues)
             parts.append(ResidueClass(compute_stage(f"{tensor.name}_r{label}", axes, body),
                                       tuple(splits)))

@@ -112,6 +112,22 @@ def test_conv2d_forward_and_both_gradients(stride, padding, dilation, groups, dt
     assert on_gemm == ({"conv2d", "dW"} if groups > 1 else {"conv2d", "dX", "dW"})
 
 
+@pytest.mark.parametrize("stride,dilation", [(1, 1), (2, 1), (1, 2)])
+def test_conv2d_gradients_for_a_head_of_ones(stride, dilation):
+    # without a head, zero elimination leaves dX = sum(W[...]): a product with ones
+    X = tg.placeholder((2, 3, 8, 8), dtype="float64", name="X")
+    W = tg.placeholder((5, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=stride, padding=1, dilation=dilation)
+    G = tg.differentiate(Y, [X, W])
+    f = check_build([X, W], [Y, G], feed_of([X, W]), 1e-10)
+    on_gemm = {s.c.name.split("_r")[0] for s in products(f)}
+    # with stride 2, the last row's missing taps bound the sums: no padding of an operand
+    assert on_gemm >= ({"conv2d", "dW"} if stride == 1 else {"conv2d"})
+    if stride == dilation == 1:
+        assert "dX" in on_gemm
+        assert "ones" in {t.name for t in f.kernel.temps}
+
+
 def test_bounds_that_are_no_padding_stay_loops():
     # a triangular product: k <= i is no "read inside its tensor" condition
     a = tg.placeholder((6, 6), dtype="float64", name="a")
