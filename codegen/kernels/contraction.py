@@ -49,7 +49,8 @@ from tegrad import solver
 from tegrad.analysis.affine import conjunction, conjuncts, from_affine, to_affine
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var
+from tegrad.ir.expr import (Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var,
+                             structural_equal)
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute, walk
 from tegrad.reference.evaluator import ExprEvaluator
 from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
@@ -144,8 +145,16 @@ def detect_contraction(tensor):
         extents[ax.name], lows[ax.name] = ax.extent.value, 0
     ones = None
     if _product_factors(reduce_.source) is None:
-        reduce_, ones = times_ones(reduce_, extents)
-        if reduce_ is None:
+        # the ones read by the reduction variables alone, else also by what bounds them
+        for with_bounds in (False, True):
+            times, ones = times_ones(reduce_, extents, with_bounds=with_bounds)
+            if times is None:
+                return None
+            boxed = constant_bounds(times, extents)
+            if boxed is not None:
+                reduce_ = boxed
+                break
+        else:
             return None
     if not all(type(ax.lo) is Const and type(ax.extent) is Const for ax in reduce_.axes):
         reduce_ = constant_bounds(reduce_, extents)
@@ -218,7 +227,7 @@ def _split_epilogue(body, data_axes):
     return target, epilogue
 
 
-def times_ones(reduce_, extents):
+def times_ones(reduce_, extents, *, with_bounds=False):
     """``(reduce', ones)``: a sum of one read that does not use every output axis, as
     the sum of that read times ``ones`` (a placeholder standing for a tensor of ones,
     indexed by the output axes the read lacks and every reduction axis, each over the
@@ -227,7 +236,9 @@ def times_ones(reduce_, extents):
     The gradient of a convolution for a head of ones is such a sum (``dX = sum(W[...])``
     over a window, the same for every image): a product with ones makes it a
     contraction, computed as a vendor's gemm computes it. ``extents`` gives the output
-    axes' extents (the output axes are its keys).
+    axes' extents (the output axes are its keys). ``with_bounds``: ``ones`` also has
+    the dimensions of :func:`_bound_dims`, whose ranges say what the reduction's bounds
+    say (a head of ones' own range, lost to zero elimination).
 
     >>> import tegrad as tg
     >>> w = tg.placeholder((3, 4), name="w"); k = tg.reduce_axis((0, 3), name="k")
@@ -245,14 +256,23 @@ def times_ones(reduce_, extents):
         # an axis whose terms cancel (a residue class's index) is not used
         used |= {n for n, c in aff.as_dict().items() if c} if aff is not None \
             else free_var_names(index)
-    missing = [name for name in extents if name not in used]
-    if not missing:
+    if all(name in used for name in extents):
         return None, None
+    bound_dims = {ax.name: _bound_dims(ax, extents) if with_bounds else []
+                  for ax in reduce_.axes}
+    by_bounds = set()
+    for dims in bound_dims.values():
+        for aff, _ in dims:
+            by_bounds |= set(aff.as_dict())
     shape, indices = [], []
-    for name in missing:
-        shape.append(extents[name])
-        indices.append(Var(name, "int64"))
+    for name in extents:
+        if name not in used and name not in by_bounds:
+            shape.append(extents[name])
+            indices.append(Var(name, "int64"))
     for ax in reduce_.axes:
+        for aff, extent in bound_dims[ax.name]:
+            shape.append(extent)
+            indices.append(from_affine(aff, "int64"))
         lo_hi = _bounding_range(ax, extents)
         if lo_hi is None:
             return None, None
@@ -264,6 +284,71 @@ def times_ones(reduce_, extents):
     source = reduce_.source * Read(ones, tuple(indices), ones.dtype)
     return Reduce(reduce_.reducer, source, reduce_.axes, reduce_.where, reduce_.init,
                   reduce_.dtype), ones
+
+
+def _bound_terms(e, op):
+    """The affine terms of ``e`` as nested ``op`` (``max``/``min``) of them, or None."""
+    if type(e) is Binary and e.op == op:
+        a, b = _bound_terms(e.a, op), _bound_terms(e.b, op)
+        return None if a is None or b is None else a + b
+    aff = to_affine(e)
+    return [aff] if aff is not None and aff.is_linear else None
+
+
+def _bound_dims(ax, extents):
+    """Indices ``[(affine, extent), ...]`` whose ``0 <= index < extent`` say what the
+    non-constant bounds of the reduction variable ``ax`` say: ``v - L`` of extent ``H -
+    L`` for a lower term ``L`` and an upper term ``H`` a constant apart, else ``v - L``
+    or ``H - 1 - v`` alone (extent: the most it reaches, plus one). Empty when the
+    bounds are constants or not of that form (the check of :func:`constant_bounds`
+    decides whether they say the same)."""
+    if type(ax.lo) is Const and type(ax.extent) is Const:
+        return []
+    upper = ax.extent.a if (type(ax.extent) is Binary and ax.extent.op == "sub"
+                            and structural_equal(ax.extent.b, ax.lo)) else ax.hi
+    lows, highs = _bound_terms(ax.lo, "max"), _bound_terms(upper, "min")
+    if lows is None or highs is None:
+        return []
+    lows = [t for t in lows if t.as_dict()]
+    highs = [t for t in highs if t.as_dict()]
+    if any(not set(t.as_dict()) <= set(extents) for t in lows + highs):
+        return []
+    v = solver.Affine.var(ax.name)
+    dims, loose = [], []
+    for low in lows:
+        for high in highs:
+            width = high - low
+            if not width.as_dict() and width.constant > 0:
+                dims.append((v - low, width.constant))
+                highs = [h for h in highs if h is not high]
+                break
+        else:
+            loose.append(v - low)
+    loose += [high - 1 - v for high in highs]
+    if not loose:
+        return dims
+    hi_expr = ax.lo + ax.extent
+    used = sorted(free_var_names(ax.lo) | free_var_names(hi_expr)
+                  | {n for aff in loose for n in aff.as_dict() if n != ax.name})
+    if not set(used) <= set(extents):
+        return []
+    points = _points([extents[u] for u in used])
+    if points is None:
+        return []
+    evaluator = ExprEvaluator({})
+    most = [None] * len(loose)
+    for point in points:
+        env = {k: np.array(x, dtype=np.int64) for k, x in zip(used, point)}
+        lo, hi = int(evaluator.at_point(ax.lo, env)), int(evaluator.at_point(hi_expr, env))
+        if hi <= lo:
+            continue
+        at = dict(zip(used, point))
+        for k, aff in enumerate(loose):
+            top = max(_eval_affine(aff, dict(at, **{ax.name: x})) for x in (lo, hi - 1))
+            most[k] = top if most[k] is None else max(most[k], top)
+    if None in most or min(most) < 0:
+        return []
+    return dims + [(aff, top + 1) for aff, top in zip(loose, most)]
 
 
 def _bounding_range(ax, extents):
