@@ -195,7 +195,9 @@ def detect_contraction(tensor):
             return None
         roles["batch" if in_a and in_b else "m" if in_a else "n"].append(name)
     for ax in reduce_.axes:
-        if a.strides.get(ax.name, 0) == 0 or b.strides.get(ax.name, 0) == 0:
+        # (an axis of one value may have stride 0: its strides can cancel)
+        if extents[ax.name] > 1 and (a.strides.get(ax.name, 0) == 0
+                                     or b.strides.get(ax.name, 0) == 0):
             return None
         roles["k"].append(ax.name)
     out_strides = dict(zip(data, row_major_strides(tensor.shape)))
