@@ -229,6 +229,11 @@ def _split_epilogue(body, data_axes):
     return target, epilogue
 
 
+#: the most elements the ones of :func:`times_ones` have, in units of the output's and
+#: the read tensor's elements together
+MAX_ONES_FACTOR = 16
+
+
 def times_ones(reduce_, extents, *, with_bounds=False):
     """``(reduce', ones)``: a sum of one read that does not use every output axis, as
     the sum of that read times ``ones`` (a placeholder standing for a tensor of ones,
@@ -282,6 +287,10 @@ def times_ones(reduce_, extents, *, with_bounds=False):
         shape.append(hi - lo)
         var = Var(ax.name, ax.var.dtype)
         indices.append(var - lo if lo else var)
+    # ones far larger than the data would cost more to fill than the loops they save
+    limit = MAX_ONES_FACTOR * (math.prod(extents.values()) + math.prod(inner.tensor.shape))
+    if math.prod(shape) > limit:
+        return None, None
     ones = placeholder(tuple(shape), dtype=inner.tensor.dtype, name="ones")
     source = reduce_.source * Read(ones, tuple(indices), ones.dtype)
     return Reduce(reduce_.reducer, source, reduce_.axes, reduce_.where, reduce_.init,

@@ -53,7 +53,8 @@ def contraction_plan(t):
     """How ``t``'s stage runs on the gemm kernel, or None: ``[(stage, splits, contraction,
     plan), ...]``, the stage itself (``splits == ()``), or each of its residue classes
     (:func:`~tegrad.codegen.kernels.contraction.residue_classes`, a strided
-    convolution's data gradient) when every class has a plan."""
+    convolution's data gradient) when one has a plan (the others' contraction and plan
+    are None: they run as loops)."""
     found = _plan_of(t)
     if found is not None:
         return [(t, ()) + found]
@@ -65,13 +66,9 @@ def contraction_plan(t):
     parts = residue_classes(t)
     if not parts:
         return None
-    out = []
-    for part in parts:
-        found = _plan_of(part.stage)
-        if found is None:
-            return None
-        out.append((part.stage, part.splits) + found)
-    return out
+    out = [(part.stage, part.splits) + (_plan_of(part.stage) or (None, None))
+           for part in parts]
+    return out if any(plan is not None for _, _, _, plan in out) else None
 
 
 def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
@@ -89,7 +86,8 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     stmts = []
     for stage, splits, c, plan in found:
         part = new_temp(stage.name, stage.shape, buf.dtype)
-        stmts.append(_lower_plan(stage, part, ctx, (c, plan), new_temp, padded))
+        stmts.append(lower_compute(stage, part, ctx) if plan is None else
+                     _lower_plan(stage, part, ctx, (c, plan), new_temp, padded))
         variables = [Var(ctx.names.fresh(f"q{d}"), INDEX) for d in range(len(stage.shape))]
         target = list(variables)
         for k, step, residue in splits:
