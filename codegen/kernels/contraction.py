@@ -145,8 +145,9 @@ def detect_contraction(tensor):
         extents[ax.name], lows[ax.name] = ax.extent.value, 0
     ones = None
     if _product_factors(reduce_.source) is None:
-        # the ones read by the reduction variables alone, else also by what bounds them
-        for with_bounds in (False, True):
+        # the ones read by the reduction variables alone, else by what bounds them, else
+        # by both
+        for with_bounds in (False, True, "both"):
             times, ones = times_ones(reduce_, extents, with_bounds=with_bounds)
             if times is None:
                 return None
@@ -243,9 +244,10 @@ def times_ones(reduce_, extents, *, with_bounds=False):
     The gradient of a convolution for a head of ones is such a sum (``dX = sum(W[...])``
     over a window, the same for every image): a product with ones makes it a
     contraction, computed as a vendor's gemm computes it. ``extents`` gives the output
-    axes' extents (the output axes are its keys). ``with_bounds``: ``ones`` also has
-    the dimensions of :func:`_bound_dims`, whose ranges say what the reduction's bounds
-    say (a head of ones' own range, lost to zero elimination).
+    axes' extents (the output axes are its keys). ``with_bounds``: ``ones`` has the
+    dimensions of :func:`_bound_dims`, whose ranges say what the reduction's bounds say
+    (a head of ones' own range, lost to zero elimination), instead of the reduction
+    variable's own (``"both"``: as well as it).
 
     >>> import tegrad as tg
     >>> w = tg.placeholder((3, 4), name="w"); k = tg.reduce_axis((0, 3), name="k")
@@ -280,6 +282,8 @@ def times_ones(reduce_, extents, *, with_bounds=False):
         for aff, extent in bound_dims[ax.name]:
             shape.append(extent)
             indices.append(from_affine(aff, "int64"))
+        if bound_dims[ax.name] and with_bounds != "both":
+            continue
         lo_hi = _bounding_range(ax, extents)
         if lo_hi is None:
             return None, None
