@@ -38,15 +38,22 @@ tables).
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from typing import Optional
 
-from tegrad.analysis.affine import conjuncts, to_affine
+import numpy as np
+
+from tegrad import solver
+from tegrad.analysis.affine import conjunction, conjuncts, from_affine, to_affine
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import Binary, Cast, Compare, Const, Read, Reduce, Var
-from tegrad.ir.mapper import IdentityMapper, free_var_names, walk
-from tegrad.ir.tensor import ComputeOp
+from tegrad.ir.expr import (Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var,
+                             structural_equal)
+from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute, walk
+from tegrad.reference.evaluator import ExprEvaluator
+from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
 
 from tegrad.codegen.kernels.gemm import GemmSpec
 
@@ -112,6 +119,8 @@ class Contraction:
     dtype: str
     guard: Optional[object] = None
     epilogue: Optional[object] = None
+    #: the tensor of ones that is one operand (see :func:`times_ones`), or None
+    ones: Optional[object] = None
 
     @property
     def flops(self):
@@ -134,8 +143,26 @@ def detect_contraction(tensor):
     extents, lows = {}, {}
     for ax in op.axes:
         extents[ax.name], lows[ax.name] = ax.extent.value, 0
+    ones = None
+    if _product_factors(reduce_.source) is None:
+        # the ones read by the reduction variables alone, else by what bounds them, else
+        # by both
+        for with_bounds in (False, True, "both"):
+            times, ones = times_ones(reduce_, extents, with_bounds=with_bounds)
+            if times is None:
+                return None
+            boxed = constant_bounds(times, extents)
+            if boxed is not None:
+                reduce_ = boxed
+                break
+        else:
+            return None
+    if not all(type(ax.lo) is Const and type(ax.extent) is Const for ax in reduce_.axes):
+        reduce_ = constant_bounds(reduce_, extents)
+        if reduce_ is None:
+            return None
     for ax in reduce_.axes:
-        if type(ax.lo) is not Const or type(ax.extent) is not Const or ax.extent.value < 1:
+        if ax.extent.value < 1:
             return None
         extents[ax.name], lows[ax.name] = ax.extent.value, ax.lo.value
     factors = _product_factors(reduce_.source)
@@ -169,13 +196,15 @@ def detect_contraction(tensor):
             return None
         roles["batch" if in_a and in_b else "m" if in_a else "n"].append(name)
     for ax in reduce_.axes:
-        if a.strides.get(ax.name, 0) == 0 or b.strides.get(ax.name, 0) == 0:
+        # (an axis of one value may have stride 0: its strides can cancel)
+        if extents[ax.name] > 1 and (a.strides.get(ax.name, 0) == 0
+                                     or b.strides.get(ax.name, 0) == 0):
             return None
         roles["k"].append(ax.name)
     out_strides = dict(zip(data, row_major_strides(tensor.shape)))
     return Contraction(tensor, a, b, tuple(roles["m"]), tuple(roles["n"]),
                        tuple(roles["batch"]), tuple(roles["k"]), extents, lows, out_strides,
-                       reduce_.dtype, guard, epilogue)
+                       reduce_.dtype, guard, epilogue, ones)
 
 
 class _ReplaceReduce(IdentityMapper):
@@ -183,7 +212,7 @@ class _ReplaceReduce(IdentityMapper):
         self.target, self.var = target, var
 
     def map_reduce(self, e, *args):
-        return self.var if e is self.target else e
+        return self.var if e == self.target else e
 
 
 def _split_epilogue(body, data_axes):
@@ -191,14 +220,344 @@ def _split_epilogue(body, data_axes):
     the body is the reduction), or ``(None, None)``."""
     if type(body) is Reduce:
         return body, None
-    reductions = [node for node in walk(body) if type(node) is Reduce]
+    reductions = {node for node in walk(body) if type(node) is Reduce}  # structural
     if len(reductions) != 1:
         return None, None
-    target = reductions[0]
+    target = reductions.pop()
     epilogue = _ReplaceReduce(target, Var(ACC, target.dtype))(body)
     if not free_var_names(epilogue) <= set(data_axes) | {ACC}:
         return None, None
     return target, epilogue
+
+
+#: the most elements the ones of :func:`times_ones` have, in units of the output's and
+#: the read tensor's elements together
+MAX_ONES_FACTOR = 16
+
+
+def times_ones(reduce_, extents, *, with_bounds=False):
+    """``(reduce', ones)``: a sum of one read that does not use every output axis, as
+    the sum of that read times ``ones`` (a placeholder standing for a tensor of ones,
+    indexed by the output axes the read lacks and every reduction axis, each over the
+    range it takes), or ``(None, None)``.
+
+    The gradient of a convolution for a head of ones is such a sum (``dX = sum(W[...])``
+    over a window, the same for every image): a product with ones makes it a
+    contraction, computed as a vendor's gemm computes it. ``extents`` gives the output
+    axes' extents (the output axes are its keys). ``with_bounds``: ``ones`` has the
+    dimensions of :func:`_bound_dims`, whose ranges say what the reduction's bounds say
+    (a head of ones' own range, lost to zero elimination), instead of the reduction
+    variable's own (``"both"``: as well as it).
+
+    >>> import tegrad as tg
+    >>> w = tg.placeholder((3, 4), name="w"); k = tg.reduce_axis((0, 3), name="k")
+    >>> t = tg.compute((5, 4), lambda i, j: tg.sum(w[k, j], axis=k))
+    >>> r, ones = times_ones(t.op.body, {"i": 5, "j": 4})
+    >>> str(r.source), ones.shape
+    ('w[k, j] * ones[i, k]', (5, 3))
+    """
+    inner, _ = _strip_casts(reduce_.source)
+    if type(inner) is not Read or not _dt.is_float(inner.dtype):
+        return None, None
+    used = set()
+    for index in inner.indices:
+        aff = to_affine(index)
+        # an axis whose terms cancel (a residue class's index) is not used
+        used |= {n for n, c in aff.as_dict().items() if c} if aff is not None \
+            else free_var_names(index)
+    if all(name in used for name in extents):
+        return None, None
+    bound_dims = {ax.name: _bound_dims(ax, extents) if with_bounds else []
+                  for ax in reduce_.axes}
+    by_bounds = set()
+    for dims in bound_dims.values():
+        for aff, _ in dims:
+            by_bounds |= set(aff.as_dict())
+    shape, indices = [], []
+    for name in extents:
+        if name not in used and name not in by_bounds:
+            shape.append(extents[name])
+            indices.append(Var(name, "int64"))
+    for ax in reduce_.axes:
+        for aff, extent in bound_dims[ax.name]:
+            shape.append(extent)
+            indices.append(from_affine(aff, "int64"))
+        if bound_dims[ax.name] and with_bounds != "both":
+            continue
+        lo_hi = _bounding_range(ax, extents)
+        if lo_hi is None:
+            return None, None
+        lo, hi = lo_hi
+        shape.append(hi - lo)
+        var = Var(ax.name, ax.var.dtype)
+        indices.append(var - lo if lo else var)
+    # ones far larger than the data would cost more to fill than the loops they save
+    limit = MAX_ONES_FACTOR * (math.prod(extents.values()) + math.prod(inner.tensor.shape))
+    if math.prod(shape) > limit:
+        return None, None
+    ones = placeholder(tuple(shape), dtype=inner.tensor.dtype, name="ones")
+    source = reduce_.source * Read(ones, tuple(indices), ones.dtype)
+    return Reduce(reduce_.reducer, source, reduce_.axes, reduce_.where, reduce_.init,
+                  reduce_.dtype), ones
+
+
+def _bound_terms(e, op):
+    """The affine terms of ``e`` as nested ``op`` (``max``/``min``) of them, or None."""
+    if type(e) is Binary and e.op == op:
+        a, b = _bound_terms(e.a, op), _bound_terms(e.b, op)
+        return None if a is None or b is None else a + b
+    aff = to_affine(e)
+    return [aff] if aff is not None and aff.is_linear else None
+
+
+def _bound_dims(ax, extents):
+    """Indices ``[(affine, extent), ...]`` whose ``0 <= index < extent`` say what the
+    non-constant bounds of the reduction variable ``ax`` say: ``v - L`` of extent ``H -
+    L`` for a lower term ``L`` and an upper term ``H`` a constant apart, else ``v - L``
+    or ``H - 1 - v`` alone (extent: the most it reaches, plus one). Empty when the
+    bounds are constants or not of that form (the check of :func:`constant_bounds`
+    decides whether they say the same)."""
+    if type(ax.lo) is Const and type(ax.extent) is Const:
+        return []
+    upper = ax.extent.a if (type(ax.extent) is Binary and ax.extent.op == "sub"
+                            and structural_equal(ax.extent.b, ax.lo)) else ax.hi
+    lows, highs = _bound_terms(ax.lo, "max"), _bound_terms(upper, "min")
+    if lows is None or highs is None:
+        return []
+    lows = [t for t in lows if t.as_dict()]
+    highs = [t for t in highs if t.as_dict()]
+    if any(not set(t.as_dict()) <= set(extents) for t in lows + highs):
+        return []
+    v = solver.Affine.var(ax.name)
+    dims, loose = [], []
+    for low in lows:
+        for high in highs:
+            width = high - low
+            if not width.as_dict() and width.constant > 0:
+                dims.append((v - low, width.constant))
+                highs = [h for h in highs if h is not high]
+                break
+        else:
+            loose.append(v - low)
+    loose += [high - 1 - v for high in highs]
+    if not loose:
+        return dims
+    hi_expr = ax.lo + ax.extent
+    used = sorted(free_var_names(ax.lo) | free_var_names(hi_expr)
+                  | {n for aff in loose for n in aff.as_dict() if n != ax.name})
+    if not set(used) <= set(extents):
+        return []
+    points = _points([extents[u] for u in used])
+    if points is None:
+        return []
+    evaluator = ExprEvaluator({})
+    most = [None] * len(loose)
+    for point in points:
+        env = {k: np.array(x, dtype=np.int64) for k, x in zip(used, point)}
+        lo, hi = int(evaluator.at_point(ax.lo, env)), int(evaluator.at_point(hi_expr, env))
+        if hi <= lo:
+            continue
+        at = dict(zip(used, point))
+        for k, aff in enumerate(loose):
+            top = max(_eval_affine(aff, dict(at, **{ax.name: x})) for x in (lo, hi - 1))
+            most[k] = top if most[k] is None else max(most[k], top)
+    if None in most or min(most) < 0:
+        return []
+    return dims + [(aff, top + 1) for aff, top in zip(loose, most)]
+
+
+def _bounding_range(ax, extents):
+    """``(lowest, highest + 1)`` of the values the reduction variable ``ax`` takes, its
+    bounds evaluated at every value of the output axes they use; None when they use
+    anything else or there are too many."""
+    if type(ax.lo) is Const and type(ax.extent) is Const:
+        return ax.lo.value, ax.lo.value + max(ax.extent.value, 0)
+    hi_expr = ax.lo + ax.extent
+    used = sorted(free_var_names(ax.lo) | free_var_names(hi_expr))
+    if not set(used) <= set(extents):
+        return None
+    points = _points([extents[u] for u in used])
+    if points is None:
+        return None
+    evaluator = ExprEvaluator({})
+    lows, highs = [], []
+    for point in points:
+        env = {k: np.array(v, dtype=np.int64) for k, v in zip(used, point)}
+        lo, hi = int(evaluator.at_point(ax.lo, env)), int(evaluator.at_point(hi_expr, env))
+        if hi > lo:
+            lows.append(lo)
+            highs.append(hi)
+    return (min(lows), max(highs)) if lows else None
+
+
+#: the most points (output-axis values times reduction-variable values) enumerated to
+#: check that rewritten reduction bounds are equivalent
+MAX_CHECKED_POINTS = 1 << 16
+
+
+def constant_bounds(reduce_, extents):
+    """``reduce_`` over constant ranges, or None.
+
+    Zero elimination leaves a gradient's reductions with bounds depending on the output
+    axes (conv2d's data gradient: ``yy in [max(0, i2 - 1), min(H, i2 + 2))``). Each such
+    variable ``v`` is replaced by ``r``, either ``v`` itself or an index ``r == c * v +
+    rest(out)`` (``c`` = +-1) of one operand's read; ``r`` runs over the smallest
+    constant range holding every value it takes, and the bounds become a ``where`` guard
+    saying that the reads indexed by ``r`` are inside their tensors. The identity
+    preserved: ``lo(out) <= v < hi(out)`` holds exactly where that guard does, checked by
+    enumerating every output-axis value the bounds use and every ``r`` in the range
+    (refused above :data:`MAX_CHECKED_POINTS` points). The candidate with the fewest
+    values of ``r`` wins. ``extents`` gives the output axes' extents.
+
+    >>> import tegrad as tg
+    >>> X = tg.placeholder((1, 1, 5, 5), name="X"); W = tg.placeholder((1, 1, 3, 3), name="W")
+    >>> Y = tg.nn.conv2d(X, W, padding=1); HY = tg.placeholder(Y.shape, name="HY")
+    >>> dX = tg.differentiate(Y, [X], head=HY).result[0]
+    >>> r = constant_bounds(dX.op.body, {"i0": 1, "i1": 1, "i2": 5, "i3": 5})
+    >>> [(str(ax.lo), str(ax.extent)) for ax in r.axes]
+    [('0', '3'), ('0', '3')]
+    >>> str(r.source)
+    'HY[i0, 0, i2 - yy + 1, i3 - xx + 1] * W[0, i1, yy, xx]'
+    >>> str(r.where)
+    'i2 - yy + 1 >= 0 && i2 - yy + 1 < 5 && i3 - xx + 1 >= 0 && i3 - xx + 1 < 5'
+    """
+    reduce_axes = {ax.name for ax in reduce_.axes}
+    reads = [read for read, _ in (_product_factors(reduce_.source) or [])]
+    if not reads:
+        return None
+    new_axes, mapping, guards = [], {}, []
+    for ax in reduce_.axes:
+        if type(ax.lo) is Const and type(ax.extent) is Const:
+            new_axes.append(ax)
+            continue
+        chosen = _rebox_axis(ax, reads, reduce_axes, extents)
+        if chosen is None:
+            return None
+        axis, value, guard = chosen
+        new_axes.append(axis)
+        mapping[ax.name] = value
+        guards += guard
+    source = _CanonicalIndices()(substitute(reduce_.source, mapping))
+    where = reduce_.where
+    if where is not None and not (type(where) is Const and where.value is True):
+        if free_var_names(where) & set(mapping):
+            return None
+        guards.insert(0, where)
+    return Reduce(reduce_.reducer, source, tuple(new_axes),
+                  conjunction(guards) if guards else None, reduce_.init, reduce_.dtype)
+
+
+def _rebox_axis(ax, reads, reduce_axes, extents):
+    """``(IterVar r, v as an expression of r, [guard conjuncts])`` for the reduction
+    variable ``ax`` (see :func:`constant_bounds`), or None."""
+    # the index dimensions that use v, as affine forms; each is a candidate r
+    dims = []
+    for read in reads:
+        for index, size in zip(read.indices, read.tensor.shape):
+            aff = to_affine(index)
+            if aff is None or not aff.is_linear:
+                return None
+            coeffs = aff.as_dict()
+            if coeffs.get(ax.name, 0) == 0:
+                continue
+            if any(name in reduce_axes and name != ax.name for name in coeffs):
+                return None
+            dims.append((aff, size))
+    # every output axis the bounds or those indices use takes every value in the check
+    hi_expr = ax.lo + ax.extent
+    used = free_var_names(ax.lo) | free_var_names(hi_expr)
+    for aff, _ in dims:
+        used |= set(aff.as_dict()) - {ax.name}
+    used = sorted(used)
+    if not set(used) <= set(extents):
+        return None
+    points = _points([extents[u] for u in used])
+    if points is None:
+        return None
+    grid = [dict(zip(used, point)) for point in points]
+    evaluator = ExprEvaluator({})
+    env = lambda point: {k: np.array(v, dtype=np.int64) for k, v in point.items()}
+    bounds = [(int(evaluator.at_point(ax.lo, env(p))), int(evaluator.at_point(hi_expr, env(p))))
+              for p in grid]
+    candidates = [(1, {})] + [(aff.as_dict()[ax.name], aff) for aff, _ in dims
+                              if abs(aff.as_dict()[ax.name]) == 1]
+    best = None
+    for c, aff in candidates:
+        rest = {} if not aff else {k: v for k, v in aff.as_dict().items() if k != ax.name}
+        const = 0 if not aff else aff.constant
+
+        def r_of(v, point, c=c, rest=rest, const=const):
+            return c * v + const + sum(k * point[n] for n, k in rest.items())
+
+        if not set(rest) <= set(used) and rest:
+            continue
+        values = [r_of(v, p) for p, (lo, hi) in zip(grid, bounds) for v in (lo, hi - 1)
+                  if hi > lo]
+        if not values:
+            return None
+        r_lo, r_hi = min(values), max(values)
+        if best is not None and r_hi - r_lo + 1 >= best[0]:
+            continue
+        if len(grid) * (r_hi - r_lo + 1) > MAX_CHECKED_POINTS:
+            continue
+        ok, needed = True, set()
+        for p, (lo, hi) in zip(grid, bounds):
+            for r in range(r_lo, r_hi + 1):
+                v = c * (r - r_of(0, p))  # c == 1/c
+                inside = lo <= v < hi
+                at = dict(p, **{ax.name: v})
+                dims_in = [0 <= _eval_affine(d, at) < size for d, size in dims]
+                if inside != all(dims_in):
+                    ok = False
+                    break
+                needed |= {k for k, good in enumerate(dims_in) if not good}
+            if not ok:
+                break
+        if ok:
+            best = (r_hi - r_lo + 1, c, rest, const, r_lo, sorted(needed))
+    if best is None:
+        return None
+    extent, c, rest, const, r_lo, needed = best
+    dtype = ax.var.dtype
+    # v == c * (r - rest - const), r keeping v's name
+    v_aff = (solver.Affine.var(ax.name) - const
+             - sum((solver.Affine.var(n) * k for n, k in rest.items()), solver.Affine.const(0))) * c
+    value = from_affine(v_aff, dtype)
+    guards = []
+    for k in needed:
+        aff, size = dims[k]
+        index = from_affine(aff.substitute({ax.name: v_aff}), dtype)
+        guards += [Compare("ge", index, Const(0, index.dtype)),
+                   Compare("lt", index, Const(size, index.dtype))]
+    axis = IterVar(Var(ax.name, dtype), Const(r_lo, ax.lo.dtype), Const(extent, ax.extent.dtype),
+                   ax.kind)
+    return axis, value, guards
+
+
+def _points(extents):
+    points = [()]
+    for n in extents:
+        if len(points) * n > MAX_CHECKED_POINTS:
+            return None
+        points = [p + (i,) for p in points for i in range(n)]
+    return points
+
+
+def _eval_affine(aff, at):
+    return aff.constant + sum(k * at[n] for n, k in aff.as_dict().items())
+
+
+class _CanonicalIndices(IdentityMapper):
+    """Reads with affine indices written in canonical form (``i2 - yy + 1``)."""
+
+    def finish(self, e, out):
+        if type(out) is not Read:
+            return out
+        indices = []
+        for i in out.indices:
+            aff = to_affine(i)
+            indices.append(i if aff is None else from_affine(aff, i.dtype))
+        return Read(out.tensor, tuple(indices), out.dtype)
 
 
 def _strip_casts(e):
@@ -312,6 +671,159 @@ def _guard_padding(guard, reads, ranges):
     return which, tuple(pads)
 
 
+# -- residue classes of strided output axes --------------------------------------------
+
+#: the most residue classes a stage is split into
+MAX_RESIDUE_CLASSES = 16
+
+
+@dataclass(frozen=True, eq=False)
+class ResidueClass:
+    """One part of a stage split by output residues: ``stage`` computes the elements of
+    the original output at ``axis == step * q + residue`` (``q`` the part's axis, same
+    name and position) for each ``(position, step, residue)`` of ``splits``."""
+
+    stage: object
+    splits: tuple
+
+
+def residue_classes(tensor):
+    """The compute stage ``tensor`` split into the residue classes of its output axes
+    that appear under ``// s`` or ``% s``, or None (no such axis, or too many classes).
+
+    A strided convolution's data gradient reads its output gradient at ``i2 // 2``; at
+    ``i2 == 2 * q + p`` that is ``q`` (``(2*q + p) // 2 == q + p // 2`` for a constant
+    ``p``), so each class is an affine stage, a contraction of its own. The identity
+    preserved: ``part[..., q, ...] == tensor[..., step * q + residue, ...]``.
+
+    >>> import tegrad as tg
+    >>> a = tg.placeholder((4,), name="a")
+    >>> t = tg.compute((5,), lambda i: a[i // 2] * 2.0, name="t")
+    >>> [(str(c.stage.op.body), c.stage.shape) for c in residue_classes(t)]
+    [('a[i] * 2.0', (3,)), ('a[i] * 2.0', (2,))]
+    """
+    op = tensor.op
+    if not isinstance(op, ComputeOp):
+        return None
+    names = {ax.name: k for k, ax in enumerate(op.axes)}
+    steps = {}
+    for node in walk(op.body):
+        if type(node) is not Binary or node.op not in ("floordiv", "floormod") \
+                or type(node.b) is not Const or not isinstance(node.b.value, int) \
+                or node.b.value < 2:
+            continue
+        aff = to_affine(node.a)
+        if aff is None or not aff.is_linear:
+            continue
+        for name, coeff in aff.as_dict().items():
+            if name in names and coeff % node.b.value:
+                steps[name] = math.lcm(steps.get(name, 1), node.b.value)
+    if not steps or math.prod(steps.values()) > MAX_RESIDUE_CLASSES:
+        return None
+    parts = []
+    for residues in itertools.product(*(range(s) for s in steps.values())):
+        mapping, axes, splits = {}, list(op.axes), []
+        for (name, step), residue in zip(steps.items(), residues):
+            k = names[name]
+            ax = op.axes[k]
+            extent = -(-(ax.extent.value - residue) // step)
+            if extent < 1:
+                break
+            mapping[name] = ax.var * step + residue
+            axes[k] = IterVar(ax.var, Const(0, ax.lo.dtype), Const(extent, ax.extent.dtype),
+                              ax.kind)
+            splits.append((k, step, residue))
+        else:
+            body = _CanonicalIndices()(_ExactDivisions()(substitute(op.body, mapping)))
+            label = "_".join(str(r) for r in residues)
+            parts.append(ResidueClass(compute_stage(f"{tensor.name}_r{label}", axes, body),
+                                      tuple(splits)))
+    return parts
+
+
+def split_axes(tensor):
+    """The compute stage ``tensor`` with each output axis ``v`` that appears as ``v // d``
+    (``d`` dividing its extent) split in two, ``v == d * v_g + v`` (``v_g`` before
+    ``v``, ``v`` now of extent ``d``), or None when there is none. The output's memory
+    is the same, read in row-major order (a grouped convolution's output channel ``ff``
+    is its group ``ff // (O/G)`` and the channel in it). The identity preserved:
+    ``split[..., g, f, ...] == tensor[..., d * g + f, ...]``.
+
+    >>> import tegrad as tg
+    >>> a = tg.placeholder((2,), name="a")
+    >>> t = tg.compute((6,), lambda i: a[i // 3] * 2.0, name="t")
+    >>> s = split_axes(t); str(s.op.body), s.shape
+    ('a[i_g] * 2.0', (2, 3))
+    """
+    op = tensor.op
+    if not isinstance(op, ComputeOp):
+        return None
+    extents = {ax.name: ax.extent.value for ax in op.axes}
+    divisors = {}
+    for node in walk(op.body):
+        if type(node) is Binary and node.op == "floordiv" and type(node.b) is Const \
+                and type(node.a) is Var and node.a.name in extents:
+            d, extent = node.b.value, extents[node.a.name]
+            if isinstance(d, int) and 1 < d < extent and extent % d == 0:
+                if divisors.setdefault(node.a.name, d) != d:
+                    return None
+    if not divisors:
+        return None
+    taken = {ax.name for ax in op.axes} | free_var_names(op.body)
+    axes, mapping, small = [], {}, {}
+    for ax in op.axes:
+        d = divisors.get(ax.name)
+        if d is None:
+            axes.append(ax)
+            continue
+        g_name = ax.name + "_g"
+        if g_name in taken:
+            return None
+        g = Var(g_name, ax.var.dtype)
+        axes += [IterVar(g, Const(0, ax.lo.dtype), Const(extents[ax.name] // d,
+                                                         ax.extent.dtype), ax.kind),
+                 IterVar(ax.var, Const(0, ax.lo.dtype), Const(d, ax.extent.dtype), ax.kind)]
+        mapping[ax.name] = g * d + ax.var
+        small[ax.name] = d
+    body = _ExactDivisions(small)(substitute(op.body, mapping))
+    return compute_stage(tensor.name, axes, body)
+
+
+class _ExactDivisions(IdentityMapper):
+    """``(d * e + c) // d`` as ``e + c // d`` and ``(d * e + c) % d`` as ``c % d`` (``d``
+    a positive constant dividing every coefficient: floor division's identity); with
+    ``small`` (variable name -> ``d`` for variables known to lie in ``[0, d)``), also
+    ``(d * e + f) // d`` as ``e`` and ``(d * e + f) % d`` as ``f``."""
+
+    def __init__(self, small=None):
+        self.small = small or {}
+
+    def finish(self, e, out):
+        if type(out) is not Binary or out.op not in ("floordiv", "floormod") \
+                or type(out.b) is not Const or not isinstance(out.b.value, int) \
+                or out.b.value < 1:
+            return out
+        d = out.b.value
+        aff = to_affine(out.a)
+        if aff is None or not aff.is_linear:
+            return out
+        rest = [n for n, c in aff.as_dict().items() if c % d]
+        if len(rest) == 1 and aff.as_dict()[rest[0]] == 1 and aff.constant == 0 \
+                and self.small.get(rest[0]) == d:
+            f = rest[0]
+            if out.op == "floormod":
+                return Var(f, out.dtype)
+            aff = aff - solver.Affine.var(f)
+        elif rest:
+            return out
+        if out.op == "floormod":
+            return Const(aff.constant % d, out.dtype)
+        quotient = solver.Affine.const(aff.constant // d)
+        for name, c in aff.as_dict().items():
+            quotient = quotient + solver.Affine.var(name) * (c // d)
+        return from_affine(quotient, out.dtype)
+
+
 # -- the matrix-product plan ---------------------------------------------------------
 
 
@@ -350,6 +862,20 @@ def _merge(axes, extents, stride_maps, order_by):
     for v in axes:
         extent *= extents[v]
     return extent, [strides.get(axes[-1], 0) for strides in stride_maps]
+
+
+def _contiguous_run(axes, extents, out):
+    """The axes of ``axes`` that, with the last (stride-1) one, make one row-major run of
+    the output (``out[outer] == out[inner] * extent[inner]``), outermost first."""
+    axes = sorted(axes, key=lambda v: -abs(out.get(v, 0)))
+    if not axes or out.get(axes[-1]) != 1:
+        return axes[-1:]
+    run = [axes[-1]]
+    for outer in reversed(axes[:-1]):
+        if out[outer] != out[run[0]] * extents[run[0]]:
+            break
+        run.insert(0, outer)
+    return run
 
 
 #: the most rows an offset table of a plan may have
@@ -394,10 +920,20 @@ def gemm_plan(c):
     elif innermost is not None and innermost not in n_axes:
         return None
     batch_axes = list(c.batch_axes)
-    n_merged = _merge(n_axes, ext, [b.strides, out], out)
+    # the n axes that are one run of C's columns with its stride-1 axis; the others are
+    # batch axes; B reads the run with one stride, or through a column offset table
+    n_group = _contiguous_run(n_axes, ext, out)
+    batch_axes += [v for v in n_axes if v not in n_group]
+    n_merged = _merge(n_group, ext, [b.strides, out], out)
+    n_offsets = None
     if n_merged is None:
-        batch_axes += [v for v in n_axes if v != innermost]
-        n_merged = _merge((innermost,), ext, [b.strides, out], out)
+        rows = _table(n_group, ext, [b.strides], out)
+        if rows is None:
+            batch_axes += [v for v in n_group if v != innermost]
+            n_merged = _merge((innermost,), ext, [b.strides, out], out)
+        else:
+            n_offsets = tuple(r[0] for r in rows)
+            n_merged = (len(rows), [0, 1])
     m_merged = _merge(m_axes, ext, [a.strides, out], out)
     if m_merged is None:
         longest = max(m_axes, key=lambda v: ext[v])
@@ -423,6 +959,6 @@ def gemm_plan(c):
         k_merged = (len(k_offsets), [0, 0])
     (batch, (ap, bp, cp)), (k, (ak, bk)) = batch_merged, k_merged
     spec = GemmSpec(c.dtype, batch, m, n, k, (ap, am, ak), (bp, bk, bn), (cp, cm, 1),
-                    k_offsets=k_offsets, batch_offsets=batch_offsets)
+                    k_offsets=k_offsets, batch_offsets=batch_offsets, n_offsets=n_offsets)
     return GemmPlan(spec, a.tensor, b.tensor, a.offset, b.offset, swapped, a.padding,
                     b.padding)

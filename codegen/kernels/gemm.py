@@ -65,8 +65,11 @@ class GemmSpec:
     Axes that are not one strided axis (a reduction over several axes whose strides do
     not merge, such as a convolution's channels and taps; several batch axes) are given
     by offset tables instead: ``k_offsets[k] = (a, b)``, the element offsets of reduction
-    index ``k`` in A and B (replacing ``k * a_strides[2]`` and ``k * b_strides[1]``), and
-    ``batch_offsets[p] = (a, b, c)`` (replacing ``p * strides[0]``).
+    index ``k`` in A and B (replacing ``k * a_strides[2]`` and ``k * b_strides[1]``),
+    ``batch_offsets[p] = (a, b, c)`` (replacing ``p * strides[0]``), and ``n_offsets[j]``,
+    the element offset of column ``j`` in B (replacing ``j * b_strides[2]``: columns that
+    are contiguous in C but not one strided axis of B, such as a convolution's output rows
+    and columns in its padded input).
     """
 
     dtype: str
@@ -79,6 +82,7 @@ class GemmSpec:
     c_strides: tuple
     k_offsets: Optional[tuple] = None
     batch_offsets: Optional[tuple] = None
+    n_offsets: Optional[tuple] = None
 
     def __post_init__(self):
         if self.dtype not in _ELEMENT:
@@ -90,6 +94,8 @@ class GemmSpec:
             raise ShapeError("gemm: the output's column axis must have stride 1")
         if self.k_offsets is not None and len(self.k_offsets) != self.k:
             raise ShapeError(f"gemm: {len(self.k_offsets)} reduction offsets for k={self.k}")
+        if self.n_offsets is not None and len(self.n_offsets) != self.n:
+            raise ShapeError(f"gemm: {len(self.n_offsets)} column offsets for n={self.n}")
         if self.batch_offsets is not None and len(self.batch_offsets) != self.batch:
             raise ShapeError(f"gemm: {len(self.batch_offsets)} batch offsets for "
                              f"batch={self.batch}")
@@ -136,7 +142,9 @@ class GemmSpec:
             return sum(min(p) for p in parts), sum(max(p) for p in parts)
 
         a = [offsets(0, "batch"), [0, (self.m - 1) * self.a_strides[1]], offsets(0, "k")]
-        b = [offsets(1, "batch"), offsets(1, "k"), [0, (self.n - 1) * self.b_strides[2]]]
+        b_n = list(self.n_offsets) if self.n_offsets is not None else \
+            [0, (self.n - 1) * self.b_strides[2]]
+        b = [offsets(1, "batch"), offsets(1, "k"), b_n]
         c = [offsets(2, "batch"), [0, (self.m - 1) * self.c_strides[1]],
              [0, self.n - 1]]
         return span(a), span(b), span(c)
@@ -194,24 +202,30 @@ class _GemmEmitter:
 
     # -- the micro-kernel -------------------------------------------------------------
 
+    def shared_name(self, what):
+        """The name of a function every gemm of the module with this dtype and register
+        blocking shares (strides are its arguments: one copy to compile)."""
+        return f"tegrad.gemm.{what}.{self.spec.dtype}.vl{self.blk.vl}.nr{self.blk.nr}"
+
     def emit_micro(self, mr):
-        """``micro(a, bp, c, kc, accumulate, n_valid, koff)``: ``C[r, :n_valid] (+)= sum_k
-        a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr`` (``a[r*sam + koff[k]]``
-        with a reduction offset table)."""
+        """``micro(a, bp, c, kc, accumulate, n_valid, koff, sam, sak, scm)``: ``C[r*scm +
+        :n_valid] (+)= sum_k a[r*sam + k*sak] * bp[k*NR : (k+1)*NR]`` for ``r < mr``
+        (``a[r*sam + koff[k]]`` with a reduction offset table)."""
         blk, spec = self.blk, self.spec
+        name = self.shared_name(f"micro{mr}.{'ktable' if spec.k_offsets else 'kstride'}")
+        if name in self.module.globals:
+            return self.module.globals[name]
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64,
-                                               I64.as_pointer()])
-        fn = ir.Function(self.module, fnty, name=f"{self.name}.micro{mr}")
+                                               I64.as_pointer(), I64, I64, I64])
+        fn = ir.Function(self.module, fnty, name=name)
         fn.linkage = "internal"
         # One call per KC-long reduction costs nothing; inlined copies cost compile time.
         fn.attributes.add("noinline")
         for arg in fn.args[:3]:
             arg.add_attribute("noalias")
-        a, bp, c, kc, accumulate, n_valid, koff = fn.args
+        a, bp, c, kc, accumulate, n_valid, koff, sam, sak, scm = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         nv = blk.nr // blk.vl
-        sam, sak = spec.a_strides[1], spec.a_strides[2]
-        scm = spec.c_strides[1]
         zero = ir.Constant(self.vty, [0.0] * blk.vl)
         pre = b.block
         head = fn.append_basic_block("k.head")
@@ -232,12 +246,12 @@ class _GemmEmitter:
                                  self.vty.as_pointer()), align=self.vty_align)
                 for v in range(nv)]
         if self.spec.k_offsets is None:
-            acol = b.gep(a, [b.mul(k, i64(sak))], inbounds=True)
+            acol = b.gep(a, [b.mul(k, sak)], inbounds=True)
         else:
             acol = b.gep(a, [b.load(b.gep(koff, [k], inbounds=True))], inbounds=True)
         new = []
         for r in range(mr):
-            x = b.load(b.gep(acol, [i64(r * sam)], inbounds=True), align=self.esize)
+            x = b.load(b.gep(acol, [b.mul(i64(r), sam)], inbounds=True), align=self.esize)
             xs = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, i32(0))
             xs = b.shuffle_vector(xs, ir.Constant(self.vty, ir.Undefined),
                                   ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
@@ -270,7 +284,7 @@ class _GemmEmitter:
         blk = self.blk
         lanes = ir.Constant(ir.VectorType(I64, blk.vl), list(range(blk.vl)))
         for r, row in enumerate(acc):
-            crow = b.gep(c, [i64(r * scm)], inbounds=True)
+            crow = b.gep(c, [b.mul(i64(r), scm)], inbounds=True)
             for v, value in enumerate(row):
                 ptr = b.bitcast(b.gep(crow, [i64(v * blk.vl)], inbounds=True),
                                 self.vty.as_pointer())
@@ -294,23 +308,35 @@ class _GemmEmitter:
     # -- packing ----------------------------------------------------------------------
 
     def emit_pack(self):
-        """``pack(bsrc, bp, kc, nc, koff)``: strips of NR columns, ``bp[(s*kc + k)*NR + jj]
-        = B[k, s*NR + jj]``, zero past ``nc`` columns (row ``k`` at ``koff[k]`` with a
-        reduction offset table)."""
+        """``pack(bsrc, bp, kc, nc, koff, noff, sbk, sbn)``: strips of NR columns,
+        ``bp[(s*kc + k)*NR + jj] = B[k*sbk + (s*NR + jj)*sbn]``, zero past ``nc`` columns
+        (row ``k`` at ``koff[k]`` with a reduction offset table, column ``j`` at ``noff[j]``
+        with a column offset table)."""
         blk, spec = self.blk, self.spec
-        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer()])
-        fn = ir.Function(self.module, fnty, name=f"{self.name}.pack")
+        name = self.shared_name(f"pack.{'ktable' if spec.k_offsets else 'kstride'}."
+                                f"{'ntable' if spec.n_offsets else 'nstride'}")
+        if name in self.module.globals:
+            return self.module.globals[name]
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer(),
+                                               I64.as_pointer(), I64, I64])
+        fn = ir.Function(self.module, fnty, name=name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")
-        src, dst, kc, nc, koff = fn.args
+        src, dst, kc, nc, koff, noff, sbk, sbn = fn.args
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
-        sbk, sbn = spec.b_strides[1], spec.b_strides[2]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
         with counted_loop(b, i64(0), strips, name="s") as s:
             cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
-            strip_src = b.gep(src, [b.mul(s, i64(blk.nr * sbn))], inbounds=True)
+            if spec.n_offsets is None:
+                strip_src = b.gep(src, [b.mul(s, b.mul(i64(blk.nr), sbn))], inbounds=True)
+            else:
+                strip_src = src
+                strip_noff = b.gep(noff, [b.mul(s, i64(blk.nr))], inbounds=True)
+                # this strip's column offsets, loaded once per strip (not per row)
+                col_at = [b.load(b.gep(strip_noff, [smin(b, i64(jj), b.sub(cols, i64(1)))],
+                                       inbounds=True)) for jj in range(blk.nr)]
             strip_dst = b.gep(dst, [b.mul(b.mul(s, kc), i64(blk.nr))], inbounds=True)
             full = fn.append_basic_block("full")
             partial = fn.append_basic_block("partial")
@@ -320,7 +346,7 @@ class _GemmEmitter:
                 b.position_at_end(block)
                 with counted_loop(b, i64(0), kc, name="k") as k:
                     if spec.k_offsets is None:
-                        k_at = b.mul(k, i64(sbk))
+                        k_at = b.mul(k, sbk)
                     else:
                         k_at = b.load(b.gep(koff, [k], inbounds=True))
                     row_src = b.gep(strip_src, [k_at], inbounds=True)
@@ -328,9 +354,12 @@ class _GemmEmitter:
                     for jj in range(blk.nr):
                         target = b.gep(row_dst, [i64(jj)], inbounds=True)
                         # Past the last column: read the last one (in bounds), store 0.
-                        col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
-                        value = b.load(b.gep(row_src, [b.mul(col, i64(sbn))], inbounds=True),
-                                       align=self.esize)
+                        if spec.n_offsets is None:
+                            col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
+                            col = b.mul(col, sbn)
+                        else:
+                            col = col_at[jj]
+                        value = b.load(b.gep(row_src, [col], inbounds=True), align=self.esize)
                         if guarded:
                             value = b.select(b.icmp_signed("<", i64(jj), cols), value,
                                              self.const(0.0))
@@ -342,19 +371,24 @@ class _GemmEmitter:
 
     # -- macro-loops and the entry point ----------------------------------------------
 
-    def table(self, what, rows):
-        """An internal constant ``[n x [w x i64]]`` of offset rows (made once)."""
+    def table(self, what, values):
+        """An ``i64*`` to an internal constant array of ``values`` (made once).
+
+        Written as one byte string in little-endian order (the targets this package
+        supports): llvmlite formats a byte string at once, but an ``i64`` array element
+        by element, which for a convolution's tables costs more than compiling them.
+        """
         name = f"{self.name}.{what}_offsets"
-        existing = self.module.globals.get(name)
-        if existing is not None:
-            return existing
-        row_ty = ir.ArrayType(I64, len(rows[0]))
-        ty = ir.ArrayType(row_ty, len(rows))
-        g = ir.GlobalVariable(self.module, ty, name=name)
-        g.linkage = "internal"
-        g.global_constant = True
-        g.initializer = ir.Constant(ty, [ir.Constant(row_ty, list(r)) for r in rows])
-        return g
+        g = self.module.globals.get(name)
+        if g is None:
+            data = bytearray(np.asarray(values, dtype="<i8").tobytes())
+            ty = ir.ArrayType(ir.IntType(8), len(data))
+            g = ir.GlobalVariable(self.module, ty, name=name)
+            g.linkage = "internal"
+            g.global_constant = True
+            g.align = 8
+            g.initializer = ir.Constant(ty, data)
+        return g.bitcast(I64.as_pointer())
 
     def k_table(self, b, operand, k0):
         """A pointer to operand ``operand``'s reduction offsets from ``k0`` (a null
@@ -362,10 +396,14 @@ class _GemmEmitter:
         spec = self.spec
         if spec.k_offsets is None:
             return ir.Constant(I64.as_pointer(), None)
-        column = [row[operand] for row in spec.k_offsets]
-        table = self.table(f"k{operand}", [[v] for v in column])
-        first = b.gep(table, [i32(0), k0, i32(0)], inbounds=True)
-        return first
+        table = self.table(f"k{operand}", [row[operand] for row in spec.k_offsets])
+        return b.gep(table, [k0], inbounds=True)
+
+    def n_table(self, b, n0):
+        """A pointer to B's column offsets from ``n0`` (a null pointer without a table)."""
+        if self.spec.n_offsets is None:
+            return ir.Constant(I64.as_pointer(), None)
+        return b.gep(self.table("n", self.spec.n_offsets), [n0], inbounds=True)
 
     def ctx_type(self):
         return ir.LiteralStructType([self.eptr, self.eptr, self.eptr, I32])
@@ -412,8 +450,8 @@ class _GemmEmitter:
                 at = [b.mul(p, i64(strides[0]))
                       for strides in (spec.a_strides, spec.b_strides, spec.c_strides)]
             else:
-                table = self.table("batch", spec.batch_offsets)
-                at = [b.load(b.gep(table, [i32(0), p, i32(j)], inbounds=True))
+                table = self.table("batch", [v for row in spec.batch_offsets for v in row])
+                at = [b.load(b.gep(table, [b.add(b.mul(p, i64(3)), i64(j))], inbounds=True))
                       for j in range(3)]
             a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
                              for base, off in zip((a_base, b_base, c_base), at))
@@ -422,9 +460,12 @@ class _GemmEmitter:
                 accumulate = b.icmp_signed(">", k0, i64(0))
                 with counted_loop(b, i64(0), i64(spec.n), blk.nc, name="n0") as n0:
                     nc = smin(b, i64(blk.nc), b.sub(i64(spec.n), n0))
+                    b_n_stride = spec.b_strides[2] if spec.n_offsets is None else 0
                     src = b.gep(b_p, [b.add(b.mul(k0, i64(b_k_stride)),
-                                            b.mul(n0, i64(spec.b_strides[2])))], inbounds=True)
-                    b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0)])
+                                            b.mul(n0, i64(b_n_stride)))], inbounds=True)
+                    b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0),
+                                  self.n_table(b, n0), i64(spec.b_strides[1]),
+                                  i64(spec.b_strides[2])])
                     with counted_loop(b, lo, hi, name="rb") as rb:
                         m0 = b.mul(rb, i64(blk.mr))
                         a_blk = b.gep(a_p, [b.add(b.mul(m0, i64(spec.a_strides[1])),
@@ -438,7 +479,8 @@ class _GemmEmitter:
                             args = [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
                                     b.gep(c_row, [j0], inbounds=True), kc, accumulate,
                                     smin(b, i64(blk.nr), b.sub(nc, j0)),
-                                    self.k_table(b, 0, k0)]
+                                    self.k_table(b, 0, k0), i64(spec.a_strides[1]),
+                                    i64(spec.a_strides[2]), i64(spec.c_strides[1])]
                             if micro_tail is None:
                                 b.call(micro_full, args)
                             else:

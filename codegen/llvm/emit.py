@@ -38,6 +38,7 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import children
 from tegrad.ir.reduction import sum as _SUM
+from tegrad.codegen.kernels.gemm import emit_gemm
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
@@ -93,6 +94,10 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     argument arrays and the other buffers' pointers in ``storage``: a call from Python
     then passes two arguments and builds no pointer array. It first checks that no output
     overlaps another argument (see :func:`overlap_pairs`).
+
+    ``threads`` is the most threads a :class:`MatrixProduct` runs on (None: every core this
+    process may use); the module then calls the thread pool's ``tegrad_parallel_for``,
+    which the JIT resolves to the process's pool.
     """
     km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads)).run()
     if python_abi is not None:
@@ -168,6 +173,8 @@ class _KernelEmitter:
         #: the failure path of the parallel task being emitted (None: the kernel's)
         self.task = None
         self.tasks = 0
+        #: the gemm function emitted for each distinct spec
+        self.gemms = {}
         # never the name of a C function the kernel may call (a kernel named "exp")
         self.symbol = f"tegrad.{kernel.name}"
         self.module = ir.Module(name=kernel.name)
@@ -638,6 +645,21 @@ def _check(em, s):
     em.fail_unless(ok, s.error, s.tensor, s.message)
 
 
+def _matrix_product(em, s):
+    """A call of the gemm kernel emitted for ``s.spec`` (once per spec per module)."""
+    fn = em.gemms.get(s.spec)
+    if fn is None:
+        fn = emit_gemm(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}")
+        em.gemms[s.spec] = fn
+    bld = em.builder
+    args = [bld.gep(em.pointers[buf], [ir.Constant(I64, off)], inbounds=True,
+                    source_etype=memory_type(buf.dtype))
+            for buf, off in ((s.a, s.a_offset), (s.b, s.b_offset), (s.c, s.c_offset))]
+    status = bld.call(fn, args + [ir.Constant(I32, em.threads)])
+    ok = bld.icmp_signed("==", status, ir.Constant(I32, 0))
+    em.fail_unless(ok, "out_of_memory", s.c.name)
+
+
 STMT_LOWERINGS = {
     _n.For: _for,
     _n.Block: _block,
@@ -647,6 +669,7 @@ STMT_LOWERINGS = {
     _n.Let: _let,
     _n.Allocate: _allocate,
     _n.Check: _check,
+    _n.MatrixProduct: _matrix_product,
 }
 
 __all__ = ["KernelModule", "emit_kernel", "EXPR_LOWERINGS", "STMT_LOWERINGS",

@@ -35,7 +35,7 @@ from tegrad.reference.evaluator import ExprEvaluator
 from tegrad.codegen.loops.mapper import stmt_children
 from tegrad.codegen.loops.printer import format_expr
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Load,
-                                        Store)
+                                        MatrixProduct, Store)
 
 
 class _LoadEvaluator(ExprEvaluator):
@@ -75,7 +75,8 @@ class Interpreter(Dispatcher):
 
     _method_names = {Block: "run_Block", For: "run_For", Let: "run_Let", If: "run_If",
                      Store: "run_Store", Accumulate: "run_Accumulate",
-                     Allocate: "run_Allocate", Check: "run_Check"}
+                     Allocate: "run_Allocate", Check: "run_Check",
+                     MatrixProduct: "run_MatrixProduct"}
 
     def __init__(self, memory):
         self.memory = memory
@@ -151,10 +152,41 @@ class Interpreter(Dispatcher):
         finally:
             del self.memory[s.buffer]
 
+    def run_MatrixProduct(self, s, env):
+        """Counted as its loop nest would be: a store per output element, an update per
+        term of each sum."""
+        spec = s.spec
+        a_at, b_at, c_at = matrix_product_indices(spec)
+        a = self.memory[s.a].reshape(-1)[a_at + s.a_offset]
+        b = self.memory[s.b].reshape(-1)[b_at + s.b_offset]
+        self.memory[s.c].reshape(-1)[c_at + s.c_offset] = np.matmul(a, b)
+        self.iterations += spec.batch * spec.m * spec.n * (1 + spec.k)
+
     def run_Check(self, s, env):
         if not bool(self.value(s.cond, env)):
             error = OutOfBoundsError if s.error == "index_out_of_range" else TegradError
             raise error(f"{s.message} (check {format_expr(s.cond)})")
+
+
+def matrix_product_indices(spec):
+    """Element offsets ``(a, b, c)`` of a :class:`MatrixProduct`'s operands, as arrays of
+    shapes ``(batch, m, k)``, ``(batch, k, n)`` and ``(batch, m, n)``."""
+    p, i, j, k = (np.arange(n, dtype=np.int64) for n in (spec.batch, spec.m, spec.n, spec.k))
+    if spec.batch_offsets is None:
+        pa, pb, pc = (p * s[0] for s in (spec.a_strides, spec.b_strides, spec.c_strides))
+    else:
+        pa, pb, pc = (np.array([row[x] for row in spec.batch_offsets], dtype=np.int64)
+                      for x in range(3))
+    if spec.k_offsets is None:
+        ka, kb = k * spec.a_strides[2], k * spec.b_strides[1]
+    else:
+        ka, kb = (np.array([row[x] for row in spec.k_offsets], dtype=np.int64) for x in range(2))
+    a = pa[:, None, None] + (i * spec.a_strides[1])[None, :, None] + ka[None, None, :]
+    bj = j * spec.b_strides[2] if spec.n_offsets is None else \
+        np.array(spec.n_offsets, dtype=np.int64)
+    b = pb[:, None, None] + kb[None, :, None] + bj[None, None, :]
+    c = pc[:, None, None] + (i * spec.c_strides[1])[None, :, None] + j[None, None, :]
+    return a, b, c
 
 
 def run(kernel, inputs):

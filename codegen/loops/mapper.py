@@ -22,7 +22,7 @@ from tegrad.ir.expr import Var
 from tegrad.ir.mapper import ChildrenMapper, Dispatcher, IdentityMapper, Substitutor
 
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Load,
-                                        Store)
+                                        MatrixProduct, Store)
 
 
 class LoadChildren(ChildrenMapper):
@@ -108,7 +108,7 @@ class StmtMapper(Dispatcher):
 
     _method_names = {For: "map_for", Block: "map_block", If: "map_if", Store: "map_store",
                      Accumulate: "map_accumulate", Let: "map_let", Allocate: "map_allocate",
-                     Check: "map_check"}
+                     Check: "map_check", MatrixProduct: "map_matrix_product"}
 
     def __init__(self, expr=None):
         self.expr = expr if expr is not None else (lambda e: e)
@@ -160,6 +160,10 @@ class StmtMapper(Dispatcher):
     def map_check(self, s):
         cond = self.expr(s.cond)
         return s if cond is s.cond else Check(cond, s.error, s.tensor, s.indexed, s.stage)
+
+
+    def map_matrix_product(self, s):
+        return s  # no expressions: buffers, offsets and the spec are constants
 
 
 def substitute_stmt(s, mapping):

@@ -209,6 +209,34 @@ def check_message(error, tensor, indexed="", stage=""):
     return f"{tensor!r}: run-time check {error!r} failed{where}"
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class MatrixProduct(Stmt):
+    """``C[p, i, j] = sum_k A[p, i, k] * B[p, k, j]`` as ``spec`` (a
+    :class:`tegrad.codegen.kernels.gemm.GemmSpec`) describes it: extents, element strides
+    and offset tables, each operand starting at its element offset into its buffer (seen
+    as a flat array). Overwrites every element of ``C`` the spec reaches; the backend runs
+    it on the register-blocked gemm kernel with up to ``threads`` threads, whose results
+    do not depend on the thread count.
+    """
+
+    spec: object
+    c: Buffer
+    a: Buffer
+    b: Buffer
+    c_offset: int = 0
+    a_offset: int = 0
+    b_offset: int = 0
+
+    def __post_init__(self):
+        (alo, ahi), (blo, bhi), (clo, chi) = self.spec.spans()
+        for what, buf, off, lo, hi in (("A", self.a, self.a_offset, alo, ahi),
+                                       ("B", self.b, self.b_offset, blo, bhi),
+                                       ("C", self.c, self.c_offset, clo, chi)):
+            if buf.dtype != self.spec.dtype or off + lo < 0 or off + hi >= buf.size:
+                raise ValueError(f"matrix product: {what} ({buf!r} at element {off}) does "
+                                 f"not hold the {self.spec.dtype} elements the spec reaches")
+
+
 #: the run-time errors a :class:`Check` can report
 ERROR_KINDS = ("index_out_of_range", "division_by_zero")
 

@@ -18,7 +18,7 @@ from tegrad.ir.printer import ATOM, ExprText
 
 from tegrad.codegen.loops.mapper import LOAD_CHILDREN
 from tegrad.codegen.loops.nodes import (TEXT, Accumulate, Allocate, Block, Check, For, If, Kernel,
-                                        Let, Load, Store)
+                                        Let, Load, MatrixProduct, Store)
 
 _INDENT = "  "
 
@@ -95,8 +95,40 @@ def _lines(s, p, depth, out):
     elif t is Check:
         where = "".join(f", {n!r}" for n in (s.indexed, s.stage) if n)
         out.append(f"{pad}check({p.text(s.cond)}, {s.error}, {s.tensor!r}{where});")
+    elif t is MatrixProduct:
+        out.append(f"{pad}{format_matrix_product(s)};")
     else:
         raise TypeError(f"cannot print the statement {s!r}")
+
+
+def format_matrix_product(s):
+    """One line: the product's operands (buffer + element offset), extents and strides.
+
+    >>> from tegrad.codegen.kernels.gemm import GemmSpec
+    >>> from tegrad.codegen.loops.nodes import Buffer
+    >>> A, B = Buffer("A", (2, 3), "float32", "input"), Buffer("B", (3, 4), "float32", "input")
+    >>> C = Buffer("C", (2, 4), "float32", "output")
+    >>> format_matrix_product(MatrixProduct(GemmSpec.dense("float32", 2, 4, 3), C, A, B))
+    'C = gemm(A, B; batch 1, m 2, n 4, k 3; strides A (6, 3, 1), B (12, 4, 1), C (8, 4, 1))'
+    """
+    spec = s.spec
+
+    def at(buf, off):
+        return buf.name if not off else f"{buf.name} + {off}"
+
+    def tables():
+        parts = []
+        if spec.k_offsets is not None:
+            parts.append(f"k offsets [{len(spec.k_offsets)}]")
+        if getattr(spec, "n_offsets", None) is not None:
+            parts.append(f"n offsets [{len(spec.n_offsets)}]")
+        if spec.batch_offsets is not None:
+            parts.append(f"batch offsets [{len(spec.batch_offsets)}]")
+        return "; " + ", ".join(parts) if parts else ""
+
+    return (f"{at(s.c, s.c_offset)} = gemm({at(s.a, s.a_offset)}, {at(s.b, s.b_offset)}; "
+            f"batch {spec.batch}, m {spec.m}, n {spec.n}, k {spec.k}; strides "
+            f"A {spec.a_strides}, B {spec.b_strides}, C {spec.c_strides}{tables()})")
 
 
 def format_stmt(s, depth=0):

@@ -29,6 +29,7 @@ from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
 from tegrad.ir.tensor import Tensor
 
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
+from tegrad.codegen.lower.contraction import contraction_plan, lower_contraction
 from tegrad.codegen.lower.expr import Names, StageContext
 from tegrad.codegen.lower.inline import inline_read_once
 from tegrad.codegen.lower.stage import copy_loops, lower_stage
@@ -47,8 +48,12 @@ def prepare(outputs):
     return inline_read_once(_tensor_list(outputs, "outputs"))
 
 
-def lower_program(inputs, outputs, *, name="kernel"):
-    """The kernel computing ``outputs`` from ``inputs`` (placeholders), see module doc."""
+def lower_program(inputs, outputs, *, name="kernel", contractions=False):
+    """The kernel computing ``outputs`` from ``inputs`` (placeholders), see module doc.
+
+    With ``contractions``, every stage that is a contraction with a gemm plan becomes a
+    call of the gemm kernel (:mod:`.contraction`) instead of its loop nest.
+    """
     inputs = _tensor_list(inputs, "inputs")
     outputs = _tensor_list(outputs, "outputs")
     for t in inputs:
@@ -76,6 +81,10 @@ def lower_program(inputs, outputs, *, name="kernel"):
     order = topological_order(prepared)
     in_place = _accumulated_in_place(order, buffers)
     temps, stmts = [], []
+    padded = {}  # zero-padded copies of buffers, made once for every contraction
+    def new_temp(base, shape, dtype):
+        temps.append(Buffer(names.fresh(base), tuple(shape), dtype, "temp"))
+        return temps[-1]
 
     def buffer_of(t):
         if id(t) not in buffers:
@@ -94,7 +103,11 @@ def lower_program(inputs, outputs, *, name="kernel"):
             continue
         buf = buffer_of(t)
         ctx = StageContext(buffers, names, t.name)
-        stmts.append(lower_stage(t, buf, ctx, fill=id(t) not in in_place))
+        found = contraction_plan(t) if contractions else None
+        if found is not None:
+            stmts.append(lower_contraction(t, buf, ctx, found, new_temp, padded))
+        else:
+            stmts.append(lower_stage(t, buf, ctx, fill=id(t) not in in_place))
     temps.sort(key=lambda b: b.name)
     # one top-level statement per stage (schedules find stages there)
     stmts = [s for s in stmts + copies if s is not None]

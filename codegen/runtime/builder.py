@@ -83,10 +83,11 @@ def build(inputs, outputs, *, threads=None, name=None):
     (its gradients), or a list mixing them. Returns a :class:`CompiledFunction`: call it
     with one array per input; it returns a list of arrays, one per output (a list even
     for one output, so that a training step unpacks the same way whatever it returns).
-    ``threads`` is the number of threads parallel loops use (None: every usable core;
-    1: none but the caller's); it is part of the cache key. Each stage's outer loop runs
-    in parallel when its iterations are independent and its work pays for a fork-join
-    (see :mod:`tegrad.codegen.schedule.parallel`); results do not depend on ``threads``.
+    ``threads`` is the number of threads parallel loops and contractions (stages run on
+    the gemm kernel) use (None: every usable core; 1: none but the caller's); it is part
+    of the cache key. Each stage's outer loop runs in parallel when its iterations are
+    independent and its work pays for a fork-join (see
+    :mod:`tegrad.codegen.schedule.parallel`); results do not depend on ``threads``.
     ``name`` names the kernel (default: from the outputs' names).
 
     >>> import numpy as np, tegrad as tg
@@ -113,7 +114,7 @@ def build(inputs, outputs, *, threads=None, name=None):
     with _lock:
         executable = _executables.get(key)
     if executable is None:
-        kernel = lower_program(inputs, outputs, name=kernel_name)
+        kernel = lower_program(inputs, outputs, name=kernel_name, contractions=True)
         kernel = parallelize_stages(kernel, threads=threads)
         executable = Executable(kernel, threads=threads)
         with _lock:

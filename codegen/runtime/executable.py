@@ -65,6 +65,9 @@ def status_error(kind, tensor, message=None):
     if kind == "index_out_of_range":
         return OutOfBoundsError(message or f"{tensor!r}: a data-dependent index is out of "
                                 f"bounds (an index read from data addresses outside the tensor)")
+    if kind == "out_of_memory":
+        return MemoryError(f"{tensor!r}: the matrix product's packing buffer could not be "
+                           f"allocated")
     if kind == "division_by_zero":
         return TegradError(message or f"{tensor!r}: integer division or modulo by zero")
     return TegradError(message or f"{tensor!r}: run-time check {kind!r} failed")

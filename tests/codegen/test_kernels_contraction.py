@@ -167,9 +167,11 @@ def test_unpadded_conv2d_runs_as_a_gemm_with_offset_tables(stride, dilation, gro
         assert c is None
         return
     c, plan = check_plan(t, feeds(x, w, seed=stride), 1e-4 if dtype == "float32" else 1e-12)
-    # the output's stride-1 axis xx is read by x: x is the packed operand, w broadcast
-    assert plan.swapped and plan.lhs is w and plan.spec.n == t.shape[3]
-    assert plan.spec.k_offsets is not None and plan.spec.batch_offsets is not None
+    # the output's stride-1 axis xx is read by x: x is the packed operand, w broadcast;
+    # the output's rows and columns are one run of C's columns, read from x by a table
+    assert plan.swapped and plan.lhs is w and plan.spec.n == t.shape[2] * t.shape[3]
+    assert plan.spec.k_offsets is not None and plan.spec.n_offsets is not None
+    assert plan.spec.batch == t.shape[0] and plan.spec.batch_offsets is None
 
 
 @pytest.mark.parametrize("make", [

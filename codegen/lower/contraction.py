@@ -1,0 +1,183 @@
+"""A contraction stage as a call of the gemm kernel: :func:`lower_contraction`.
+
+A compute stage with a :func:`~tegrad.codegen.kernels.contraction.gemm_plan` becomes
+
+- per zero-padded operand (conv2d's padding): a ``temp`` buffer of the padded shape,
+  filled by a loop nest (``pad[x] = src[x - low]`` inside, ``0`` around);
+- one :class:`~tegrad.codegen.loops.nodes.MatrixProduct` writing the reduced values
+  (into the output buffer, or a temp of the reduction's dtype when it differs);
+- for an epilogue (``dense``'s bias, any function of the reduced value and the output
+  axes): a loop nest over the output, ``out[x] = epilogue(acc[x], x)``.
+
+So it computes ``out[x] = epilogue(sum_k a(x, k) * b(x, k))``, the stage's value, with
+the sum in the gemm kernel's order. A stage that is no contraction as written may be
+one seen with an output axis split in two (a grouped convolution's channels: the same
+memory), or be one per residue class of its strided output axes (a strided
+convolution's data gradient: each class computed into a temp, then copied); see
+:func:`contraction_plan`.
+
+>>> import tegrad as tg
+>>> from tegrad.codegen.lower.program import lower_program
+>>> from tegrad.codegen.loops.printer import format_kernel
+>>> a = tg.placeholder((8, 3), name="a"); b = tg.placeholder((3, 5), name="b")
+>>> print(format_kernel(lower_program([a, b], [tg.ops.matmul(a, b)], name="mm",
+...                                   contractions=True)))
+kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
+  matmul = gemm(a, b; batch 1, m 8, n 5, k 3; strides A (0, 3, 1), B (0, 5, 1), C (0, 5, 1));
+}
+"""
+from __future__ import annotations
+
+from tegrad.ir.expr import And, Compare, Const, Read, Var
+from tegrad.ir.mapper import substitute
+from tegrad.ir.tensor import compute_stage, placeholder
+
+from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
+                                                residue_classes, split_axes)
+from tegrad.codegen.loops.mapper import block
+from tegrad.codegen.loops.nodes import If, Load, MatrixProduct, Store
+from tegrad.codegen.lower.nest import INDEX, const
+from tegrad.codegen.lower.stage import box_loops, lower_compute
+
+
+def _plan_of(t):
+    """``(contraction, plan)`` of the stage ``t``, or None."""
+    c = detect_contraction(t)
+    if c is None:
+        return None
+    plan = gemm_plan(c)
+    return None if plan is None else (c, plan)
+
+
+def contraction_plan(t):
+    """How ``t``'s stage runs on the gemm kernel, or None: ``[(stage, splits, contraction,
+    plan), ...]``, the stage itself (``splits == ()``), or each of its residue classes
+    (:func:`~tegrad.codegen.kernels.contraction.residue_classes`, a strided
+    convolution's data gradient) when one has a plan (the others' contraction and plan
+    are None: they run as loops)."""
+    found = _plan_of(t)
+    if found is not None:
+        return [(t, ()) + found]
+    split = split_axes(t)
+    found = None if split is None else _plan_of(split)
+    if found is not None and found[0].epilogue is None and found[0].dtype == t.dtype:
+        # the same memory, seen with the split axes: the product writes it directly
+        return [(split, ()) + found]
+    parts = residue_classes(t)
+    if not parts:
+        return None
+    out = [(part.stage, part.splits) + (_plan_of(part.stage) or (None, None))
+           for part in parts]
+    return out if any(plan is not None for _, _, _, plan in out) else None
+
+
+def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
+    """Statements computing the contraction stage ``t`` into ``buf`` with its plan.
+
+    ``found`` is :func:`contraction_plan`'s result; ``new_temp(base, shape, dtype)``
+    returns a fresh ``temp`` buffer of the kernel; ``padded`` (a dict the caller keeps
+    for the kernel) remembers the zero-padded copies made, for later stages to reuse. A
+    residue class is computed into a temp, then copied to its elements of ``buf``
+    (``axis == step * q + residue``).
+    """
+    padded = {} if padded is None else padded
+    if len(found) == 1 and not found[0][1]:
+        return _lower_plan(found[0][0], buf, ctx, found[0][2:], new_temp, padded)
+    stmts = []
+    for stage, splits, c, plan in found:
+        part = new_temp(stage.name, stage.shape, buf.dtype)
+        stmts.append(lower_compute(stage, part, ctx) if plan is None else
+                     _lower_plan(stage, part, ctx, (c, plan), new_temp, padded))
+        variables = [Var(ctx.names.fresh(f"q{d}"), INDEX) for d in range(len(stage.shape))]
+        target = list(variables)
+        for k, step, residue in splits:
+            target[k] = variables[k] * step + const(residue) if residue else \
+                variables[k] * step
+        stmts.append(box_loops(variables, stage.shape,
+                               Store(buf, tuple(target), Load(part, tuple(variables)))))
+    return block(stmts)
+
+
+def _lower_plan(t, buf, ctx, found, new_temp, padded):
+    c, plan = found
+    stmts = []
+    operands = []
+    for tensor, padding in ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding)):
+        if tensor is c.ones:
+            operands.append(_ones(tensor, padding, stmts, ctx, new_temp, padded))
+            continue
+        src = ctx.buffers[id(tensor)]
+        if padding and (src, padding) in padded:
+            src = padded[src, padding]
+        elif padding:
+            shape = tuple(d + lo + hi for d, (lo, hi) in zip(tensor.shape, padding))
+            copy = new_temp(f"{src.name}_padded", shape, src.dtype)
+            stmts.append(_pad_loops(copy, src, padding, ctx))
+            padded[src, padding] = copy
+            src = copy
+        operands.append(src)
+    # The epilogue reads each reduced value once, where it writes its result.
+    acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape, c.dtype)
+    stmts.append(MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
+                               plan.lhs_offset, plan.rhs_offset))
+    if c.epilogue is not None or acc is not buf:
+        stmts.append(_epilogue(t, c, acc, buf, ctx))
+    return block(stmts)
+
+
+def _ones(tensor, padding, stmts, ctx, new_temp, padded):
+    """A temp of ones of ``tensor``'s shape, with zeros around it by ``padding`` (made
+    once per kernel; its fill appended to ``stmts``)."""
+    key = ("ones", tensor.shape, tensor.dtype, padding)
+    if key not in padded:
+        shape = tuple(d + lo + hi for d, (lo, hi) in zip(tensor.shape, padding)) \
+            if padding else tensor.shape
+        buf = padded[key] = new_temp("ones", shape, tensor.dtype)
+        variables = [Var(ctx.names.fresh(f"o{d}"), INDEX) for d in range(len(shape))]
+        one = Store(buf, tuple(variables), Const(1, buf.dtype))
+        cond = None
+        for v, (lo, hi), extent in zip(variables, padding or (), shape):
+            for term in ([Compare("ge", v, const(lo))] if lo else []) + \
+                    ([Compare("lt", v, const(extent - hi))] if hi else []):
+                cond = term if cond is None else And(cond, term)
+        body = one if cond is None else If(cond, one, Store(buf, tuple(variables),
+                                                             Const(0, buf.dtype)))
+        stmts.append(box_loops(variables, shape, body))
+    return padded[key]
+
+
+def _pad_loops(padded, src, padding, ctx):
+    """``padded[x] = src[x - low]`` where that is inside ``src``, else 0."""
+    variables = [Var(ctx.names.fresh(f"p{d}"), INDEX) for d in range(len(padded.shape))]
+    inside, shifted = [], []
+    for v, (lo, _), size, extent in zip(variables, padding, src.shape, padded.shape):
+        shifted.append(v - const(lo) if lo else v)
+        if lo:
+            inside.append(Compare("ge", v, const(lo)))
+        if lo + size < extent:
+            inside.append(Compare("lt", v, const(lo + size)))
+    value = Store(padded, tuple(variables), Load(src, tuple(shifted), src.dtype))
+    zero = Store(padded, tuple(variables), Const(0, padded.dtype))
+    cond = None
+    for term in inside:
+        cond = term if cond is None else And(cond, term)
+    body = value if cond is None else If(cond, value, zero)
+    return box_loops(variables, padded.shape, body)
+
+
+def _epilogue(t, c, acc, buf, ctx):
+    """``buf[x] = epilogue(acc[x])`` (the stage's body with its reduction read from
+    ``acc``), lowered like any compute stage."""
+    op = t.op
+    reduced = placeholder(t.shape, dtype=c.dtype, name=acc.name)
+    body = Var(ACC, c.dtype) if c.epilogue is None else c.epilogue
+    body = substitute(body, {ACC: Read(reduced, tuple(ax.var for ax in op.axes), c.dtype)})
+    stage = compute_stage(t.name, op.axes, body)
+    ctx.buffers[id(reduced)] = acc
+    try:
+        return lower_compute(stage, buf, ctx)
+    finally:
+        del ctx.buffers[id(reduced)]
+
+
+__all__ = ["contraction_plan", "lower_contraction"]

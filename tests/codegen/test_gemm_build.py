@@ -1,0 +1,184 @@
+"""Contractions compiled by tg.build run on the gemm kernel: results against tg.evaluate,
+thread-count determinism, the loop-IR statement (printer, mapper, interpreter)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tegrad as tg
+from tegrad.ir.expr import select
+from tegrad.codegen.loops.interpret import run as interpret
+from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
+from tegrad.codegen.loops.nodes import MatrixProduct
+from tegrad.codegen.lower.program import lower_program
+
+
+def feed_of(tensors, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(t.shape).astype(t.dtype) for t in tensors]
+
+
+def check_build(inputs, outputs, arrays, rtol, threads=2):
+    f = tg.build(inputs, outputs, threads=threads)
+    got = f(*arrays)
+    flat = []
+    for o in outputs:
+        flat.extend(o.result if hasattr(o, "result") else [o])
+    expected = tg.evaluate(flat, dict(zip(inputs, arrays)))
+    for g, e, t in zip(got, expected, flat):
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * 10, err_msg=t.name)
+    return f
+
+
+def products(f):
+    return [s for s in walk_stmts(f.kernel.body) if type(s) is MatrixProduct]
+
+
+@st.composite
+def contractions(draw):
+    """A random batched product with transposed/strided operands and maybe an epilogue."""
+    dtype = draw(st.sampled_from(["float32", "float64"]))
+    p, m, n, k = (draw(st.integers(1, hi)) for hi in (3, 14, 37, 20))
+    a_t, b_t = draw(st.booleans()), draw(st.booleans())
+    a_step = draw(st.sampled_from([1, 2]))
+    epilogue = draw(st.sampled_from([None, "bias", "relu"]))
+    a_shape = (p, k * a_step, m) if a_t else (p, m, k * a_step)
+    A = tg.placeholder(a_shape, dtype=dtype, name="A")
+    B = tg.placeholder((p, n, k) if b_t else (p, k, n), dtype=dtype, name="B")
+    bias = tg.placeholder((n,), dtype=dtype, name="bias")
+    r = tg.reduce_axis((0, k), name="r")
+
+    def body(q, i, j):
+        a = A[q, r * a_step, i] if a_t else A[q, i, r * a_step]
+        b = B[q, j, r] if b_t else B[q, r, j]
+        acc = tg.sum(a * b, axis=r)
+        if epilogue == "bias":
+            return acc + bias[j]
+        if epilogue == "relu":
+            return select(acc > 0, acc, acc * 0.5)  # reads the reduced value twice
+        return acc
+    C = tg.compute((p, m, n), body, name="C")
+    inputs = [A, B] + ([bias] if epilogue == "bias" else [])
+    return inputs, C, dtype
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(contractions(), st.integers(0, 2 ** 16))
+def test_random_contractions_match_evaluate(case, seed):
+    inputs, C, dtype = case
+    f = check_build(inputs, [C], feed_of(inputs, seed), 1e-4 if dtype == "float32" else 1e-10)
+    assert len(products(f)) == 1
+    assert "gemm(" in f.loops
+
+
+def test_dense_forward_and_gradients_run_on_gemm():
+    x = tg.placeholder((37, 29), name="x")
+    w = tg.placeholder((13, 29), name="w")
+    b = tg.placeholder((13,), name="b")
+    y = tg.nn.dense(x, w, b)
+    H = tg.placeholder(y.shape, name="H")
+    g = tg.differentiate(y, [x, w, b], head=H)
+    f = check_build([x, w, b, H], [y, g], feed_of([x, w, b, H]), 1e-4)
+    assert len(products(f)) == 3  # dense, dx, dw (db is a plain sum)
+    assert "dense = gemm(x, w;" in f.loops
+
+
+def test_batched_matmul_float64():
+    a = tg.placeholder((3, 5, 7), dtype="float64", name="a")
+    b = tg.placeholder((3, 7, 9), dtype="float64", name="b")
+    k = tg.reduce_axis((0, 7), name="k")
+    c = tg.compute((3, 5, 9), lambda p, i, j: tg.sum(a[p, i, k] * b[p, k, j], axis=k), name="c")
+    f = check_build([a, b], [c], feed_of([a, b]), 1e-12)
+    assert len(products(f)) == 1
+
+
+CONVS = [  # stride, padding, dilation, groups
+    (1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 2, 1), (1, 0, 1, 1), (2, 0, 2, 1), (1, 1, 1, 2)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("stride,padding,dilation,groups", CONVS)
+def test_conv2d_forward_and_both_gradients(stride, padding, dilation, groups, dtype):
+    X = tg.placeholder((2, 4, 9, 8), dtype=dtype, name="X")
+    W = tg.placeholder((6, 4 // groups, 3, 3), dtype=dtype, name="W")
+    Y = tg.nn.conv2d(X, W, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    HY = tg.placeholder(Y.shape, dtype=dtype, name="HY")
+    G = tg.differentiate(Y, [X, W], head=HY)
+    f = check_build([X, W, HY], [Y, G], feed_of([X, W, HY]),
+                    1e-4 if dtype == "float32" else 1e-10)
+    on_gemm = {s.c.name.split("_r")[0] for s in products(f)}
+    # a grouped data gradient's reductions are bounded by each other (not yet a product)
+    assert on_gemm == ({"conv2d", "dW"} if groups > 1 else {"conv2d", "dX", "dW"})
+
+
+@pytest.mark.parametrize("stride,dilation", [(1, 1), (2, 1), (1, 2)])
+def test_conv2d_gradients_for_a_head_of_ones(stride, dilation):
+    # without a head, zero elimination leaves dX = sum(W[...]): a product with ones
+    X = tg.placeholder((2, 3, 8, 8), dtype="float64", name="X")
+    W = tg.placeholder((5, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=stride, padding=1, dilation=dilation)
+    G = tg.differentiate(Y, [X, W])
+    f = check_build([X, W], [Y, G], feed_of([X, W]), 1e-10)
+    assert {s.c.name.split("_r")[0] for s in products(f)} == {"conv2d", "dX", "dW"}
+    assert "ones" in {t.name for t in f.kernel.temps}
+
+
+def test_bounds_that_are_no_padding_stay_loops():
+    # a triangular product: k <= i is no "read inside its tensor" condition
+    a = tg.placeholder((6, 6), dtype="float64", name="a")
+    b = tg.placeholder((6, 5), dtype="float64", name="b")
+
+    def body(i, j):
+        k = tg.reduce_axis((0, i + 1), name="k")
+        return tg.sum(a[i, k] * b[k, j], axis=k)
+    t = tg.compute((6, 5), body, name="tri")
+    f = check_build([a, b], [t], feed_of([a, b]), 1e-12)
+    assert not products(f)
+
+
+def test_threads_give_bit_identical_results():
+    x = tg.placeholder((70, 80), name="x")
+    w = tg.placeholder((65, 80), name="w")
+    y = tg.nn.dense(x, w)
+    arrays = feed_of([x, w])
+    one = tg.build([x, w], [y], threads=1)(*arrays)[0]
+    two = tg.build([x, w], [y], threads=2)(*arrays)[0]
+    assert np.array_equal(one, two)
+    np.testing.assert_allclose(one, arrays[0] @ arrays[1].T, rtol=1e-4, atol=1e-4)
+
+
+def test_interpreter_and_mappers_know_the_product():
+    X = tg.placeholder((1, 2, 5, 5), dtype="float64", name="X")
+    W = tg.placeholder((3, 2, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, padding=1)
+    k = lower_program([X, W], [Y], contractions=True)
+    assert StmtMapper()(k.body) is k.body
+    arrays = feed_of([X, W])
+    (out,), count = interpret(k, arrays)
+    np.testing.assert_allclose(out, tg.evaluate(Y, dict(zip([X, W], arrays))), rtol=1e-12)
+    plain = lower_program([X, W], [Y])
+    assert not [s for s in walk_stmts(plain.body) if type(s) is MatrixProduct]
+    assert count > 0
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+    module = importlib.import_module("tegrad.codegen.lower.contraction")
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_product_checks_its_buffers():
+    from tegrad.codegen.kernels.gemm import GemmSpec
+    from tegrad.codegen.loops.nodes import Buffer
+    A = Buffer("A", (2, 3), "float32", "input")
+    B = Buffer("B", (3, 4), "float32", "input")
+    C = Buffer("C", (2, 4), "float32", "output")
+    spec = GemmSpec.dense("float32", 2, 4, 3)
+    assert hash(MatrixProduct(spec, C, A, B)) == hash(MatrixProduct(spec, C, A, B))
+    with pytest.raises(ValueError):
+        MatrixProduct(spec, C, A, B, a_offset=1)
+    with pytest.raises(ValueError):
+        MatrixProduct(GemmSpec.dense("float64", 2, 4, 3), C, A, B)
