@@ -9,6 +9,11 @@ A compute stage with a :func:`~tegrad.codegen.kernels.contraction.gemm_plan` bec
 - for an epilogue (``dense``'s bias, any function of the reduced value and the output
   axes): a loop nest over the output, ``out[x] = epilogue(acc[x], x)``.
 
+Zero padding multiplies the other operand by zeros where the stage's guard skips the
+term: the same sum while that operand is finite, but ``0 * inf`` is NaN. So when an
+operand meets padding, the call runs only if that operand is all finite (checked at run
+time, one pass over it), and the stage's own loops run otherwise.
+
 So it computes ``out[x] = epilogue(sum_k a(x, k) * b(x, k))``, the stage's value, with
 the sum in the gemm kernel's order. A stage that is no contraction as written may be
 one seen with an output axis split in two (a grouped convolution's channels: the same
@@ -28,14 +33,17 @@ kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import And, Compare, Const, Read, Var
+from tegrad.ir import reduction as _red
+from tegrad.ir.expr import And, Compare, Const, Read, Var, select
+from tegrad.ir.builders import abs as _abs
 from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import compute_stage, placeholder
 
 from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
-from tegrad.codegen.loops.nodes import If, Load, MatrixProduct, Store
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, If, Load, MatrixProduct,
+                                        Store)
 from tegrad.codegen.lower.nest import INDEX, const
 from tegrad.codegen.lower.stage import box_loops, lower_compute
 
@@ -82,12 +90,12 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     """
     padded = {} if padded is None else padded
     if len(found) == 1 and not found[0][1]:
-        return _lower_plan(found[0][0], buf, ctx, found[0][2:], new_temp, padded)
+        return _lower_plan(found[0][0], buf, ctx, found[0][2:], new_temp, padded, t)
     stmts = []
     for stage, splits, c, plan in found:
         part = new_temp(stage.name, stage.shape, buf.dtype)
         stmts.append(lower_compute(stage, part, ctx) if plan is None else
-                     _lower_plan(stage, part, ctx, (c, plan), new_temp, padded))
+                     _lower_plan(stage, part, ctx, (c, plan), new_temp, padded, stage))
         variables = [Var(ctx.names.fresh(f"q{d}"), INDEX) for d in range(len(stage.shape))]
         target = list(variables)
         for k, step, residue in splits:
@@ -98,11 +106,17 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     return block(stmts)
 
 
-def _lower_plan(t, buf, ctx, found, new_temp, padded):
+def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
+    """The call computing ``t`` (``stage``, seen with split axes or not) into ``buf``;
+    ``stage``'s loops where an operand meeting zero padding is not all finite."""
     c, plan = found
     stmts = []
     operands = []
-    for tensor, padding in ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding)):
+    sides = ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding))
+    # operands multiplied by padding zeros (ones are finite)
+    checked = [ctx.buffers[id(other)] for (_, padding), (other, _) in zip(sides, sides[::-1])
+               if padding and other is not c.ones]
+    for tensor, padding in sides:
         if tensor is c.ones:
             operands.append(_ones(tensor, padding, stmts, ctx, new_temp, padded))
             continue
@@ -118,11 +132,37 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded):
         operands.append(src)
     # The epilogue reads each reduced value once, where it writes its result.
     acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape, c.dtype)
-    stmts.append(MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
-                               plan.lhs_offset, plan.rhs_offset))
+    call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
+                          plan.lhs_offset, plan.rhs_offset)]
     if c.epilogue is not None or acc is not buf:
-        stmts.append(_epilogue(t, c, acc, buf, ctx))
-    return block(stmts)
+        call.append(_epilogue(t, c, acc, buf, ctx))
+    if not checked:
+        return block(stmts + call)
+    return block(stmts + [_if_all_finite(checked, block(call), lower_compute(stage, buf, ctx),
+                                         ctx)])
+
+
+def _if_all_finite(buffers, then, otherwise, ctx):
+    """``then`` if every element of ``buffers`` is finite, else ``otherwise``.
+
+    A local counts the elements that are not (``abs(x) < inf`` is false for inf and NaN).
+    """
+    stmts, cond, flags = [], None, []
+    for b in buffers:
+        flag = Buffer(ctx.names.fresh(f"{b.name}_nonfinite"), (), b.dtype, "local")
+        flags.append(flag)
+        variables = [Var(ctx.names.fresh(f"f{d}"), INDEX) for d in range(len(b.shape))]
+        x = Load(b, tuple(variables), b.dtype)
+        bad = select(Compare("lt", _abs(x), Const(float("inf"), b.dtype)),
+                     Const(0, b.dtype), Const(1, b.dtype))
+        stmts += [Store(flag, (), Const(0, b.dtype)),
+                  box_loops(variables, b.shape, Accumulate(flag, (), bad, _red.sum))]
+        term = Compare("eq", Load(flag, (), b.dtype), Const(0, b.dtype))
+        cond = term if cond is None else And(cond, term)
+    stmt = block(stmts + [If(cond, then, otherwise)])
+    for flag in reversed(flags):
+        stmt = Allocate(flag, stmt)
+    return stmt
 
 
 def _ones(tensor, padding, stmts, ctx, new_temp, padded):

@@ -124,6 +124,32 @@ def test_conv2d_gradients_for_a_head_of_ones(stride, dilation):
     assert "ones" in {t.name for t in f.kernel.temps}
 
 
+@pytest.mark.parametrize("stride,dilation,head", [(1, 1, True), (2, 1, True), (1, 2, False)])
+def test_padded_products_keep_the_evaluators_non_finite_values(stride, dilation, head):
+    # zero padding times inf is NaN where the stage skips the term: the stage's loops
+    # run instead of the product when an operand meeting padding is not all finite
+    X = tg.placeholder((2, 3, 7, 6), dtype="float64", name="X")
+    W = tg.placeholder((4, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=stride, padding=1, dilation=dilation)
+    HY = tg.placeholder(Y.shape, dtype="float64", name="HY")
+    inputs = [X, W, HY] if head else [X, W]
+    outputs = [Y, tg.differentiate(Y, [X, W], head=HY if head else None)]
+    f = tg.build(inputs, outputs)
+    assert products(f)
+    feed = dict(zip(inputs, feed_of(inputs)))
+    for name, index, value in [("W", (1, 2, 0, 0), np.inf), ("X", (0, 1, 0, 0), np.nan),
+                               ("X", (1, 0, 6, 5), -np.inf), ("HY", (0, 0, 0, 0), np.inf)]:
+        arrays = {t: feed[t].copy() for t in inputs}
+        target = [t for t in inputs if t.name == name]
+        if not target:
+            continue
+        arrays[target[0]][index] = value
+        got = f(*[arrays[t] for t in inputs])
+        for g, want in zip(got, tg.evaluate(list(f.outputs), arrays)):
+            np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10, equal_nan=True,
+                                       err_msg=name)
+
+
 def test_bounds_that_are_no_padding_stay_loops():
     # a triangular product: k <= i is no "read inside its tensor" condition
     a = tg.placeholder((6, 6), dtype="float64", name="a")
