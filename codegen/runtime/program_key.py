@@ -19,6 +19,8 @@ import gc
 
 from tegrad.ir import expr as _ex
 from tegrad.ir.errors import FeedError
+from tegrad.ir.expr import _node_values
+from tegrad.ir.mapper import bottom_up
 from tegrad.ir.reduction import BUILTIN_REDUCERS
 from tegrad.ir.stages import StageMapper, is_placeholder
 
@@ -44,6 +46,18 @@ class _KeyBuilder:
         return ref
 
     def expr(self, e):
+        """The key of the expression ``e``: its sub-expressions' keys are built first,
+        children before parents on an explicit stack, so each rule finds them memoised."""
+        hit = self.memo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        return bottom_up(e, _sub_nodes, lambda node, _: self._node_key(node), whole=self._known)
+
+    def _known(self, e):
+        hit = self.memo.get(id(e))
+        return hit is not None and hit[0] is e
+
+    def _node_key(self, e):
         key = id(e)
         hit = self.memo.get(key)
         if hit is not None and hit[0] is e:
@@ -68,6 +82,10 @@ class _KeyBuilder:
         if isinstance(v, _ATOMS):
             return v
         return self.reducer(v)
+
+
+def _sub_nodes(e):
+    return [v for v in _node_values(e) if isinstance(v, _ex.Node)]
 
 
 class _StageKey(StageMapper):
