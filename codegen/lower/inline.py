@@ -41,16 +41,16 @@ def _read_sites(order):
     sites = {}
     extra = _WholeReads()
 
-    def visit(e, inside):
-        if type(e) is Read:
-            sites.setdefault(id(e.tensor), []).append(inside)
-        for c in children(e):
-            visit(c, inside or type(e) is Reduce)
-
     for t in order:
         extents, whole = extra(t)
-        for e in list(stage_exprs(t)) + list(extents):
-            visit(e, False)
+        # every occurrence counts (a node shared within an expression is read twice)
+        stack = [(e, False) for e in reversed(list(stage_exprs(t)) + list(extents))]
+        while stack:
+            e, inside = stack.pop()
+            if type(e) is Read:
+                sites.setdefault(id(e.tensor), []).append(inside)
+            inner = inside or type(e) is Reduce
+            stack.extend((c, inner) for c in reversed(children(e)))
         for w in whole:  # a whole tensor is never inlined: count it as two reads
             sites.setdefault(id(w), []).extend([False, False])
     return sites
