@@ -6,6 +6,10 @@ dtype, axes, expressions with reads naming tensors by number). Rebuilding a mode
 fresh tensor objects therefore gives the same key; user-defined reducers compare by
 identity. The walk also finds placeholders that are not among the inputs.
 
+Expressions are numbered too: the key holds one flat entry per distinct sub-expression,
+naming its operands by number (equal sub-expressions share a number), so an expression
+of any depth gives a key that hashes and compares without recursion.
+
 >>> import tegrad as tg
 >>> def program():
 ...     x = tg.placeholder((3,), name="x")
@@ -32,6 +36,8 @@ class _KeyBuilder:
         self.refs = {id(t): ("input", k) for k, t in enumerate(inputs)}
         self.pending = []
         self.memo = {}
+        #: entry -> its number; the entries, in order
+        self.numbers, self.entries = {}, []
         self.stage = _StageKey(self)
 
     def tensor(self, t):
@@ -68,8 +74,13 @@ class _KeyBuilder:
             out = rule(self, e)
         else:
             out = (t.__name__,) + tuple(map(self.value, e.children_values()))
-        self.memo[key] = (e, out)
-        return out
+        number = self.numbers.get(out)
+        if number is None:
+            number = self.numbers[out] = len(self.entries)
+            self.entries.append(out)
+        ref = ("expr", number)
+        self.memo[key] = (e, ref)
+        return ref
 
     def reducer(self, r):
         return r.name if BUILTIN_REDUCERS.get(r.name) is r else r  # a user's: by identity
@@ -164,7 +175,7 @@ def program_key(inputs, outputs):
     finally:
         if collecting:
             gc.enable()
-    return (tuple(stages), out_refs)
+    return (tuple(stages), out_refs, tuple(builder.entries))
 
 
 __all__ = ["program_key"]
