@@ -12,11 +12,11 @@ model counts the lowered loops of the returned program.
 from __future__ import annotations
 
 from tegrad.analysis.cost import local_flops
-from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.expr import Reduce
 from tegrad.ir.graph import topological_order
-from tegrad.ir.mapper import children, walk
+from tegrad.ir.mapper import walk
 from tegrad.ir.stages import StageMapper, compute_body, stage_exprs
-from tegrad.zero_elim.inline import CHEAP_FLOPS, inline_stages
+from tegrad.zero_elim.inline import CHEAP_FLOPS, inline_stages, read_sites
 
 
 class _WholeReads(StageMapper):
@@ -43,14 +43,9 @@ def _read_sites(order):
 
     for t in order:
         extents, whole = extra(t)
-        # every occurrence counts (a node shared within an expression is read twice)
-        stack = [(e, False) for e in reversed(list(stage_exprs(t)) + list(extents))]
-        while stack:
-            e, inside = stack.pop()
-            if type(e) is Read:
-                sites.setdefault(id(e.tensor), []).append(inside)
-            inner = inside or type(e) is Reduce
-            stack.extend((c, inner) for c in reversed(children(e)))
+        for e in list(stage_exprs(t)) + list(extents):
+            for tensor, inside in read_sites(e):
+                sites.setdefault(id(tensor), []).append(inside)
         for w in whole:  # a whole tensor is never inlined: count it as two reads
             sites.setdefault(id(w), []).extend([False, False])
     return sites
