@@ -165,6 +165,35 @@ def _first_target(stmt):
     return None
 
 
+class ValueMemo:
+    """Values remembered within nested frames (a statement, a branch of it): a lookup
+    sees every open frame at once; :meth:`pop` forgets what the innermost one learnt.
+    Outside any frame nothing is remembered."""
+
+    def __init__(self):
+        self.frames, self.table = [], {}
+
+    def append(self, frame=None):
+        """Open a frame (``frame`` is ignored: a frame records its own keys)."""
+        self.frames.append([])
+
+    def pop(self):
+        """Close the innermost frame, forgetting its entries."""
+        for key in self.frames.pop():
+            del self.table[key]
+
+    def __len__(self):
+        return len(self.frames)
+
+    def get(self, key):
+        return self.table.get(key)
+
+    def put(self, key, value):
+        if self.frames and key not in self.table:
+            self.table[key] = value
+            self.frames[-1].append(key)
+
+
 class _KernelEmitter:
     def __init__(self, kernel, triple, data_layout):
         self.kernel = kernel
@@ -180,7 +209,7 @@ class _KernelEmitter:
         self.errors = []
         self.env = {}
         self.pointers = {}
-        self.memo = []
+        self.memo = ValueMemo()
         self.effects = {}
         self.tensor = kernel.name
         self._blocks = 0
@@ -271,14 +300,9 @@ class _KernelEmitter:
         Computed children first on an explicit stack; within a statement (whose variables
         keep their values) each node's dtype is remembered in the innermost memo frame.
         """
-        cache = self.memo[-1] if self.memo else {}
-
         def remembered(node):
-            for frame in reversed(self.memo):
-                hit = frame.get(("dtype", id(node)))
-                if hit is not None and hit[0] is node:
-                    return hit
-            return None
+            hit = self.memo.get(("dtype", id(node)))
+            return hit if hit is not None and hit[0] is node else None
 
         def known(node):
             return type(node) not in _DTYPE_OPERANDS or remembered(node) is not None
@@ -289,7 +313,7 @@ class _KernelEmitter:
                 return hit[1]
             out = _DTYPE_RULES[type(node)](self, node, kids) \
                 if type(node) in _DTYPE_RULES else node.dtype
-            cache[("dtype", id(node))] = (node, out)
+            self.memo.put(("dtype", id(node)), (node, out))
             return out
         return bottom_up(e, lambda node: _DTYPE_OPERANDS[type(node)](node), combine,
                          whole=known)
@@ -308,18 +332,16 @@ class _KernelEmitter:
     def expr_step(self, e, dtype=None):
         """The work of :meth:`expr` for :func:`~tegrad.ir.mapper.run`: the value, when
         memoised, else a generator emitting it."""
-        for frame in reversed(self.memo):
-            v = frame.get(e)
-            if v is not None and _ex.structural_equal(v[0], e):
-                return v[1] if dtype is None else convert(self, v[1], dtype)
+        v = self.memo.get(e)
+        if v is not None and _ex.structural_equal(v[0], e):
+            return v[1] if dtype is None else convert(self, v[1], dtype)
         return self._emitted(e, dtype)
 
     def _emitted(self, e, dtype):
         out = EXPR_LOWERINGS[type(e)](self, e)
         if type(out) is GeneratorType:
             out = yield from out
-        if self.memo:
-            self.memo[-1][e] = (e, out)
+        self.memo.put(e, (e, out))
         return out if dtype is None else convert(self, out, dtype)
 
     def has_effects(self, e):
