@@ -64,7 +64,8 @@ class ExprLowering(IdentityMapper):
     """Maps a stage expression to a loop-IR expression; collects the statements before it.
 
     ``context`` lists solver constraints known at this point (the enclosing loops);
-    ``guard`` the conditions under which the expression is evaluated.
+    ``guard`` the conditions under which the expression is evaluated. The lowerings are
+    generators (see :func:`tegrad.ir.mapper.run`): any depth lowers without recursion.
     """
 
     def __init__(self, ctx, context, renames, guard=()):
@@ -82,7 +83,7 @@ class ExprLowering(IdentityMapper):
     def _under(self, cond, e):
         self.guard.append(cond)
         try:
-            return self(e)
+            return (yield self.visit(e))
         finally:
             self.guard.pop()
 
@@ -97,8 +98,13 @@ class ExprLowering(IdentityMapper):
     def map_var(self, e, *args):
         return Var(self.renames.get(e.name, e.name), INDEX) if _dt.is_int(e.dtype) else e
 
+    def _operands(self, e):
+        a = yield self.visit(e.a)
+        b = yield self.visit(e.b)
+        return _unify(a, b)
+
     def map_binary(self, e, *args):
-        a, b = _unify(self(e.a), self(e.b))
+        a, b = yield from self._operands(e)
         if e.op in ("floordiv", "floormod") and _dt.is_int(a.dtype) and not (
                 type(b) is Const and b.value != 0):
             self.stmts.append(Check(self._guarded(Compare("ne", b, Const(0, b.dtype))),
@@ -107,37 +113,44 @@ class ExprLowering(IdentityMapper):
         return Binary(e.op, a, b, a.dtype)
 
     def map_neg(self, e, *args):
-        a = self(e.a)
+        a = yield self.visit(e.a)
         return Neg(a, a.dtype)
 
     def map_compare(self, e, *args):
-        a, b = _unify(self(e.a), self(e.b))
+        a, b = yield from self._operands(e)
         return Compare(e.op, a, b)
 
     def map_and(self, e, *args):
-        a = self(e.a)
-        return And(a, self._under(a, e.b))
+        a = yield self.visit(e.a)
+        return And(a, (yield from self._under(a, e.b)))
 
     def map_or(self, e, *args):
-        a = self(e.a)
-        return Or(a, self._under(Not(a), e.b))
+        a = yield self.visit(e.a)
+        return Or(a, (yield from self._under(Not(a), e.b)))
 
     def map_select(self, e, *args):
-        c = self(e.cond)
-        t, f = _unify(self._under(c, e.true_value), self._under(Not(c), e.false_value))
+        c = yield self.visit(e.cond)
+        t = yield from self._under(c, e.true_value)
+        f = yield from self._under(Not(c), e.false_value)
+        t, f = _unify(t, f)
         return Select(c, t, f, t.dtype)
 
     def map_cast(self, e, *args):
-        return widen(self(e.a), e.dtype)
+        return widen((yield self.visit(e.a)), e.dtype)
 
     def map_call(self, e, *args):
-        new = [self(a) for a in e.args]
+        new = []
+        for a in e.args:
+            new.append((yield self.visit(a)))
         if len(new) == 2:
             new = list(_unify(*new))
         return Call(e.name, tuple(new), new[0].dtype)
 
     def map_read(self, e, *args):
-        indices = tuple(widen(self(i), INDEX) for i in e.indices)
+        indices = []
+        for i in e.indices:
+            indices.append(widen((yield self.visit(i)), INDEX))
+        indices = tuple(indices)
         buf = self.ctx.buffers[id(e.tensor)]
         self.check_indices(buf, indices, e.tensor.name)
         return Load(buf, indices, buf.dtype)
@@ -169,7 +182,7 @@ class ExprLowering(IdentityMapper):
     def map_reduce(self, e, *args):
         # the evaluator's order: reduce from the identity, then combine with init
         acc = Buffer(self.ctx.names.fresh("acc"), (), e.dtype, "local")
-        init = None if e.init is None else widen(self(e.init), e.dtype)
+        init = None if e.init is None else widen((yield self.visit(e.init)), e.dtype)
         affine, data = split_guard(self.guard)
         nest = reduction_nest(self, e, acc, (), affine)
         stmt = block([Store(acc, (), e.reducer.identity(e.dtype)), nest])

@@ -12,11 +12,11 @@ model counts the lowered loops of the returned program.
 from __future__ import annotations
 
 from tegrad.analysis.cost import local_flops
-from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.expr import Reduce
 from tegrad.ir.graph import topological_order
-from tegrad.ir.mapper import children, walk
+from tegrad.ir.mapper import walk
 from tegrad.ir.stages import StageMapper, compute_body, stage_exprs
-from tegrad.zero_elim.inline import CHEAP_FLOPS, inline_stages
+from tegrad.zero_elim.inline import CHEAP_FLOPS, inline_stages, read_sites
 
 
 class _WholeReads(StageMapper):
@@ -41,16 +41,11 @@ def _read_sites(order):
     sites = {}
     extra = _WholeReads()
 
-    def visit(e, inside):
-        if type(e) is Read:
-            sites.setdefault(id(e.tensor), []).append(inside)
-        for c in children(e):
-            visit(c, inside or type(e) is Reduce)
-
     for t in order:
         extents, whole = extra(t)
         for e in list(stage_exprs(t)) + list(extents):
-            visit(e, False)
+            for tensor, inside in read_sites(e):
+                sites.setdefault(id(tensor), []).append(inside)
         for w in whole:  # a whole tensor is never inlined: count it as two reads
             sites.setdefault(id(w), []).extend([False, False])
     return sites

@@ -6,6 +6,10 @@ dtype, axes, expressions with reads naming tensors by number). Rebuilding a mode
 fresh tensor objects therefore gives the same key; user-defined reducers compare by
 identity. The walk also finds placeholders that are not among the inputs.
 
+Expressions are numbered too: the key holds one flat entry per distinct sub-expression,
+naming its operands by number (equal sub-expressions share a number), so an expression
+of any depth gives a key that hashes and compares without recursion.
+
 >>> import tegrad as tg
 >>> def program():
 ...     x = tg.placeholder((3,), name="x")
@@ -19,6 +23,8 @@ import gc
 
 from tegrad.ir import expr as _ex
 from tegrad.ir.errors import FeedError
+from tegrad.ir.expr import _node_values
+from tegrad.ir.mapper import bottom_up
 from tegrad.ir.reduction import BUILTIN_REDUCERS
 from tegrad.ir.stages import StageMapper, is_placeholder
 
@@ -30,6 +36,8 @@ class _KeyBuilder:
         self.refs = {id(t): ("input", k) for k, t in enumerate(inputs)}
         self.pending = []
         self.memo = {}
+        #: entry -> its number; the entries, in order
+        self.numbers, self.entries = {}, []
         self.stage = _StageKey(self)
 
     def tensor(self, t):
@@ -44,6 +52,18 @@ class _KeyBuilder:
         return ref
 
     def expr(self, e):
+        """The key of the expression ``e``: its sub-expressions' keys are built first,
+        children before parents on an explicit stack, so each rule finds them memoised."""
+        hit = self.memo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        return bottom_up(e, _sub_nodes, lambda node, _: self._node_key(node), whole=self._known)
+
+    def _known(self, e):
+        hit = self.memo.get(id(e))
+        return hit is not None and hit[0] is e
+
+    def _node_key(self, e):
         key = id(e)
         hit = self.memo.get(key)
         if hit is not None and hit[0] is e:
@@ -54,8 +74,13 @@ class _KeyBuilder:
             out = rule(self, e)
         else:
             out = (t.__name__,) + tuple(map(self.value, e.children_values()))
-        self.memo[key] = (e, out)
-        return out
+        number = self.numbers.get(out)
+        if number is None:
+            number = self.numbers[out] = len(self.entries)
+            self.entries.append(out)
+        ref = ("expr", number)
+        self.memo[key] = (e, ref)
+        return ref
 
     def reducer(self, r):
         return r.name if BUILTIN_REDUCERS.get(r.name) is r else r  # a user's: by identity
@@ -68,6 +93,10 @@ class _KeyBuilder:
         if isinstance(v, _ATOMS):
             return v
         return self.reducer(v)
+
+
+def _sub_nodes(e):
+    return [v for v in _node_values(e) if isinstance(v, _ex.Node)]
 
 
 class _StageKey(StageMapper):
@@ -146,7 +175,7 @@ def program_key(inputs, outputs):
     finally:
         if collecting:
             gc.enable()
-    return (tuple(stages), out_refs)
+    return (tuple(stages), out_refs, tuple(builder.entries))
 
 
 __all__ = ["program_key"]

@@ -27,6 +27,23 @@ def to_affine(e):
     return AffineForm()(e)
 
 
+#: divisions nest at most this deep in a quasi-affine form; a deeper one is not taken
+#: as affine (the solver prints and orders its forms recursively, in time growing with
+#: the square of the nesting)
+MAX_DIVISION_NESTING = 64
+
+
+def _division_nesting(aff):
+    """How deep divisions nest in ``aff``, counted up to :data:`MAX_DIVISION_NESTING`."""
+    depth, level = 0, [aff]
+    while depth < MAX_DIVISION_NESTING:
+        level = [atom.expr for form in level for atom, _ in form.terms if type(atom) is not str]
+        if not level:
+            break
+        depth += 1
+    return depth
+
+
 class AffineForm(IntegerForm):
     """The affine form of each integer node (None: not quasi-affine).
 
@@ -43,6 +60,8 @@ class AffineForm(IntegerForm):
         return -a
 
     def divide(self, op, a, c):
+        if _division_nesting(a) >= MAX_DIVISION_NESTING:
+            return None
         return a // c if op == "floordiv" else a % c
 
     def binary(self, op, a, b):

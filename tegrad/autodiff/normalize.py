@@ -36,7 +36,7 @@ import itertools
 from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary, select
 from tegrad.ir.graph import topological_order
 from tegrad.ir.rewrite import map_stage, retarget
-from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute
+from tegrad.ir.mapper import IdentityMapper, free_var_names, run, substitute
 from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import differentiable
 from tegrad.autodiff.names import make_compute
@@ -50,7 +50,8 @@ class _Hoister(IdentityMapper):
     """Replaces hoistable non-root reductions by reads of new stages.
 
     The extra argument is ``(ranges, conditional)``: ``ranges`` maps each variable in
-    scope to ``(lo, extent)`` (None when not constant), in scope order.
+    scope to ``(lo, extent)`` (None when not constant), in scope order. The methods are
+    generators (see :func:`tegrad.ir.mapper.run`): any depth maps without recursion.
     """
 
     def __init__(self, base_name, counter):
@@ -60,23 +61,23 @@ class _Hoister(IdentityMapper):
 
     def map_select(self, e, ctx):
         ranges, _ = ctx
-        cond = self(e.cond, ctx)
-        t = self(e.true_value, (ranges, True))
-        f = self(e.false_value, (ranges, True))
+        cond = yield self.visit(e.cond, ctx)
+        t = yield self.visit(e.true_value, (ranges, True))
+        f = yield self.visit(e.false_value, (ranges, True))
         if cond is e.cond and t is e.true_value and f is e.false_value:
             return e
         return Select(cond, t, f, e.dtype)
 
     def _logical(self, e, ctx, cls):
-        a = self(e.a, ctx)
-        b = self(e.b, (ctx[0], True))
+        a = yield self.visit(e.a, ctx)
+        b = yield self.visit(e.b, (ctx[0], True))
         return e if (a is e.a and b is e.b) else cls(a, b)
 
     def map_and(self, e, ctx):
-        return self._logical(e, ctx, And)
+        return (yield from self._logical(e, ctx, And))
 
     def map_or(self, e, ctx):
-        return self._logical(e, ctx, Or)
+        return (yield from self._logical(e, ctx, Or))
 
     def map_reduce(self, e, ctx):
         ranges, conditional = ctx
@@ -88,10 +89,11 @@ class _Hoister(IdentityMapper):
                 if key not in self.hoisted:
                     self.hoisted[key] = self._hoist(e, names, ranges)
                 return self.hoisted[key]
-        return self.reduce_children(e, ctx)
+        return (yield from self.reduce_children(e, ctx))
 
     def reduce_children(self, e, ctx):
-        """Hoist inside ``e`` (kept in place): its axes' bounds, source, where and init."""
+        """Hoist inside ``e`` (kept in place): its axes' bounds, source, where and init
+        (a generator: see :func:`tegrad.ir.mapper.run`)."""
         ranges, conditional = ctx
         inner = dict(ranges)
         ragged = False
@@ -100,9 +102,9 @@ class _Hoister(IdentityMapper):
             ragged = ragged or lo is None or extent is None
             inner[ax.name] = None if ragged else (lo, extent)
         inner_ctx = (inner, conditional or ragged or e.where is not None)
-        source = self(e.source, inner_ctx)
-        where = None if e.where is None else self(e.where, inner_ctx)
-        init = None if e.init is None else self(e.init, ctx)
+        source = yield self.visit(e.source, inner_ctx)
+        where = None if e.where is None else (yield self.visit(e.where, inner_ctx))
+        init = None if e.init is None else (yield self.visit(e.init, ctx))
         if source is e.source and where is e.where and init is e.init:
             return e
         return Reduce(e.reducer, source, e.axes, where, init, e.dtype)
@@ -145,7 +147,7 @@ def hoist_body(name, axis_names, shape, body, counter=None):
     h = _Hoister(name, counter)
     ctx = ({n: (0, d) for n, d in zip(axis_names, shape)}, False)
     if type(body) is Reduce:
-        return h.reduce_children(body, ctx)
+        return run(h.reduce_children(body, ctx))
     return h(body, ctx)
 
 

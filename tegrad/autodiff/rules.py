@@ -29,9 +29,9 @@ Conventions (documented choices at points where the derivative does not exist):
 from __future__ import annotations
 
 from tegrad.ir.errors import DifferentiationError
-from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Select,
-                            Var, call)
-from tegrad.ir.mapper import NodeMemo
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
+                            Select, Var, call)
+from tegrad.ir.mapper import NodeMemo, bottom_up
 from tegrad.autodiff.intrinsic_rules import DERIVATIVES
 from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
                                      sub, sum_all)
@@ -57,7 +57,22 @@ class ForwardDiff:
         return self.answers.get(id(e), e)
 
     def tangent(self, e):
-        """The tangent of ``e`` (an expression or ZERO)."""
+        """The tangent of ``e`` (an expression or ZERO).
+
+        The tangents the rules will ask for (:data:`TANGENT_OPERANDS`) are computed
+        first, children before parents on an explicit stack, so a rule finds its
+        operands' tangents memoised and an expression of any depth needs no recursion.
+        """
+        hit = self._memo.get(e)
+        if hit is not None:
+            return hit
+        return bottom_up(e, _tangent_operands, lambda node, _: self._tangent_here(node),
+                         whole=self._known)
+
+    def _known(self, e):
+        return self._memo.get(e) is not None or not differentiable(e.dtype)
+
+    def _tangent_here(self, e):
         hit = self._memo.get(e)
         if hit is not None:
             return hit
@@ -76,6 +91,18 @@ class ForwardDiff:
 
 RULES = {}
 BINARY_RULES = {}
+
+#: the sub-expressions whose tangents the rule of a node kind asks for
+TANGENT_OPERANDS = {
+    Binary: lambda e: (e.a, e.b), Neg: lambda e: (e.a,), Cast: lambda e: (e.a,),
+    Select: lambda e: (e.true_value, e.false_value), Call: lambda e: e.args,
+    Reduce: lambda e: (e.source,) if e.init is None else (e.source, e.init),
+}
+
+
+def _tangent_operands(e):
+    operands = TANGENT_OPERANDS.get(type(e))
+    return () if operands is None else operands(e)
 
 
 def rule(*kinds):
@@ -198,4 +225,4 @@ BINARY_RULES["max"] = _extremum(lambda a, b: a > b)
 BINARY_RULES["min"] = _extremum(lambda a, b: a < b)
 
 
-__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "rule"]
+__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "TANGENT_OPERANDS", "rule"]

@@ -10,6 +10,9 @@ True
 """
 from __future__ import annotations
 
+import inspect
+from types import GeneratorType
+
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
                             Reduce, Select, Var, as_expr)
 
@@ -67,8 +70,54 @@ class Dispatcher:
                             f"{kind.__name__}") from None
 
 
+def run(work):
+    """The result of ``work``: a plain value, or a generator run on an explicit stack.
+
+    A generator stands for a recursive call: each object it yields is a sub-call's work
+    (a value, sent straight back, or another generator, run to its return value first)
+    and the ``yield`` evaluates to that sub-call's result; what it returns is its own
+    result. An exception a sub-call raises is thrown into its caller at that ``yield``.
+    So a recursive function turns iterative by writing ``(yield f(child))`` for
+    ``f(child)``, and nests as deep as memory allows.
+
+    >>> def depth(n):
+    ...     return 0 if n == 0 else 1 + (yield depth(n - 1))
+    >>> run(depth(100_000))
+    100000
+    """
+    if type(work) is not GeneratorType:
+        return work
+    stack, value, error = [work], None, None
+    while True:
+        top = stack[-1]
+        try:
+            step = top.send(value) if error is None else top.throw(error)
+        except StopIteration as done:
+            stack.pop()
+            if not stack:
+                return done.value
+            value, error = done.value, None
+            continue
+        except BaseException as exc:
+            stack.pop()
+            if not stack:
+                raise
+            value, error = None, exc
+            continue
+        error = None
+        if type(step) is GeneratorType:
+            stack.append(step)
+            value = None
+        else:
+            value = step
+
+
 class Mapper(Dispatcher):
-    """Dispatch ``self(expr)`` to ``self.map_<kind>(expr, *args)``."""
+    """Dispatch ``self(expr)`` to ``self.map_<kind>(expr, *args)``.
+
+    A ``map_<kind>`` method may be a generator (see :func:`run`): it gets a child's
+    result with ``(yield self.visit(child, *args))`` and runs without recursion.
+    """
 
     _method_names = {
         Const: "map_const", Var: "map_var", Binary: "map_binary", Neg: "map_neg",
@@ -78,6 +127,10 @@ class Mapper(Dispatcher):
     }
 
     def __call__(self, expr, *args):
+        return run(self.visit(expr, *args))
+
+    def visit(self, expr, *args):
+        """The work of ``self(expr, *args)``: its result, or a generator for :func:`run`."""
         return self.method_for(type(expr), expr)(expr, *args)
 
 
@@ -146,11 +199,12 @@ _REBUILD = {
 class IdentityMapper(Mapper):
     """Rebuilds an expression bottom-up; returns the same node where nothing changed.
 
-    Called without extra arguments it runs on an explicit stack: the node kinds a
-    subclass leaves to this class are rebuilt from their children's results without
-    recursion, and :meth:`finish` sees every node's result. A subclass's own
-    ``map_<kind>`` (and every call with extra arguments, which carry a context) recurses
-    through ``self(child)`` as it chooses.
+    It runs on an explicit stack: the node kinds a subclass leaves to this class are
+    rebuilt from their children's results (under the same extra arguments, which carry
+    a context) without recursion, and :meth:`finish` sees every node's result. A
+    subclass's own ``map_<kind>`` recurses through ``self(child, ...)`` as it chooses;
+    if it is a generator (``(yield self.visit(child, ...))``, see :func:`run`), the whole
+    mapping runs on one explicit stack, with no recursion at any depth.
     """
 
     def __init_subclass__(cls, **kwargs):
@@ -160,21 +214,40 @@ class IdentityMapper(Mapper):
             kind for kind, name in cls._method_names.items()
             if getattr(cls, name, None) is getattr(IdentityMapper, name, False)
             and not (own and kind is Reduce))
+        cls._stepwise = any(inspect.isgeneratorfunction(getattr(cls, name, None))
+                            for name in set(cls._method_names.values()))
 
     def finish(self, e, out):
         """The result for ``e``, given ``out`` (its rebuilt or mapped node)."""
         return out
 
     def __call__(self, e, *args):
-        if args:
-            return Mapper.__call__(self, e, *args)
+        if self._stepwise:
+            return run(self.visit(e, *args))
         here = self._rebuilt_here
 
         def combine(node, kids):
             if type(node) in here:
                 return self.finish(node, rebuild(node, kids))
-            return self.finish(node, self.method_for(type(node), node)(node))
+            return self.finish(node, self.method_for(type(node), node)(node, *args))
         return bottom_up(e, children, combine, whole=lambda node: type(node) not in here)
+
+    def visit(self, e, *args):
+        if type(e) in self._rebuilt_here:
+            return self._rebuilt(e, args)
+        out = self.method_for(type(e), e)(e, *args)
+        return out if type(self).finish is IdentityMapper.finish else self._finished(e, out)
+
+    def _rebuilt(self, e, args):
+        kids = []
+        for c in children(e):
+            kids.append((yield self.visit(c, *args)))
+        return self.finish(e, rebuild(e, kids))
+
+    def _finished(self, e, out):
+        if type(out) is GeneratorType:
+            out = yield from out
+        return self.finish(e, out)
 
     def map_const(self, e, *args):
         return e
@@ -203,6 +276,7 @@ class IdentityMapper(Mapper):
 
 
 IdentityMapper._rebuilt_here = frozenset(IdentityMapper._method_names)
+IdentityMapper._stepwise = False
 
 
 class ChildrenMapper(Mapper):

@@ -16,6 +16,7 @@ outside a tensor at an active point raises :class:`OutOfBoundsError`.
 from __future__ import annotations
 
 import warnings
+from types import GeneratorType
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from tegrad.ir.errors import FeedError, OutOfBoundsError, TegradError
 from tegrad.ir.expr import Const, ExprOps, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
-from tegrad.ir.mapper import Mapper, NodeMemo, children
+from tegrad.ir.mapper import Mapper, NodeMemo, bottom_up, children
 from tegrad.ir.stages import StageMapper, is_placeholder
 from tegrad.ir.tensor import Tensor
 from tegrad.reference import memory as _memory
@@ -67,8 +68,10 @@ class ExprEvaluator(Mapper):
 
     ``values`` maps ``id(tensor)`` to the array of each tensor read; ``stage`` and
     ``limit`` are the stage evaluated and the memory limit its reductions are checked
-    against. A subclass adding a node kind (a code generator's load) lists it in
-    ``_method_names`` and evaluates its children with ``self(child, scope)``;
+    against. Its ``map_<kind>`` methods are generators (see :func:`tegrad.ir.mapper.run`),
+    so an expression of any depth evaluates without recursion; a subclass adding a node
+    kind (a code generator's load) lists it in ``_method_names`` and gets a child's value
+    with ``(yield self.visit(child, scope))`` (or, recursing, ``self(child, scope)``).
     :meth:`at_point` evaluates at one point.
 
     >>> from tegrad.ir.expr import Var
@@ -86,11 +89,16 @@ class ExprEvaluator(Mapper):
         scalar value given there."""
         return self(e, _Scope(env, 0, None))
 
-    def __call__(self, e, scope):
+    def visit(self, e, scope):
         hit = scope.memo.get(e)
         if hit is not None:
             return hit
+        return self._evaluated(e, scope)
+
+    def _evaluated(self, e, scope):
         out = self.method_for(type(e), e)(e, scope)
+        if type(out) is GeneratorType:
+            out = yield from out
         out = np.asarray(out)
         if out.ndim != scope.ndim:
             out = out.reshape((1,) * (scope.ndim - out.ndim) + out.shape)
@@ -107,7 +115,8 @@ class ExprEvaluator(Mapper):
             raise TegradError(f"the variable {e.name!r} is not bound here") from None
 
     def map_binary(self, e, scope):
-        a, b = self(e.a, scope), self(e.b, scope)
+        a = yield self.visit(e.a, scope)
+        b = yield self.visit(e.b, scope)
         if e.op in ("floordiv", "floormod") and _dt.is_int(e.dtype):
             zero = b == 0
             if np.any(zero):
@@ -117,50 +126,57 @@ class ExprEvaluator(Mapper):
         return _BINARY_NUMPY[e.op](a, b)
 
     def map_neg(self, e, scope):
-        return np.negative(self(e.a, scope))
+        return np.negative((yield self.visit(e.a, scope)))
 
     def map_compare(self, e, scope):
-        return _COMPARE_NUMPY[e.op](self(e.a, scope), self(e.b, scope))
+        a = yield self.visit(e.a, scope)
+        b = yield self.visit(e.b, scope)
+        return _COMPARE_NUMPY[e.op](a, b)
 
     def map_and(self, e, scope):
-        a = self(e.a, scope)
-        b = self(e.b, scope.with_mask(_and_mask(scope.mask, a)))
+        a = yield self.visit(e.a, scope)
+        b = yield self.visit(e.b, scope.with_mask(_and_mask(scope.mask, a)))
         return a & b
 
     def map_or(self, e, scope):
-        a = self(e.a, scope)
-        b = self(e.b, scope.with_mask(_and_mask(scope.mask, ~a)))
+        a = yield self.visit(e.a, scope)
+        b = yield self.visit(e.b, scope.with_mask(_and_mask(scope.mask, ~a)))
         return a | b
 
     def map_not(self, e, scope):
-        return ~self(e.a, scope)
+        return ~(yield self.visit(e.a, scope))
 
     def map_select(self, e, scope):
-        c = self(e.cond, scope)
+        c = yield self.visit(e.cond, scope)
         if not np.any(c):
-            f = self(e.false_value, scope)
+            f = yield self.visit(e.false_value, scope)
             return np.broadcast_to(f, np.broadcast_shapes(c.shape, f.shape))
-        t = self(e.true_value, scope.with_mask(_and_mask(scope.mask, c)))
+        t = yield self.visit(e.true_value, scope.with_mask(_and_mask(scope.mask, c)))
         if np.all(c):
             return np.broadcast_to(t, np.broadcast_shapes(c.shape, t.shape))
-        f = self(e.false_value, scope.with_mask(_and_mask(scope.mask, ~c)))
+        f = yield self.visit(e.false_value, scope.with_mask(_and_mask(scope.mask, ~c)))
         return np.where(c, t, f)
 
     def map_cast(self, e, scope):
-        a = self(e.a, scope)
+        a = yield self.visit(e.a, scope)
         if _dt.is_int(e.dtype) and _dt.is_float(a.dtype.name):
             a = np.where(np.isfinite(a), a, 0)
         return a.astype(e.dtype)
 
     def map_call(self, e, scope):
-        args = [self(a, scope) for a in e.args]
+        args = []
+        for a in e.args:
+            args.append((yield self.visit(a, scope)))
         return np.asarray(INTRINSICS[e.name].numpy(*args)).astype(e.dtype, copy=False)
 
     def map_read(self, e, scope):
         data = self.values[id(e.tensor)]
         if not e.indices:
             return data.reshape((1,) * scope.ndim)
-        idx = np.broadcast_arrays(*[self(i, scope) for i in e.indices])
+        idx = []
+        for i in e.indices:
+            idx.append((yield self.visit(i, scope)))
+        idx = np.broadcast_arrays(*idx)
         fixed = []
         for d, (ix, extent) in enumerate(zip(idx, e.tensor.shape)):
             bad = (ix < 0) | (ix >= extent)
@@ -184,8 +200,8 @@ class ExprEvaluator(Mapper):
         inner = _Scope(env, ndim, None if scope.mask is None else scope.mask[expand])
         red_shape = [1] * ndim
         for pos, ax in enumerate(e.axes):
-            lo = self(ax.lo, inner)
-            extent = self(ax.extent, inner)
+            lo = yield self.visit(ax.lo, inner)
+            extent = yield self.visit(ax.extent, inner)
             active_extent = extent if inner.mask is None else np.where(inner.mask, extent, 0)
             n = max(int(np.max(active_extent, initial=0)), 0)  # no active point: empty
             red_shape[scope.ndim + pos] = n
@@ -197,12 +213,12 @@ class ExprEvaluator(Mapper):
             ragged = not (isinstance(ax.extent, Const) and ax.extent.value == n)
             inner = _Scope(env, ndim, _and_mask(inner.mask, t < extent) if ragged else inner.mask)
         if e.where is not None:
-            inner = _Scope(env, ndim, _and_mask(inner.mask, self(e.where, inner)))
+            inner = _Scope(env, ndim, _and_mask(inner.mask, (yield self.visit(e.where, inner))))
         identity = e.reducer.identity(e.dtype).value
         if not _any_active(inner.mask):
             result = np.full((1,) * scope.ndim, identity, dtype=e.dtype)
         else:
-            src = self(e.source, inner)
+            src = yield self.visit(e.source, inner)
             full = np.broadcast_shapes(src.shape, tuple(red_shape),
                                        (1,) if inner.mask is None else inner.mask.shape)
             src = np.broadcast_to(src, full)
@@ -214,7 +230,8 @@ class ExprEvaluator(Mapper):
                 result = self._fold(e, src, where, scope, identity)
         result = np.asarray(result, dtype=e.dtype)
         if e.init is not None:
-            result = self._combine(e, self(e.init, scope), result, scope)
+            init = yield self.visit(e.init, scope)
+            result = self._combine(e, init, result, scope)
         return result
 
     def _check_reduction_memory(self, scope, red_shape):
@@ -243,17 +260,17 @@ class ExprEvaluator(Mapper):
         return acc
 
 
-def _reduction_work(e, memo=None):
+def _reduction_work(e):
     """An upper estimate of the reduction points per output element (for chunking)."""
-    memo = {} if memo is None else memo
-    if id(e) in memo:
-        return memo[id(e)]
-    inner = max([_reduction_work(c, memo) for c in children(e)] or [1])
+    return bottom_up(e, children, _work_of_node)
+
+
+def _work_of_node(e, kids):
+    inner = max(kids, default=1)
     if type(e) is Reduce:
         for ax in e.axes:
             if isinstance(ax.extent, Const):
                 inner *= max(ax.extent.value, 1)
-    memo[id(e)] = inner
     return inner
 
 

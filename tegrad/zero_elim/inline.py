@@ -23,13 +23,24 @@ from tegrad.analysis.indices import normalize_indices
 CHEAP_FLOPS = 1
 
 
-def _reads(e, inside=False, out=None):
-    """``[(tensor, inside a reduction)]`` for every read in ``e``."""
-    out = [] if out is None else out
-    if type(e) is Read:
-        out.append((e.tensor, inside))
-    for c in children(e):
-        _reads(c, inside or type(e) is Reduce, out)
+def read_sites(e):
+    """``[(tensor, inside a reduction)]`` for every read in ``e``, in order; a read
+    shared within ``e`` counts at each place it occurs.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((4,), name="x")
+    >>> k = tg.reduce_axis((0, 4), name="k")
+    >>> [(t.name, inside) for t, inside in read_sites(x[0] + tg.sum(x[k], axis=k))]
+    [('x', False), ('x', True)]
+    """
+    out = []
+    stack = [(e, False)]
+    while stack:
+        node, inside = stack.pop()
+        if type(node) is Read:
+            out.append((node.tensor, inside))
+        inner = inside or type(node) is Reduce
+        stack.extend((c, inner) for c in reversed(children(node)))
     return out
 
 
@@ -58,7 +69,7 @@ def _inlinable(tensors, keep):
     read_inside = set()
     for t in order:
         for e in stage_exprs(t):
-            for tensor, inside in _reads(e):
+            for tensor, inside in read_sites(e):
                 if inside:
                     read_inside.add(id(tensor))
         for whole in facts(t)[1]:
@@ -68,6 +79,9 @@ def _inlinable(tensors, keep):
 
 
 class _Inliner(IdentityMapper):
+    """Replaces a read of an inlined stage by its body at the read's indices, and the
+    reads in that body in turn (a generator method: chains of any length, no recursion)."""
+
     def __init__(self, inlined):
         self.inlined = inlined
 
@@ -77,7 +91,7 @@ class _Inliner(IdentityMapper):
         if stage is None:
             return e
         axes = {ax.name: idx for ax, idx in zip(stage.op.axes, e.indices)}
-        return substitute(stage.op.body, axes)
+        return (yield self.visit(substitute(stage.op.body, axes)))
 
 
 def _inline_into(t, inliner):
@@ -121,8 +135,12 @@ def inline_stages(tensors, ids, *, keep=(), simplified=True):
             mapping[id(t)] = t
             continue
         t_new = retarget(t, mapping)
-        new = _inline_into(t_new, inliner) if simplified else map_stage(t_new, inliner)
-        mapping[id(t)] = new
         if id(t) in ids:
-            inlined[id(new)] = new
+            # its readers inline its body and, through it, the stages it inlines: one
+            # pass over each final body (inlining each stage's body eagerly would
+            # rebuild a chain of n stages n times)
+            mapping[id(t)] = inlined[id(t_new)] = t_new
+            continue
+        mapping[id(t)] = _inline_into(t_new, inliner) if simplified \
+            else map_stage(t_new, inliner)
     return [mapping[id(t)] for t in tensors]

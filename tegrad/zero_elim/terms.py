@@ -63,13 +63,16 @@ def _zero(dtype):
 
 
 class _Expander(Mapper):
+    """The terms of an expression; the expansions are generators (see
+    :func:`tegrad.ir.mapper.run`), so any depth expands without recursion."""
+
     def __init__(self, taken):
         self.taken = set(taken)
 
-    def __call__(self, e):
+    def visit(self, e):
         if not _dt.is_float(e.dtype):
             return [Term((), (), e)]
-        return Mapper.__call__(self, e)
+        return Mapper.visit(self, e)
 
     def map_const(self, e):
         return [] if e.value == 0 else [Term((), (), e)]
@@ -79,27 +82,30 @@ class _Expander(Mapper):
         return [Term((), (), e)] if rule is None else rule(self, e)
 
     def add(self, e):
-        left, right = self(e.a), self(e.b)
+        left = yield self.visit(e.a)
+        right = yield self.visit(e.b)
         if e.op == "sub":
             right = [Term(r.axes, r.conds, _neg(r.value)) for r in right]
         return left + right
 
     def mul(self, e):
-        left, right = self(e.a), self(e.b)
+        left = yield self.visit(e.a)
+        right = yield self.visit(e.b)
         if len(left) * len(right) > MAX_PRODUCT_TERMS:
             return [Term((), (), e)]
         return [self.product(a, b) for a in left for b in right]
 
     def div(self, e):
-        return [self.scale(r, e.b, "div") for r in self(e.a)]
+        return [self.scale(r, e.b, "div") for r in (yield self.visit(e.a))]
 
     def map_neg(self, e):
-        return [Term(r.axes, r.conds, _neg(r.value)) for r in self(e.a)]
+        return [Term(r.axes, r.conds, _neg(r.value)) for r in (yield self.visit(e.a))]
 
     def map_cast(self, e):
         if not _dt.is_float(e.a.dtype):
             return [Term((), (), e)]
-        return [Term(r.axes, r.conds, Cast(r.value, e.dtype)) for r in self(e.a)]
+        return [Term(r.axes, r.conds, Cast(r.value, e.dtype))
+                for r in (yield self.visit(e.a))]
 
     def map_reduce(self, e):
         return self.reduce(e) if e.reducer is sum_reducer else [Term((), (), e)]
@@ -121,7 +127,7 @@ class _Expander(Mapper):
         out = []
         cond_names = free_var_names(e.cond)
         for branch, cond in ((e.true_value, e.cond), (e.false_value, _negate(e.cond))):
-            for r in self(branch):
+            for r in (yield self.visit(branch)):
                 r = self.rename_term(r, cond_names)
                 out.append(Term(r.axes, tuple(conjuncts(cond)) + r.conds, r.value))
         return out
@@ -129,12 +135,12 @@ class _Expander(Mapper):
     def reduce(self, e):
         out = []
         if e.init is not None:
-            out += self(e.init)
+            out += yield self.visit(e.init)
         where = conjuncts(e.where) if e.where is not None else []
         outer = {ax.name for ax in e.axes}
         for c in where:
             outer |= free_var_names(c)
-        for r in self(e.source):
+        for r in (yield self.visit(e.source)):
             r = self.rename_term(r, outer)
             out.append(Term(e.axes + r.axes, tuple(where) + r.conds, r.value))
         return out
@@ -149,8 +155,11 @@ class _Expander(Mapper):
                     substitute(r.value, renames))
 
     def product(self, a, b):
-        b = self.rename_term(b, _term_names(a))
-        a = self.rename_term(a, _term_names(b))
+        # only a term with axes can clash; the names of a deep factor cost its size
+        if b.axes:
+            b = self.rename_term(b, _term_names(a))
+        if a.axes:
+            a = self.rename_term(a, _term_names(b))
         return Term(a.axes + b.axes, a.conds + b.conds, _mul(a.value, b.value))
 
     def scale(self, r, factor, op):
