@@ -20,6 +20,7 @@ from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
 from tegrad.codegen.schedule.auto import auto_schedule
+from tegrad.codegen.schedule.dedupe import computed_once
 
 #: how many compiled programs the cache keeps (least recently used ones are dropped)
 CACHE_SIZE = 256
@@ -108,7 +109,8 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None):
     is part of the cache key, but parallel loops still run on the calling thread.
     ``name`` names the kernel (default: from the outputs' names).
 
-    Each stage's loops are scheduled automatically (see ``f.schedule``); ``schedule``
+    Stages computing the same values run once, and each stage's loops are scheduled
+    automatically (see ``f.schedule``); ``schedule``
     overrides that per stage, by the name of the tensor it computes: ``"none"`` keeps a
     stage's plain loops, a dict asks for ``"split"``, ``"order"``, ``"compute_at"``,
     ``"unroll"``, ``"vectorize"`` and ``"parallel"`` (see
@@ -145,9 +147,11 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None):
     with _lock:
         executable = _executables.get(key)
     if executable is None:
-        kernel = lower_program(inputs, outputs, name=kernel_name)
         record = None
-        if schedule != "none":
+        if schedule == "none":
+            kernel = lower_program(inputs, outputs, name=kernel_name)
+        else:
+            kernel = lower_program(inputs, computed_once(outputs), name=kernel_name)
             kernel, record = auto_schedule(kernel, overrides=schedule)
         executable = Executable(kernel, threads=threads)
         executable = (executable, record)

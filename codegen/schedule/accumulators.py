@@ -1,7 +1,8 @@
 """Vector accumulators for reductions along the stride-1 axis of memory.
 
 An innermost reduction loop ``for r in [b, b + n): acc op= f(r)`` that reads memory at
-stride 1 in ``r`` becomes, with ``W`` lanes (the host's vector width for the dtype)::
+stride 1 in ``r`` becomes, with ``W`` lanes (the host's vector width for the dtype,
+times up to ``INTERLEAVE`` vectors when ``n`` is large enough)::
 
     lanes[l] = identity                                  (l < W)
     for r_o in [0, n // W): for l in [0, W): lanes[l] op= f(b + r_o * W + l)
@@ -61,6 +62,9 @@ from tegrad.codegen.schedule.common import constant_trip_count, fresh, names_in,
 from tegrad.codegen.schedule.fusion import statements
 from tegrad.codegen.schedule.loop_order import stride_one
 
+#: how many vectors of accumulators a reduction keeps (at most)
+INTERLEAVE = 4
+
 #: the reducers whose reductions may be reassociated
 REASSOCIATED = (reduction.sum, reduction.max, reduction.min)
 
@@ -99,7 +103,8 @@ def _candidate(loop, lanes_of):
     lanes = min(lanes_of(a.buffer.dtype) for a in accs)
     if lanes < 2 or n < 2 * lanes:
         return None
-    return accs, lanes, n
+    # several vectors of lanes hide the latency of each vector's combination
+    return accs, lanes * min(INTERLEAVE, n // (2 * lanes)), n
 
 
 def uses_var_any(indices, name):

@@ -24,7 +24,7 @@ It returns the new kernel and a :class:`ScheduleRecord` of the choices, which
 >>> kernel, record = auto_schedule(lower_program([A], [B]))
 >>> record.fused
 (('S', 'B'),)
->>> record.notes["S"]
+>>> record.notes[0]
 ('k: vector accumulators (8 lanes)', 'j: vectorized')
 """
 from __future__ import annotations
@@ -45,8 +45,8 @@ from tegrad.codegen.schedule.manual import apply_overrides
 @dataclass(frozen=True)
 class ScheduleRecord:
     """What the schedule chose: ``fused`` (groups of stages run in one loop nest),
-    ``notes`` (the first stage a statement computes -> the choices made for that
-    statement, as text) and
+    ``notes`` (index of a top-level statement of the kernel -> the choices made for
+    it, as text) and
     ``manual`` (the stages an expert's overrides scheduled)."""
 
     fused: tuple = ()
@@ -109,7 +109,7 @@ def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes):
         stmts[k] = mark(s)
         found += [f"{v}: vectorized" for v in mark.marked]
         if found:
-            notes[names[0] if names else f"statement {k}"] = tuple(found)
+            notes[k] = tuple(found)
     kernel = Kernel(kernel.name, kernel.args, kernel.temps, block(stmts))
     return kernel, ScheduleRecord(fused=fused, notes=notes, manual=tuple(manual))
 

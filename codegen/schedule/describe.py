@@ -76,8 +76,7 @@ def describe_schedule(kernel, record=None):
             continue
         loops = nest_text(s)
         lines.append(f"  loops: {loops or 'none'}")
-        key = names[0] if names else f"statement {k}"
-        lines.extend(f"  {n}" for n in notes.get(key, ()))
+        lines.extend(f"  {n}" for n in notes.get(k, ()))
     return "\n".join(lines)
 
 

@@ -145,7 +145,8 @@ def fuse_stages(kernel, *, keep=()):
     """``(kernel, fused)``: the top-level loop nests of ``kernel`` fused where legal (see the
     module doc); ``fused`` names, per merged statement, the stages (written buffers) it
     computes, for those merging two or more. Stages named in ``keep`` are not fused."""
-    stmts = statements(kernel.body)
+    # a stage lowered as several loops (fill, then accumulate) fuses loop by loop
+    stmts = [part for s in statements(kernel.body) for part in statements(s)]
     names = [stage_names(s) for s in stmts]
     keep_idx = frozenset(k for k, n in enumerate(names) if set(n) & set(keep))
     new, groups = fuse_list(stmts, keep_idx)

@@ -159,8 +159,17 @@ def _accesses(s):
     return out
 
 
-def _score(s, name):
-    return sum(stride_one(idx, name) for _, idx in _accesses(s))
+def _score(accesses, name):
+    """How well running ``name`` innermost suits ``accesses``: those moving along memory's
+    stride-1 axis with it, less those it moves across rows (accesses not using it stay
+    in registers and count for nothing)."""
+    score = 0
+    for _, idx in accesses:
+        if stride_one(idx, name):
+            score += 1
+        elif any(uses_var(i, name) for i in idx):
+            score -= 1
+    return score
 
 
 def _innermost_loops(s):
@@ -169,17 +178,20 @@ def _innermost_loops(s):
 
 
 def _worth_sinking(loop):
-    inner = _innermost_loops(loop.body)
-    if not inner:
-        return False
-    mine = _score(loop.body, loop.var.name)
-    for r in inner:
+    """Some innermost loop of ``loop``'s body is better run along ``loop`` instead (tiny
+    reductions are never worth running innermost), and none is worse."""
+    better = False
+    for r in _innermost_loops(loop.body):
         n = constant_trip_count(r)
+        accesses = _accesses(r.body)
+        mine = _score(accesses, loop.var.name)
         if n is not None and n <= TINY_TRIP:
-            continue
-        if _score(r, r.var.name) >= mine:
+            better |= mine > 0
+        elif mine < _score(accesses, r.var.name):
             return False
-    return mine > 0
+        else:
+            better |= mine > _score(accesses, r.var.name)
+    return better
 
 
 class _Expand(ExprMapper):
@@ -234,7 +246,8 @@ def _sink(x, s):
 
 def _try_sink(loop):
     n = constant_trip_count(loop)
-    if (n is None or loop.step != 1 or loop.kind != "serial" or loop.begin.value != 0
+    if (n is None or n <= TINY_TRIP or loop.step != 1 or loop.kind != "serial"
+            or loop.begin.value != 0
             or not any(type(m) is For for m in walk_stmts(loop.body))):
         return None
     allocations, body = _expand_scalars(loop, n)
