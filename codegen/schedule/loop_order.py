@@ -142,11 +142,18 @@ def unroll_tiny_reductions(s):
 
 
 def stride_one(indices, name):
-    """The last index moves by exactly 1 with the variable ``name``."""
-    if not indices:
+    """The last index moves by exactly 1 with the variable ``name`` (``name`` appears in
+    it as ``+ name`` only, in no division or modulo, and in no other index)."""
+    if not indices or any(uses_var(i, name) for i in indices[:-1]):
         return False
     aff = to_affine(indices[-1])
-    return aff is not None and any(atom == name and c == 1 for atom, c in aff.terms)
+    if aff is None:
+        return False
+    plain = [c for atom, c in aff.terms if atom == name]
+    inside = [atom for atom, _ in aff.terms
+              if type(atom) is not str and name in {getattr(v, "name", v)
+                                                    for v in atom.variables()}]
+    return plain == [1] and not inside
 
 
 def _accesses(s):
