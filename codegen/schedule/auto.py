@@ -21,11 +21,11 @@ It returns the new kernel and a :class:`ScheduleRecord` of the choices, which
 >>> k = tg.reduce_axis((0, 64), name="k")
 >>> S = tg.compute((4,), lambda i: tg.sum(A[i, k], axis=k), name="S")
 >>> B = tg.compute((4, 64), lambda i, j: A[i, j] / S[i], name="B")
->>> kernel, record = auto_schedule(lower_program([A], [B]))
+>>> kernel, record = auto_schedule(lower_program([A], [B]), lanes_of=lambda dtype: 8)
 >>> record.fused
 (('S', 'B'),)
 >>> record.notes[0]
-('k: vector accumulators (8 lanes)', 'j: vectorized')
+('k: vector accumulators (32 lanes)', 'j: vectorized')
 """
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ is shown by its type.
 >>> k = tg.reduce_axis((0, 64), name="k")
 >>> S = tg.compute((4,), lambda i: tg.sum(A[i, k], axis=k), name="S")
 >>> B = tg.compute((4, 64), lambda i, j: A[i, j] / S[i], name="B")
->>> print(describe_schedule(*auto_schedule(lower_program([A], [B]))))
+>>> print(describe_schedule(*auto_schedule(lower_program([A], [B]), lanes_of=lambda d: 8)))
 stages S, B (fused)
-  loops: i<4 { k_l<8; k_o<8 { k_l_1<8 vectorized }; k_l_2<8 unrolled; j<64 vectorized }
-  k: vector accumulators (8 lanes)
+  loops: i<4 { k_l<32; k_o<2 { k_l_1<32 vectorized }; k_l_2<32 unrolled; j<64 vectorized }
+  k: vector accumulators (32 lanes)
   j: vectorized
 """
 from __future__ import annotations
