@@ -9,6 +9,9 @@ times up to ``INTERLEAVE`` vectors when ``n`` is large enough)::
     for l in [0, W): acc op= lanes[l]
     for r in [b + n // W * W, b + n): acc op= f(r)       (the tail, if any)
 
+When ``n`` is known at run time only, ``n`` is ``max(end - begin, 0)`` and ``W`` one
+vector.
+
 The lanes are independent, so the inner loop runs as one vector operation. This
 reassociates the reduction: allowed only here, for ``tg.sum``, ``tg.max`` and ``tg.min``
 (commutative and associative, up to rounding for a float sum: the result may differ from
@@ -83,7 +86,7 @@ def _c(v):
 def _candidate(loop, lanes_of):
     """The accumulations of ``loop`` and its lane count, when the rewrite applies."""
     n = constant_trip_count(loop)
-    if loop.kind != "serial" or loop.step != 1 or n is None:
+    if loop.kind != "serial" or loop.step != 1:
         return None
     if any(type(m) in (For, Allocate, Check, Store) for m in walk_stmts(loop.body)):
         return None
@@ -101,8 +104,10 @@ def _candidate(loop, lanes_of):
     if not any(stride_one(ld.indices, loop.var.name) for ld in read):
         return None
     lanes = min(lanes_of(a.buffer.dtype) for a in accs)
-    if lanes < 2 or n < 2 * lanes:
+    if lanes < 2 or (n is not None and n < 2 * lanes):
         return None
+    if n is None:  # a trip count known at run time only: one vector
+        return accs, lanes, None
     # several vectors of lanes hide the latency of each vector's combination
     return accs, lanes * min(INTERLEAVE, n // (2 * lanes)), n
 
@@ -132,7 +137,11 @@ def _rewrite(loop, accs, lanes, n, taken):
     lanes_of_target = dict(targets)
     outer = Var(fresh(name + "_o", taken), INDEX)
     lane_vars = [Var(fresh(name + "_l", taken), INDEX) for _ in range(3)]
-    full = n // lanes
+    if n is None:
+        trip = simplify(Binary("max", Binary("sub", loop.end, loop.begin, INDEX), _c(0), INDEX))
+        full = simplify(Binary("floordiv", trip, _c(lanes), INDEX))
+    else:
+        full = _c(n // lanes)
     init = For(lane_vars[0], _c(0), _c(lanes),
                block([Store(buf, (lane_vars[0],), key[2].identity(buf.dtype))
                       for key, buf in targets]))
@@ -140,13 +149,13 @@ def _rewrite(loop, accs, lanes, n, taken):
                                Binary("add", Binary("mul", outer, _c(lanes), INDEX),
                                       lane_vars[1], INDEX), INDEX))
     body = _ToLanes(lanes_of_target, lane_vars[1])(substitute_stmt(loop.body, {name: position}))
-    main = For(outer, _c(0), _c(full), For(lane_vars[1], _c(0), _c(lanes), body, "vectorized"))
+    main = For(outer, _c(0), full, For(lane_vars[1], _c(0), _c(lanes), body, "vectorized"))
     combine = For(lane_vars[2], _c(0), _c(lanes),
                   block([Accumulate(key[0], key[1], Load(buf, (lane_vars[2],)), key[2])
                          for key, buf in targets]), "unrolled")
     stmts = [init, main, combine]
-    if n % lanes:
-        start = simplify(Binary("add", loop.begin, _c(full * lanes), INDEX))
+    if n is None or n % lanes:
+        start = simplify(Binary("add", loop.begin, Binary("mul", full, _c(lanes), INDEX), INDEX))
         stmts.append(For(loop.var, start, loop.end, loop.body, "serial"))
     out = block(stmts)
     for _, buf in reversed(targets):

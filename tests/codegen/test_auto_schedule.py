@@ -180,3 +180,12 @@ def test_compiled_float32_pipeline_equals_evaluator_on_sizes_not_dividing_lanes(
     for got, want in zip(f(*[feed[t] for t in inputs]), tg.evaluate(outputs, feed)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert "fused" in f.schedule and "vector accumulators" in f.schedule
+
+
+def test_vector_accumulators_on_a_reduction_whose_bounds_move():
+    A = tg.placeholder((5, 40), dtype=F64, name="A")
+    k = tg.reduce_axis((0, 40), name="k")  # runs over [7 i, 40): a trip count known late
+    S = tg.compute((5,), lambda i: tg.sum(A[i, k], axis=k, where=k >= i * 7), name="S")
+    feed = {A: np.random.default_rng(6).standard_normal((5, 40))}
+    kernel, record = check_scheduled([A], [S], feed)
+    assert any("vector accumulators" in n for n in record.notes[0])
