@@ -7,7 +7,7 @@ plain loops', see its module):
 2. loop fusion of consecutive nests over the same range (:mod:`.fusion`);
 3. per top-level statement: tiny moving-bound reductions over constant guarded ranges,
    the written stride-1 axis moved innermost, tiny reductions unrolled
-   (:mod:`.loop_order`);
+   (:mod:`.loop_order`), the guards of innermost loops made bounds (:mod:`.guards`);
 4. vector accumulators for innermost reductions along the stride-1 axis
    (:mod:`.accumulators`, the only pass that reassociates);
 5. innermost loops over the written stride-1 axis marked ``vectorized``.
@@ -36,6 +36,7 @@ from tegrad.codegen.loops.nodes import For, Kernel
 from tegrad.codegen.schedule.accumulators import host_lanes, statement_accumulators
 from tegrad.codegen.schedule.common import constant_trip_count, names_in, writes
 from tegrad.codegen.schedule.fusion import fuse_stages, stage_names, statements
+from tegrad.codegen.schedule.guards import innermost_guards_to_bounds
 from tegrad.codegen.schedule.loop_order import (constant_tiny_loops, is_reduction_loop,
                                                 sink_stride_one, stride_one,
                                                 unroll_tiny_reductions)
@@ -83,9 +84,12 @@ def _nest_schedule(s, notes):
     s = unroll_tiny_reductions(s)
     unrolled = [m.var.name for m in walk_stmts(s) if type(m) is For and m.kind == "unrolled"
                 and m.var.name not in before]
+    bounded = []
+    s = innermost_guards_to_bounds(s, changed=bounded)
     notes += [f"{v}: tiny bounds made constant, guarded" for v in changed]
     notes += [f"{v}: moved innermost (stride 1)" for v in moved]
     notes += [f"{v}: unrolled (tiny reduction)" for v in unrolled]
+    notes += [f"{v}: guards made bounds" for v in bounded]
     return s
 
 

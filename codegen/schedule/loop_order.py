@@ -226,10 +226,28 @@ class _ExpandWrites(StmtMapper):
         return s
 
 
+def _hoist_scalars(body):
+    """``body`` with the scalar locals allocated by its top-level statements allocated
+    around the whole of it (local names are unique in a kernel, so the wider scope
+    changes nothing)."""
+    found, stmts = [], []
+    for st in (body.stmts if type(body) is Block else (body,)):
+        while type(st) is Allocate and st.buffer.shape == ():
+            found.append(st.buffer)
+            st = st.body
+        stmts.append(st)
+    if not found:
+        return body
+    out = block(stmts)
+    for buf in reversed(found):
+        out = Allocate(buf, out)
+    return out
+
+
 def _expand_scalars(loop, n):
     """``(allocations, body)``: the scalar locals allocated at the top of ``loop``'s body
     as arrays of ``n`` elements indexed by the loop variable, and the body using them."""
-    body, allocations = loop.body, []
+    body, allocations = _hoist_scalars(loop.body), []
     while type(body) is Allocate and body.buffer.shape == () and n <= EXPANSION_LIMIT:
         old = body.buffer
         new = Buffer(old.name, (n,), old.dtype, "local")
