@@ -90,8 +90,8 @@ def _guarded_body(loop):
 
 def guards_to_bounds(loop):
     """``loop`` with its guards on its variable as bounds (module doc), or ``loop``."""
-    if type(loop) is not For or loop.step != 1:
-        return loop
+    if type(loop) is not For or loop.step != 1 or loop.kind == "unrolled":
+        return loop  # an unrolled loop keeps its constant trip count
     conds, body = _guarded_body(loop)
     name = loop.var.name
     atoms = [a for c in conds for a in _atoms(c)]
