@@ -5,9 +5,11 @@ plain loops', see its module):
 
 1. an expert's overrides (:mod:`.manual`), whose stages are left alone afterwards;
 2. loop fusion of consecutive nests over the same range (:mod:`.fusion`);
-3. per top-level statement: tiny moving-bound reductions over constant guarded ranges,
+3. per top-level statement: loops divided by a small constant split by it
+   (:mod:`.divisors`), tiny moving-bound reductions over constant guarded ranges,
    the written stride-1 axis moved innermost, tiny reductions unrolled
-   (:mod:`.loop_order`), the guards of innermost loops made bounds (:mod:`.guards`);
+   (:mod:`.loop_order`), the guards of innermost loops made bounds (:mod:`.guards`),
+   guarded accumulations made unguarded (:mod:`.ifconvert`);
 4. vector accumulators for innermost reductions along the stride-1 axis
    (:mod:`.accumulators`, the only pass that reassociates);
 5. innermost loops over the written stride-1 axis marked ``vectorized``.
@@ -36,7 +38,9 @@ from tegrad.codegen.loops.nodes import For, Kernel
 from tegrad.codegen.schedule.accumulators import host_lanes, statement_accumulators
 from tegrad.codegen.schedule.common import constant_trip_count, names_in, writes
 from tegrad.codegen.schedule.fusion import fuse_stages, stage_names, statements
+from tegrad.codegen.schedule.divisors import split_divided_loops
 from tegrad.codegen.schedule.guards import innermost_guards_to_bounds
+from tegrad.codegen.schedule.ifconvert import if_convert
 from tegrad.codegen.schedule.loop_order import (constant_tiny_loops, is_reduction_loop,
                                                 sink_stride_one, stride_one,
                                                 unroll_tiny_reductions)
@@ -76,8 +80,10 @@ class _MarkVector(StmtMapper):
         return s
 
 
-def _nest_schedule(s, notes):
-    changed, moved = [], []
+def _nest_schedule(s, notes, taken):
+    changed, moved, divided = [], [], []
+    s = split_divided_loops(s, taken=taken, changed=divided)
+    notes += [f"{v}: split by its divisor" for v in divided]
     s = constant_tiny_loops(s, changed=changed)
     s = sink_stride_one(s, moved=moved)
     before = {m.var.name for m in walk_stmts(s) if type(m) is For and m.kind == "unrolled"}
@@ -86,6 +92,7 @@ def _nest_schedule(s, notes):
                 and m.var.name not in before]
     bounded = []
     s = innermost_guards_to_bounds(s, changed=bounded)
+    s = if_convert(s)
     notes += [f"{v}: tiny bounds made constant, guarded" for v in changed]
     notes += [f"{v}: moved innermost (stride 1)" for v in moved]
     notes += [f"{v}: unrolled (tiny reduction)" for v in unrolled]
@@ -106,7 +113,7 @@ def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes):
         if set(names) & set(manual):
             continue
         found = []
-        s = _nest_schedule(s, found)
+        s = _nest_schedule(s, found, taken)
         s, lanes = statement_accumulators(s, taken=taken, lanes_of=lanes_of)
         found += [f"{v}: vector accumulators ({n} lanes)" for v, n in lanes]
         mark = _MarkVector()

@@ -189,3 +189,28 @@ def test_vector_accumulators_on_a_reduction_whose_bounds_move():
     feed = {A: np.random.default_rng(6).standard_normal((5, 40))}
     kernel, record = check_scheduled([A], [S], feed)
     assert any("vector accumulators" in n for n in record.notes[0])
+
+
+def test_pooling_gradient_loses_its_divisions_and_branches():
+    x = tg.placeholder((2, 3, 8, 8), dtype=F64, name="x")
+    y = nn.max_pool2d(x, 2, stride=2)
+    feed = {x: np.random.default_rng(7).standard_normal(x.shape)}
+    kernel, record = check_scheduled([x], [y, *tg.differentiate(y, [x])], feed)
+    notes = [n for ns in record.notes.values() for n in ns]
+    assert any("split by its divisor" in n for n in notes)
+    text = tg.build([x], [y, *tg.differentiate(y, [x])]).loops
+    assert "//" not in text and "if (" not in text
+
+
+def test_unguarded_accumulation_keeps_a_negative_zero():
+    A = tg.placeholder((3, 9), dtype=F64, name="A")
+    k = tg.reduce_axis((0, 9), name="k")
+    S = tg.compute((3,), lambda i: tg.sum(A[i, k], axis=k, where=A[i, k] > 0.5,
+                                          init=A[i, 0] * 0.0 - 0.0), name="S")
+    a = -np.abs(np.random.default_rng(8).standard_normal((3, 9)))  # every guard false
+    a[1, 3] = 2.0
+    want = tg.evaluate([S], {A: a})[0]
+    for got in (run(auto_schedule(lower_program([A], [S]), lanes_of=two_lanes)[0], [a])[0][0],
+                tg.build([A], [S])(a)[0]):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
