@@ -6,7 +6,8 @@ is accessed, in both, at index exactly ``a`` (``b``) in one common dimension: it
 ``v`` of ``B`` then touches only the elements iteration ``v`` of ``A`` touches, so running
 ``B(v)`` right after ``A(v)`` instead of after all of ``A`` reads and writes the same
 values. A statement is moved up to the loop it fuses with only past statements it shares
-no written buffer with. Fusion recurses into the fused body (a row max, a row sum and an
+no written buffer with; loops that both check indices at run time are not fused (the
+first failing check stays the same). Fusion recurses into the fused body (a row max, a row sum and an
 elementwise output over the same rows end up in one loop over rows).
 
 >>> import tegrad as tg
@@ -95,6 +96,8 @@ def fusable(a, b):
         return False
     if not (_same(a.begin, b.begin) and _same(a.end, b.end)):
         return False
+    if _has_check(a) and _has_check(b):
+        return False  # the first check to fail, and the error, would change
     acc_a, acc_b = _accesses(a.body), _accesses(substitute_stmt(b.body, {b.var.name: a.var}))
     written = {x for x, _, w in acc_a + acc_b if w}
     shared = {x for x, _, _ in acc_a} & {x for x, _, _ in acc_b} & written

@@ -46,7 +46,7 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, stmt_exp
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Buffer, For, If, Load, Store
 from tegrad.codegen.schedule.common import (constant_trip_count, independence_problem,
-                                            stmt_uses_var, uses_var, writes)
+                                            uses_var, writes)
 
 #: reduction loops with at most this many iterations are unrolled, never innermost
 TINY_TRIP = 4
