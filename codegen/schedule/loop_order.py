@@ -13,7 +13,8 @@ Three rewrites of one statement, each keeping every iteration's effect:
   same values; done only when more accesses run along the stride-1 axis of memory with
   it innermost than with the reduction innermost;
 - :func:`unroll_tiny_reductions`: reduction loops of constant trip count at most
-  ``TINY_TRIP`` are marked ``unrolled``.
+  ``TINY_TRIP`` are marked ``unrolled``, and so are other such loops with no loop inside
+  that is not unrolled (a scatter's window).
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
@@ -128,13 +129,16 @@ class _UnrollTiny(StmtMapper):
     def map_for(self, s):
         s = super().map_for(s)
         n = constant_trip_count(s)
-        if s.kind == "serial" and n is not None and 1 < n <= TINY_TRIP and is_reduction_loop(s):
+        if s.kind == "serial" and n is not None and 1 < n <= TINY_TRIP and (
+                is_reduction_loop(s) or all(m.kind == "unrolled" for m in walk_stmts(s.body)
+                                            if type(m) is For)):
             return For(s.var, s.begin, s.end, s.body, "unrolled", s.step)
         return s
 
 
 def unroll_tiny_reductions(s):
-    """``s`` with its constant tiny reduction loops marked ``unrolled``."""
+    """``s`` with its constant tiny reduction loops, and its other tiny loops with only
+    unrolled loops inside, marked ``unrolled`` (the same iterations, in order)."""
     return _UnrollTiny()(s)
 
 
