@@ -4,7 +4,8 @@ Three rewrites of one statement, each keeping every iteration's effect:
 
 - :func:`constant_tiny_loops`: a reduction loop whose bounds move with outer loops but
   stay within ``TINY_TRIP`` consecutive values runs over that constant range, guarded
-  (``v`` runs over the same values, each once);
+  (``v`` runs over the same values, each once); one whose trip count stays at most
+  ``TINY_TRIP`` runs over its offsets ``t`` from its begin, ``v == begin + t``, guarded;
 - :func:`sink_stride_one`: a loop over the last index of everything its body writes,
   whose iterations are independent, moves inside the reduction loops of its body
   (scalar accumulators become one element per iteration; the loop is distributed over
@@ -41,9 +42,10 @@ kernel kernel(float64 A[4][8], float64 B[4][6]) {
 from __future__ import annotations
 
 from tegrad.analysis.intervals import value_range
-from tegrad.ir.expr import Compare, Const, Var
+from tegrad.ir.expr import Binary, Compare, Const, Var
 
-from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, stmt_exprs, to_affine,
+from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, stmt_exprs,
+                                         substitute_stmt, to_affine,
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Buffer, For, If, Load, Store
 from tegrad.codegen.schedule.common import (constant_trip_count, independence_problem,
@@ -100,19 +102,53 @@ def _tiny_range(loop, ranges):
     return lo[0], hi[1]
 
 
+#: at most this many values of an enclosing loop are tried to bound a trip count
+POINTS_LIMIT = 1024
+
+
+def _tiny_trip(loop, ranges):
+    """The largest trip count of ``loop`` (at most ``TINY_TRIP``) over the values of the
+    one enclosing loop its bounds use, each value tried on its own, or None."""
+    if loop.step != 1:
+        return None
+    used = [n for n in ranges if uses_var(loop.begin, n) or uses_var(loop.end, n)]
+    if len(used) != 1 or ranges[used[0]][1] - ranges[used[0]][0] >= POINTS_LIMIT:
+        return None
+    name, (lo, hi) = used[0], ranges[used[0]]
+    trip = 0
+    for point in range(lo, hi + 1):
+        at = {**ranges, name: (point, point)}
+        b, e = value_range(loop.begin, at), value_range(loop.end, at)
+        if b is None or e is None or b[0] != b[1] or e[0] != e[1]:
+            return None
+        trip = max(trip, e[0] - b[0])
+        if trip > TINY_TRIP:
+            return None
+    return trip
+
+
 class _ConstantTiny(_Ranged):
     def __init__(self):
         super().__init__()
         self.changed = []
 
     def rewrite_for(self, old, s):
-        span = _tiny_range(s, self.ranges)
-        if span is None or not is_reduction_loop(s):
+        if not is_reduction_loop(s):
             return s
-        self.changed.append(s.var.name)
         v = s.var
-        guarded = If(Compare("ge", v, s.begin), If(Compare("lt", v, s.end), s.body))
-        return For(v, _c(span[0]), _c(span[1]), guarded, s.kind)
+        span = _tiny_range(s, self.ranges)
+        if span is not None:
+            self.changed.append(v.name)
+            guarded = If(Compare("ge", v, s.begin), If(Compare("lt", v, s.end), s.body))
+            return For(v, _c(span[0]), _c(span[1]), guarded, s.kind)
+        trip = _tiny_trip(s, self.ranges) if constant_trip_count(s) is None else None
+        if not trip:
+            return s
+        # v runs over its offsets from begin: v_old == begin + v
+        self.changed.append(v.name)
+        body = substitute_stmt(s.body, {v.name: Binary("add", s.begin, v, INDEX)})
+        span = Binary("sub", s.end, s.begin, INDEX)
+        return For(v, _c(0), _c(trip), If(Compare("lt", v, span), body), s.kind)
 
 
 def constant_tiny_loops(s, *, changed=None):
