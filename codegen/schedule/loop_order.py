@@ -15,7 +15,8 @@ Three rewrites of one statement, each keeping every iteration's effect:
   it innermost than with the reduction innermost;
 - :func:`unroll_tiny_reductions`: reduction loops of constant trip count at most
   ``TINY_TRIP`` are marked ``unrolled``, and so are other such loops with no loop inside
-  that is not unrolled (a scatter's window).
+  that is not unrolled (a scatter's window), while the code emitted stays within
+  ``UNROLLED_SIZE`` statements.
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
@@ -161,11 +162,32 @@ def constant_tiny_loops(s, *, changed=None):
     return out
 
 
+#: unrolling stops where the statements emitted for a loop would exceed this many
+UNROLLED_SIZE = 32
+
+
+def code_size(s):
+    """How many statements are emitted for ``s`` (an unrolled loop's body once per
+    iteration)."""
+    t = type(s)
+    if t is For:
+        inner = code_size(s.body)
+        return inner * (constant_trip_count(s) or 1) if s.kind == "unrolled" else inner
+    if t is Block:
+        return sum(code_size(c) for c in s.stmts)
+    if t is If:
+        return code_size(s.then) + (0 if s.otherwise is None else code_size(s.otherwise))
+    if t is Allocate or hasattr(s, "body"):
+        return code_size(s.body)
+    return 1
+
+
 class _UnrollTiny(StmtMapper):
     def map_for(self, s):
         s = super().map_for(s)
         n = constant_trip_count(s)
-        if s.kind == "serial" and n is not None and 1 < n <= TINY_TRIP and (
+        if s.kind == "serial" and n is not None and 1 < n <= TINY_TRIP \
+                and n * code_size(s.body) <= UNROLLED_SIZE and (
                 is_reduction_loop(s) or all(m.kind == "unrolled" for m in walk_stmts(s.body)
                                             if type(m) is For)):
             return For(s.var, s.begin, s.end, s.body, "unrolled", s.step)
