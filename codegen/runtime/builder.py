@@ -20,6 +20,8 @@ from tegrad.codegen.schedule.parallel import parallelize_stages
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
+from tegrad.codegen.schedule.auto import auto_schedule
+from tegrad.codegen.schedule.dedupe import computed_once
 
 #: how many compiled programs the cache keeps (least recently used ones are dropped)
 CACHE_SIZE = 256
@@ -76,7 +78,28 @@ def _remember(cache, key, value):
         cache.popitem(last=False)
 
 
-def build(inputs, outputs, *, threads=None, name=None):
+def _frozen(value):
+    """A hashable form of a schedule override (dicts and lists become sorted tuples)."""
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted(((repr(k), _frozen(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("list",) + tuple(_frozen(v) for v in value)
+    if isinstance(value, (str, numbers.Number, type(None))):
+        return value
+    raise TegradError(f"build: schedule holds {value!r}, which is not a name, a number, a "
+                      f"list or a dict")
+
+
+def _check_schedule(schedule):
+    if schedule is None or schedule == "none":
+        return schedule
+    if not isinstance(schedule, dict):
+        raise TegradError(f"build: schedule must be None, 'none' or a dict {{stage: requests}}, "
+                          f"got {schedule!r}")
+    return schedule
+
+
+def build(inputs, outputs, *, threads=None, name=None, schedule=None):
     """Compile the program computing ``outputs`` from the placeholders ``inputs``.
 
     ``outputs`` is a tensor, a list of tensors, or a :func:`tegrad.differentiate` result
@@ -90,12 +113,25 @@ def build(inputs, outputs, *, threads=None, name=None):
     :mod:`tegrad.codegen.schedule.parallel`); results do not depend on ``threads``.
     ``name`` names the kernel (default: from the outputs' names).
 
+    Stages computing the same values run once, and each stage's loops are scheduled
+    automatically (see ``f.schedule``); ``schedule``
+    overrides that per stage, by the name of the tensor it computes: ``"none"`` keeps a
+    stage's plain loops, a dict asks for ``"split"``, ``"order"``, ``"compute_at"``,
+    ``"unroll"``, ``"vectorize"`` and ``"parallel"`` (see
+    :mod:`tegrad.codegen.schedule.manual`); ``schedule="none"`` keeps every stage plain.
+    Unknown stages or loops and requests that would change the result raise a
+    ``TegradError`` naming the stage.
+
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((3,), dtype="float64", name="x")
     >>> y = tg.compute((3,), lambda i: x[i] * x[i], name="y")
     >>> f = tg.build([x], [y, tg.differentiate(y, [x])])
     >>> [a.tolist() for a in f(np.array([1.0, 2.0, 3.0]))]
     [[1.0, 4.0, 9.0], [2.0, 4.0, 6.0]]
+    >>> g = tg.build([x], [y], schedule={"y": {"unroll": "i"}})
+    >>> print(g.schedule)
+    stage y (as given)
+      loops: i<3 unrolled
     """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
                                 or threads < 1):
@@ -103,7 +139,8 @@ def build(inputs, outputs, *, threads=None, name=None):
     outputs = _flatten_outputs(outputs)
     inputs = _check_inputs(inputs, outputs)
     kernel_name = _kernel_name(name, outputs)
-    options = (threads, kernel_name)
+    schedule = _check_schedule(schedule)
+    options = (threads, kernel_name, _frozen(schedule))
     identity = (tuple(map(id, inputs)), tuple(map(id, outputs)), options)
     with _lock:
         f = _functions.get(identity)
@@ -114,12 +151,20 @@ def build(inputs, outputs, *, threads=None, name=None):
     with _lock:
         executable = _executables.get(key)
     if executable is None:
-        kernel = lower_program(inputs, outputs, name=kernel_name, contractions=True)
+        record = None
+        if schedule == "none":
+            kernel = lower_program(inputs, outputs, name=kernel_name)
+        else:
+            kernel = lower_program(inputs, computed_once(outputs), name=kernel_name,
+                                   contractions=True)
+            kernel, record = auto_schedule(kernel, overrides=schedule)
         kernel = parallelize_stages(kernel, threads=threads)
         executable = Executable(kernel, threads=threads)
+        executable = (executable, record)
         with _lock:
             _remember(_executables, key, executable)
-    f = CompiledFunction(inputs, outputs, executable)
+    executable, record = executable
+    f = CompiledFunction(inputs, outputs, executable, schedule_record=record)
     with _lock:
         _remember(_functions, identity, f)
     return f

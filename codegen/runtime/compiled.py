@@ -7,6 +7,7 @@ from tegrad.ir.errors import TegradError
 from tegrad.codegen.export.program import export_kernel
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, check_count
+from tegrad.codegen.schedule.describe import describe_schedule
 
 
 class CompiledFunction:
@@ -18,11 +19,14 @@ class CompiledFunction:
     arrays instead and returns them. Arguments and ``out`` arrays are checked (see
     :mod:`tegrad.codegen.runtime.arguments`). Calls from several threads at once are safe.
 
-    ``f.loops`` is the loop nest (pseudo-C), ``f.llvm_ir`` the optimised LLVM IR,
+    ``f.loops`` is the loop nest (pseudo-C), ``f.schedule`` the schedule chosen per stage
+    (loop order, splits, vector, unrolled and parallel loops, fused stages), ``f.llvm_ir``
+    the optimised LLVM IR,
     ``f.asm`` the machine code; ``f.inputs`` and ``f.outputs`` are the tensors.
     """
 
-    def __init__(self, inputs, outputs, executable):
+    def __init__(self, inputs, outputs, executable, schedule_record=None):
+        self._schedule_record = schedule_record
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self._executable = executable
@@ -72,6 +76,12 @@ class CompiledFunction:
     def loops(self):
         """The loop nests, as readable pseudo-C."""
         return format_kernel(self._executable.kernel)
+
+    @property
+    def schedule(self):
+        """The schedule of each stage, as readable text (see
+        :mod:`tegrad.codegen.schedule.describe`)."""
+        return describe_schedule(self._executable.kernel, self._schedule_record)
 
     @property
     def llvm_ir(self):

@@ -3,6 +3,8 @@
 Loops are named by their variable (each loop of a lowered kernel has its own); stages
 by their buffer. See :mod:`.loops` (split, reorder, fuse, unroll, vectorize,
 parallelize) and :mod:`.stages` (inline a stage, compute a stage at a loop).
+:mod:`.auto` chooses a schedule for every stage from the program (``tg.build`` applies
+it; :mod:`.manual` applies an expert's instead, :mod:`.describe` prints it).
 """
 from tegrad.codegen.schedule.loops import (fuse, parallelize, reorder, split, unroll,
                                            vectorize)

@@ -139,7 +139,8 @@ def independence_problem(body, names, accumulate_ok):
                 if type(ld) is not Load or ld.buffer not in written:
                     continue
                 ws = written[ld.buffer]
-                if any(type(w) is Accumulate for w in ws) or not any(
+                # unpinned accumulations (accumulate_ok) may update any element
+                if (accumulate_ok and any(type(w) is Accumulate for w in ws)) or not any(
                         len(w.indices) == len(ld.indices)
                         and all(bool(a == b) for a, b in zip(w.indices, ld.indices))
                         for w in ws):

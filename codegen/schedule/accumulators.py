@@ -1,0 +1,194 @@
+"""Vector accumulators for reductions along the stride-1 axis of memory.
+
+An innermost reduction loop ``for r in [b, b + n): acc op= f(r)`` that reads memory at
+stride 1 in ``r`` becomes, with ``W`` lanes (the host's vector width for the dtype,
+times up to ``INTERLEAVE`` vectors when ``n`` is large enough)::
+
+    lanes[l] = identity                                  (l < W)
+    for r_o in [0, n // W): for l in [0, W): lanes[l] op= f(b + r_o * W + l)
+    for l in [0, W): acc op= lanes[l]
+    for r in [b + n // W * W, b + n): acc op= f(r)       (the tail, if any)
+
+When ``n`` is known at run time only, ``n`` is ``max(end - begin, 0)`` and ``W`` one
+vector.
+
+The lanes are independent, so the inner loop runs as one vector operation. This
+reassociates the reduction: allowed only here, for ``tg.sum``, ``tg.max`` and ``tg.min``
+(commutative and associative, up to rounding for a float sum: the result may differ from
+the sequential one within float tolerance; max and min are exact, and a NaN or infinity
+in the input gives the same NaN or infinity).
+
+>>> import tegrad as tg
+>>> from tegrad.codegen.lower.program import lower_program
+>>> from tegrad.codegen.loops.printer import format_kernel
+>>> A = tg.placeholder((2, 20), name="A")
+>>> k = tg.reduce_axis((0, 20), name="k")
+>>> S = tg.compute((2,), lambda i: tg.max(A[i, k], axis=k), name="S")
+>>> kern = lower_program([A], [S])
+>>> print(format_kernel(vector_accumulators(kern, lanes_of=lambda dtype: 8)[0]))
+kernel kernel(float32 A[2][20], float32 S[2]) {
+  for (i = 0; i < 2; i++) {
+    S[i] = -inf;
+    local float32 S_lanes[8];
+    for (k_l = 0; k_l < 8; k_l++) {
+      S_lanes[k_l] = -inf;
+    }
+    for (k_o = 0; k_o < 2; k_o++) {
+      vectorized for (k_l_1 = 0; k_l_1 < 8; k_l_1++) {
+        S_lanes[k_l_1] max= A[i, k_o * 8 + k_l_1];
+      }
+    }
+    unrolled for (k_l_2 = 0; k_l_2 < 8; k_l_2++) {
+      S[i] max= S_lanes[k_l_2];
+    }
+    for (k = 16; k < 20; k++) {
+      S[i] max= A[i, k];
+    }
+  }
+}
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tegrad.analysis.simplify import simplify
+from tegrad.ir import dtypes
+from tegrad.ir import reduction
+from tegrad.ir.expr import Binary, Const, Var
+
+from tegrad.codegen.kernels.jit import vector_bits
+from tegrad.codegen.loops.mapper import (StmtMapper, block, loads, stmt_exprs, substitute_stmt,
+                                         walk_stmts)
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, Check, For, Kernel, Load,
+                                        Store)
+from tegrad.codegen.schedule.common import constant_trip_count, fresh, names_in, uses_var
+from tegrad.codegen.schedule.fusion import statements
+from tegrad.codegen.schedule.loop_order import stride_one
+
+#: how many vectors of accumulators a reduction keeps (at most)
+INTERLEAVE = 4
+
+#: the reducers whose reductions may be reassociated
+REASSOCIATED = (reduction.sum, reduction.max, reduction.min)
+
+INDEX = "int64"
+
+
+def host_lanes(dtype):
+    """Lanes of the host's widest vector registers for elements of ``dtype``."""
+    return max(1, vector_bits() // (8 * np.dtype(dtype).itemsize))
+
+
+def _c(v):
+    return Const(int(v), INDEX)
+
+
+def _candidate(loop, lanes_of):
+    """The accumulations of ``loop`` and its lane count, when the rewrite applies."""
+    n = constant_trip_count(loop)
+    if loop.kind != "serial" or loop.step != 1:
+        return None
+    if any(type(m) in (For, Allocate, Check, Store) for m in walk_stmts(loop.body)):
+        return None
+    accs = [m for m in walk_stmts(loop.body) if type(m) is Accumulate]
+    if not accs or any(a.reducer not in REASSOCIATED or uses_var_any(a.indices, loop.var.name)
+                       for a in accs):
+        return None
+    if any(not (dtypes.is_float(a.buffer.dtype) or dtypes.is_int(a.buffer.dtype))
+           for a in accs):
+        return None
+    targets = {a.buffer for a in accs}
+    read = [ld for m in walk_stmts(loop.body) for e in stmt_exprs(m) for ld in loads(e)]
+    if any(ld.buffer in targets for ld in read):
+        return None
+    if not any(stride_one(ld.indices, loop.var.name) for ld in read):
+        return None
+    lanes = min(lanes_of(a.buffer.dtype) for a in accs)
+    if lanes < 2 or (n is not None and n < 2 * lanes):
+        return None
+    if n is None:  # a trip count known at run time only: one vector
+        return accs, lanes, None
+    # several vectors of lanes hide the latency of each vector's combination
+    return accs, lanes * min(INTERLEAVE, n // (2 * lanes)), n
+
+
+def uses_var_any(indices, name):
+    return any(uses_var(i, name) for i in indices)
+
+
+class _ToLanes(StmtMapper):
+    def __init__(self, lanes_of_target, lane):
+        super().__init__()
+        self.lanes_of_target, self.lane = lanes_of_target, lane
+
+    def map_accumulate(self, s):
+        buf = self.lanes_of_target[(s.buffer, s.indices, s.reducer)]
+        return Accumulate(buf, (self.lane,), s.value, s.reducer)
+
+
+def _rewrite(loop, accs, lanes, n, taken):
+    name = loop.var.name
+    targets = []
+    for a in accs:
+        key = (a.buffer, a.indices, a.reducer)
+        if key not in [t[0] for t in targets]:
+            targets.append((key, Buffer(fresh(a.buffer.name + "_lanes", taken), (lanes,),
+                                        a.buffer.dtype, "local")))
+    lanes_of_target = dict(targets)
+    outer = Var(fresh(name + "_o", taken), INDEX)
+    lane_vars = [Var(fresh(name + "_l", taken), INDEX) for _ in range(3)]
+    if n is None:
+        trip = simplify(Binary("max", Binary("sub", loop.end, loop.begin, INDEX), _c(0), INDEX))
+        full = simplify(Binary("floordiv", trip, _c(lanes), INDEX))
+    else:
+        full = _c(n // lanes)
+    init = For(lane_vars[0], _c(0), _c(lanes),
+               block([Store(buf, (lane_vars[0],), key[2].identity(buf.dtype))
+                      for key, buf in targets]))
+    position = simplify(Binary("add", loop.begin,
+                               Binary("add", Binary("mul", outer, _c(lanes), INDEX),
+                                      lane_vars[1], INDEX), INDEX))
+    body = _ToLanes(lanes_of_target, lane_vars[1])(substitute_stmt(loop.body, {name: position}))
+    main = For(outer, _c(0), full, For(lane_vars[1], _c(0), _c(lanes), body, "vectorized"))
+    combine = For(lane_vars[2], _c(0), _c(lanes),
+                  block([Accumulate(key[0], key[1], Load(buf, (lane_vars[2],)), key[2])
+                         for key, buf in targets]), "unrolled")
+    stmts = [init, main, combine]
+    if n is None or n % lanes:
+        start = simplify(Binary("add", loop.begin, Binary("mul", full, _c(lanes), INDEX), INDEX))
+        stmts.append(For(loop.var, start, loop.end, loop.body, "serial"))
+    out = block(stmts)
+    for _, buf in reversed(targets):
+        out = Allocate(buf, out)
+    return out
+
+
+class _Vectorise(StmtMapper):
+    def __init__(self, lanes_of, taken):
+        super().__init__()
+        self.lanes_of, self.taken, self.loops = lanes_of, taken, []
+
+    def map_for(self, s):
+        found = _candidate(s, self.lanes_of)
+        if found is None:
+            return super().map_for(s)
+        self.loops.append((s.var.name, found[1]))
+        return _rewrite(s, *found, self.taken)
+
+
+def statement_accumulators(s, *, taken, lanes_of=host_lanes):
+    """``(statement, loops)``: :func:`vector_accumulators` on one statement; ``taken`` holds
+    the names in use (new ones are added to it); ``loops`` lists ``(loop, lanes)``."""
+    mapper = _Vectorise(lanes_of, taken)
+    return mapper(s), tuple(mapper.loops)
+
+
+def vector_accumulators(kernel, *, lanes_of=host_lanes):
+    """``(kernel, loops)``: ``kernel`` with its stride-1 innermost reductions accumulated
+    in vector lanes (module doc), and ``(loop, lanes)`` for each loop rewritten."""
+    taken, loops, new = names_in(kernel), [], []
+    for s in statements(kernel.body):
+        s, found = statement_accumulators(s, taken=taken, lanes_of=lanes_of)
+        new.append(s)
+        loops.extend(found)
+    return Kernel(kernel.name, kernel.args, kernel.temps, block(new)), tuple(loops)

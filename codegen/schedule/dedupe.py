@@ -1,0 +1,116 @@
+"""Stages that compute the same values, computed once.
+
+A gradient often recomputes what the forward pass computed (softmax's row maximum and
+row sum of exponentials), sometimes in another form: the forward program keeps
+``m[i] = stop_gradient(max_k x[i, k])`` in one stage, the gradient splits it into
+``r[i] = max_k x[i, k]`` and ``m'[i] = stop_gradient(r[i])``. :func:`computed_once`
+
+1. substitutes a reduction stage read once, by an elementwise stage reading nothing
+   else, at exactly the reader's own indices (``r[i]`` in ``m'[i]``), into its reader: ``m'[i]`` is then
+   ``stop_gradient(max_k x[i, k])``, the same values computed in the same place;
+2. replaces every compute stage whose axes, dtype and body (its reads retargeted first)
+   equal an earlier stage's by that stage: equal expressions over equal tensors give
+   equal values.
+
+The outputs keep their own stages; ``computed_once(outputs)[k]`` computes the values of
+``outputs[k]``.
+
+>>> import tegrad as tg
+>>> x = tg.placeholder((3, 4), name="x")
+>>> k1, k2 = tg.reduce_axis((0, 4), name="k"), tg.reduce_axis((0, 4), name="k")
+>>> a = tg.compute((3,), lambda i: -tg.max(x[i, k1], axis=k1), name="a")
+>>> r = tg.compute((3,), lambda i: tg.max(x[i, k2], axis=k2), name="r")
+>>> b = tg.compute((3,), lambda i: -r[i], name="a")
+>>> y = tg.compute((3, 4), lambda i, j: x[i, j] * a[i] + b[i], name="y")
+>>> print(tg.format(computed_once([y])))
+x = placeholder((3, 4), float32)
+a[i] = -max(x[i, k], k in [0, 4))
+y[i, j] = x[i, j] * a[i] + a[i]
+"""
+from __future__ import annotations
+
+from tegrad.ir.expr import Read, Reduce, Var, structural_equal
+from tegrad.ir.graph import topological_order
+from tegrad.ir.mapper import walk
+from tegrad.ir.stages import compute_body, is_placeholder
+from tegrad.ir.rewrite import retarget
+from tegrad.zero_elim.inline import inline_stages
+
+
+def _wrapped_reduction(t):
+    """The reduction stage ``t`` (elementwise, reading nothing else) reads at exactly its
+    own indices, or None."""
+    body = compute_body(t)
+    if body is None:
+        return None
+    nodes = list(walk(body))
+    reads = [n for n in nodes if type(n) is Read]
+    if len(reads) != 1 or any(type(n) is Reduce for n in nodes):
+        return None
+    read = reads[0]
+    inner = compute_body(read.tensor)
+    if inner is None or type(inner) is not Reduce:
+        return None
+    axes = [ax.var.name for ax in t.op.axes]
+    if len(axes) != len(read.indices) or not all(
+            type(i) is Var and i.name == a for i, a in zip(read.indices, axes)):
+        return None
+    return read.tensor
+
+
+def _key(t):
+    body = compute_body(t)
+    if body is None:
+        return None
+    axes = tuple((ax.var.name, ax.extent) for ax in t.op.axes)
+    return (t.shape, t.dtype, axes, body)
+
+
+class _Seen:
+    """The stages recorded so far, by key."""
+
+    def __init__(self):
+        self.by_hash = {}
+
+    def find(self, t):
+        key = _key(t)
+        if key is None:
+            return None
+        return next((s for k, s in self.by_hash.get(hash(key), ()) if _equal(k, key)), None)
+
+    def add(self, t):
+        key = _key(t)
+        if key is not None:
+            self.by_hash.setdefault(hash(key), []).append((key, t))
+
+
+def computed_once(outputs):
+    """``outputs`` with stages computing the same values merged (module doc)."""
+    outputs = list(outputs)
+    wanted = {id(t) for t in outputs}
+    mapping, seen = {}, _Seen()
+    for t in topological_order(outputs):
+        if is_placeholder(t):
+            mapping[id(t)] = t
+            continue
+        new = retarget(t, mapping)
+        if id(t) not in wanted:
+            same = seen.find(new)
+            inner = _wrapped_reduction(new) if same is None else None
+            if inner is not None:
+                same = seen.find(inline_stages([new], {id(inner)}, simplified=False)[0])
+            if same is not None:
+                mapping[id(t)] = same
+                continue
+        seen.add(new)
+        mapping[id(t)] = new
+    return [mapping[id(t)] for t in outputs]
+
+
+def _equal(a, b):
+    return (a[:2] == b[:2] and len(a[2]) == len(b[2])
+            and all(n == m and structural_equal(x, y) for (n, x), (m, y) in zip(a[2], b[2]))
+            and structural_equal(a[3], b[3]))
+
+
+__all__ = ["computed_once"]

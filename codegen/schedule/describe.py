@@ -1,0 +1,83 @@
+"""The schedule of a kernel as text (``f.schedule``): per top-level statement, the stages it
+computes, its loop nests with their kinds and trip counts, and the recorded choices.
+
+Loop kinds are read from the final kernel (passes after the schedule may mark loops
+``parallel``); a statement that is not a loop nest (a node the schedule does not know)
+is shown by its type.
+
+>>> import tegrad as tg
+>>> from tegrad.codegen.lower.program import lower_program
+>>> from tegrad.codegen.schedule.auto import auto_schedule
+>>> A = tg.placeholder((4, 64), name="A")
+>>> k = tg.reduce_axis((0, 64), name="k")
+>>> S = tg.compute((4,), lambda i: tg.sum(A[i, k], axis=k), name="S")
+>>> B = tg.compute((4, 64), lambda i, j: A[i, j] / S[i], name="B")
+>>> print(describe_schedule(*auto_schedule(lower_program([A], [B]), lanes_of=lambda d: 8)))
+stages S, B (fused)
+  loops: i<4 { k_l<32; k_o<2 { k_l_1<32 vectorized }; k_l_2<32 unrolled; j<64 vectorized }
+  k: vector accumulators (32 lanes)
+  j: vectorized
+"""
+from __future__ import annotations
+
+from tegrad.codegen.loops.mapper import stmt_children
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Store)
+from tegrad.codegen.loops.printer import format_expr
+from tegrad.codegen.schedule.common import constant_trip_count
+from tegrad.codegen.schedule.fusion import stage_names, statements
+
+_LOOP_IR = (For, Block, If, Store, Accumulate, Let, Allocate, Check)
+
+
+def _unknown(s):
+    """A statement of a kind the loop IR's core does not have (shown by its type)."""
+    return type(s) not in _LOOP_IR
+
+
+def _trip(loop):
+    n = constant_trip_count(loop)
+    if n is not None and loop.begin.value == 0 and loop.step == 1:
+        return f"<{n}"
+    step = "" if loop.step == 1 else f" step {loop.step}"
+    return f" in [{format_expr(loop.begin)}, {format_expr(loop.end)}){step}"
+
+
+def nest_text(s):
+    """The loops of ``s`` as ``i<4 { j<8 vectorized }`` (kinds other than serial shown)."""
+    if _unknown(s):
+        return type(s).__name__
+    if type(s) is For:
+        kind = "" if s.kind == "serial" else f" {s.kind}"
+        inner = nest_text(s.body)
+        return f"{s.var.name}{_trip(s)}{kind}" + (f" {{ {inner} }}" if inner else "")
+    parts = [t for t in (nest_text(c) for c in stmt_children(s)) if t]
+    return "; ".join(parts)
+
+
+def describe_schedule(kernel, record=None):
+    """The text of ``kernel``'s schedule (module doc), with ``record``'s choices."""
+    fused = {g[0]: g for g in (record.fused if record else ())}
+    manual = set(record.manual) if record else set()
+    notes = record.notes if record else {}
+    lines = []
+    for k, s in enumerate(statements(kernel.body)):
+        names = stage_names(s) if not _unknown(s) else ()
+        label = ", ".join(names) or (f"statement {k}" if not _unknown(s) else
+                                     getattr(s, "name", None) or f"statement {k}")
+        tags = []
+        if len(names) > 1 and names[0] in fused:
+            tags.append("fused")
+        if set(names) & manual:
+            tags.append("as given")
+        head = "stages" if len(names) > 1 else "stage"
+        lines.append(f"{head} {label}" + (f" ({', '.join(tags)})" if tags else ""))
+        if _unknown(s):
+            lines.append(f"  {type(s).__name__} (not a loop nest)")
+            continue
+        loops = nest_text(s)
+        lines.append(f"  loops: {loops or 'none'}")
+        lines.extend(f"  {n}" for n in notes.get(k, ()))
+    return "\n".join(lines)
+
+
+__all__ = ["describe_schedule", "nest_text"]

@@ -1,0 +1,216 @@
+"""The automatic schedule keeps every result equal to ``tg.evaluate``: random programs and
+the operator library (forward and gradient), run by the loop-IR interpreter after
+:func:`auto_schedule` (with 2 vector lanes, so that tiny shapes get vector accumulators
+too) and compiled; and each choice it makes shows where it should."""
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tegrad as tg
+from tegrad import nn
+from tegrad.codegen.loops.interpret import run
+from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.loops.nodes import Allocate, For
+from tegrad.codegen.lower.program import lower_program
+from tegrad.codegen.schedule.auto import auto_schedule
+from tegrad.codegen.schedule.fusion import statements
+from tegrad.ir.errors import DifferentiationError
+
+
+
+def _random_programs():
+    path = pathlib.Path(__file__).with_name("test_random_programs_compiled.py")
+    spec = importlib.util.spec_from_file_location("_compiled_random_programs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.programs
+
+
+programs = _random_programs()
+F64 = "float64"
+
+
+def two_lanes(dtype):
+    return 2
+
+
+def check_scheduled(inputs, outputs, feed, rtol=1e-9):
+    kernel, record = auto_schedule(lower_program(inputs, outputs), lanes_of=two_lanes)
+    got, _ = run(kernel, [feed[t] for t in inputs])
+    for t, g, w in zip(outputs, got, tg.evaluate(outputs, feed)):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=t.name)
+    return kernel, record
+
+
+@settings(max_examples=40, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs(), st.integers(0, 2**31 - 1))
+def test_random_program_and_gradient_scheduled_equal_evaluator(program, seed):
+    x, out = program
+    rng = np.random.default_rng(seed)
+    head = tg.placeholder(out.shape, dtype=F64, name="head")
+    feed = {x: rng.standard_normal(x.shape), head: rng.standard_normal(out.shape)}
+    outputs = [out]
+    try:
+        outputs += list(tg.differentiate(out, [x], head=head))
+    except DifferentiationError:
+        pass
+    inputs = [x, head] if len(outputs) > 1 else [x]
+    check_scheduled(inputs, outputs, feed)
+
+
+def test_operator_and_gradient_scheduled_equal_evaluator(operator_name, operator_case):
+    case, out = operator_case
+    outputs = [out]
+    if case.inputs:
+        try:
+            outputs += list(tg.differentiate(out, case.inputs))
+        except DifferentiationError:
+            pass
+    inputs = list(case.feed)
+    check_scheduled(inputs, outputs, case.feed)
+
+
+def loops_of(kernel):
+    return {s.var.name: s for s in walk_stmts(kernel.body) if type(s) is For}
+
+
+def softmax_ce(n, k, dtype=F64):
+    logits = tg.placeholder((n, k), dtype=dtype, name="logits")
+    labels = tg.placeholder((n,), dtype="int32", name="labels")
+    loss = nn.softmax_cross_entropy(logits, labels)
+    return [logits, labels], [loss] + list(tg.differentiate(loss, [logits]))
+
+
+def test_softmax_cross_entropy_runs_in_one_loop_over_rows():
+    inputs, outputs = softmax_ce(5, 12)
+    rng = np.random.default_rng(0)
+    feed = {inputs[0]: rng.standard_normal((5, 12)),
+            inputs[1]: rng.integers(0, 12, 5).astype("int32")}
+    kernel, record = check_scheduled(inputs, outputs, feed)
+    plain = lower_program(inputs, outputs)
+    row_loops = [s for s in statements(kernel.body) if type(s) is For]
+    assert len(statements(kernel.body)) < len(statements(plain.body))
+    # the row max, the row sum and the gradient share one loop over rows
+    biggest = max(record.fused, key=len)
+    assert "dlogits" in biggest and any("max" in n for n in biggest)
+    assert row_loops
+
+
+def test_stride_one_axis_moves_inside_tiny_taps_which_are_unrolled():
+    A = tg.placeholder((3, 20), dtype=F64, name="A")
+    r = tg.reduce_axis((0, 3), name="r")
+    B = tg.compute((3, 18), lambda i, j: tg.sum(A[i, j + r] * A[i, r], axis=r), name="B")
+    feed = {A: np.random.default_rng(1).standard_normal((3, 20))}
+    kernel, record = check_scheduled([A], [B], feed)
+    loops = loops_of(kernel)
+    assert loops["r"].kind == "unrolled"
+    assert type(loops["r"].body) is For and loops["r"].body.kind == "vectorized"
+    assert any("moved innermost" in n for n in record.notes[0])
+
+
+def test_moving_tiny_bounds_become_constant_and_guarded():
+    x = tg.placeholder((1, 2, 6, 7), dtype=F64, name="x")
+    y = nn.avg_pool2d(x, 3, stride=1, padding=1)
+    feed = {x: np.random.default_rng(2).standard_normal(x.shape)}
+    kernel, record = check_scheduled([x], [y, *tg.differentiate(y, [x])], feed)
+    assert any("tiny bounds made constant" in n for ns in record.notes.values() for n in ns)
+
+
+def test_matmul_runs_k_outside_j():
+    A = tg.placeholder((5, 7), dtype=F64, name="A")
+    W = tg.placeholder((7, 9), dtype=F64, name="W")
+    k = tg.reduce_axis((0, 7), name="k")
+    C = tg.compute((5, 9), lambda i, j: tg.sum(A[i, k] * W[k, j], axis=k), name="C")
+    rng = np.random.default_rng(3)
+    kernel, _ = check_scheduled([A, W], [C], {A: rng.standard_normal((5, 7)),
+                                               W: rng.standard_normal((7, 9))})
+    loops = loops_of(kernel)
+    assert loops["k"].body.var.name == "j" and loops["k"].body.kind == "vectorized"
+
+
+@pytest.mark.parametrize("reducer", [tg.sum, tg.max, tg.min])
+@pytest.mark.parametrize("special", [None, np.nan, np.inf, -np.inf])
+def test_vector_accumulators_keep_nan_inf_and_extrema_exact(reducer, special):
+    A = tg.placeholder((3, 37), dtype="float32", name="A")
+    k = tg.reduce_axis((0, 37), name="k")
+    S = tg.compute((3,), lambda i: reducer(A[i, k], axis=k), name="S")
+    a = np.random.default_rng(4).standard_normal((3, 37)).astype("float32")
+    if special is not None:
+        a[1, 20] = special
+    kernel, record = auto_schedule(lower_program([A], [S]), lanes_of=lambda d: 8)
+    # 37 elements: two vectors of 8 lanes, then a tail of 5
+    assert record.notes[0] == ("k: vector accumulators (16 lanes)",)
+    assert any(type(s) is Allocate and s.buffer.shape == (16,) for s in walk_stmts(kernel.body))
+    want = tg.evaluate([S], {A: a})[0]
+    for got in (run(kernel, [a])[0][0], tg.build([A], [S])(a)[0]):
+        if reducer is tg.sum:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+def test_reduction_across_rows_gets_no_vector_accumulators():
+    A = tg.placeholder((40, 3), dtype=F64, name="A")
+    k = tg.reduce_axis((0, 40), name="k")
+    S = tg.compute((3,), lambda j: tg.sum(A[k, j], axis=k), name="S")
+    _, record = auto_schedule(lower_program([A], [S]), lanes_of=lambda d: 4)
+    assert not any("vector accumulators" in n for n in record.notes.get(0, ()))
+
+
+def test_duplicate_row_max_and_sum_of_softmax_gradient_are_computed_once():
+    inputs, outputs = softmax_ce(4, 32, "float32")  # rows of whole vectors: no tail loops
+    f = tg.build(inputs, outputs)
+    plain = tg.build(inputs, outputs, schedule="none")
+    assert f.loops.count("exp(") == 2 < plain.loops.count("exp(")
+    # the row max and the row sum, once each
+    assert len(f.kernel.temps) == 2 < len(plain.kernel.temps)
+
+
+def test_compiled_float32_pipeline_equals_evaluator_on_sizes_not_dividing_lanes():
+    inputs, outputs = softmax_ce(7, 1003, "float32")
+    rng = np.random.default_rng(5)
+    feed = {inputs[0]: rng.standard_normal((7, 1003)).astype("float32"),
+            inputs[1]: rng.integers(0, 1003, 7).astype("int32")}
+    f = tg.build(inputs, outputs)
+    for got, want in zip(f(*[feed[t] for t in inputs]), tg.evaluate(outputs, feed)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert "fused" in f.schedule and "vector accumulators" in f.schedule
+
+
+def test_vector_accumulators_on_a_reduction_whose_bounds_move():
+    A = tg.placeholder((5, 40), dtype=F64, name="A")
+    k = tg.reduce_axis((0, 40), name="k")  # runs over [7 i, 40): a trip count known late
+    S = tg.compute((5,), lambda i: tg.sum(A[i, k], axis=k, where=k >= i * 7), name="S")
+    feed = {A: np.random.default_rng(6).standard_normal((5, 40))}
+    kernel, record = check_scheduled([A], [S], feed)
+    assert any("vector accumulators" in n for n in record.notes[0])
+
+
+def test_pooling_gradient_loses_its_divisions_and_branches():
+    x = tg.placeholder((2, 3, 8, 8), dtype=F64, name="x")
+    y = nn.max_pool2d(x, 2, stride=2)
+    feed = {x: np.random.default_rng(7).standard_normal(x.shape)}
+    kernel, record = check_scheduled([x], [y, *tg.differentiate(y, [x])], feed)
+    notes = [n for ns in record.notes.values() for n in ns]
+    assert any("split by its divisor" in n for n in notes)
+    text = tg.build([x], [y, *tg.differentiate(y, [x])]).loops
+    assert "//" not in text and "if (" not in text
+
+
+def test_unguarded_accumulation_keeps_a_negative_zero():
+    A = tg.placeholder((3, 9), dtype=F64, name="A")
+    k = tg.reduce_axis((0, 9), name="k")
+    S = tg.compute((3,), lambda i: tg.sum(A[i, k], axis=k, where=A[i, k] > 0.5,
+                                          init=A[i, 0] * 0.0 - 0.0), name="S")
+    a = -np.abs(np.random.default_rng(8).standard_normal((3, 9)))  # every guard false
+    a[1, 3] = 2.0
+    want = tg.evaluate([S], {A: a})[0]
+    for got in (run(auto_schedule(lower_program([A], [S]), lanes_of=two_lanes)[0], [a])[0][0],
+                tg.build([A], [S])(a)[0]):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
