@@ -203,7 +203,7 @@ def _emit_task_body(em, s, fn, buffers, names, scalars, body):
     em.builder = ir.IRBuilder(start)
     em.pointers = {b: a for b, a in zip(buffers, args[:n_buf])}
     em.env = {n: Value(a, v.dtype) for n, v, a in zip(names, scalars, args[n_buf:])}
-    em.memo = []
+    em.memo = type(em.memo)()  # a fresh memo: the task is its own function
     em.task = _TaskState(status, begin)
     try:
         step = ir.Constant(I64, s.step)

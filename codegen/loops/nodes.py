@@ -236,6 +236,11 @@ class MatrixProduct(Stmt):
                 raise ValueError(f"matrix product: {what} ({buf!r} at element {off}) does "
                                  f"not hold the {self.spec.dtype} elements the spec reaches")
 
+    @property
+    def reads(self):
+        """The buffers the product reads (anywhere in them, for dependences)."""
+        return (self.a, self.b)
+
 
 #: the run-time errors a :class:`Check` can report
 ERROR_KINDS = ("index_out_of_range", "division_by_zero")

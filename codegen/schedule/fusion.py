@@ -39,7 +39,8 @@ from __future__ import annotations
 from tegrad.ir.expr import Var
 
 from tegrad.codegen.loops.mapper import block, loads, stmt_exprs, substitute_stmt, walk_stmts
-from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Check, For, Kernel, Store
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel,
+                                        MatrixProduct, Store)
 
 
 def statements(s):
@@ -55,6 +56,8 @@ def _accesses(s):
     for node in walk_stmts(s):
         if type(node) in (Store, Accumulate) and node.buffer not in local:
             out.append((node.buffer, node.indices, True))
+        elif type(node) is MatrixProduct:  # whole buffers: indices None
+            out += [(node.c, None, True)] + [(b, None, False) for b in node.reads]
         for e in stmt_exprs(node):
             out.extend((ld.buffer, ld.indices, False) for ld in loads(e)
                        if ld.buffer not in local)
@@ -87,7 +90,7 @@ def _same(a, b):
 
 
 def _pinned_dims(indices, var):
-    return {d for d, i in enumerate(indices) if type(i) is Var and i.name == var}
+    return {d for d, i in enumerate(indices or ()) if type(i) is Var and i.name == var}
 
 
 def fusable(a, b):

@@ -26,7 +26,7 @@ from tegrad.ir.expr import Const, Var
 
 from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, stmt_exprs, substitute_expr,
                                          substitute_stmt, walk_expr, walk_stmts)
-from tegrad.codegen.loops.nodes import Block, For, Kernel, Load, Store
+from tegrad.codegen.loops.nodes import Block, For, Kernel, Load, MatrixProduct, Store
 from tegrad.codegen.schedule.common import ScheduleError, find_loop, writes
 
 
@@ -37,12 +37,12 @@ def _stage(kernel, stage):
         raise ScheduleError(f"kernel {kernel.name!r} has no temporary stage {stage!r}")
     buf = temps[stage]
     stmts = list(kernel.body.stmts) if type(kernel.body) is Block else [kernel.body]
-    producers = [k for k, s in enumerate(stmts) if any(w.buffer == buf for w in writes(s))]
+    producers = [k for k, s in enumerate(stmts) if buf in _written(s)]
     if len(producers) != 1:
         raise ScheduleError(f"stage {stage!r} is written by {len(producers)} top-level "
                             f"statements; one is needed")
     k = producers[0]
-    others = {w.buffer for w in writes(stmts[k]) if w.buffer.scope != "local"} - {buf}
+    others = {b for b in _written(stmts[k]) if b.scope != "local"} - {buf}
     if others:
         raise ScheduleError(f"the statement computing {stage!r} also writes "
                             f"{sorted(b.name for b in others)}")
@@ -51,7 +51,13 @@ def _stage(kernel, stage):
 
 def _loaded(s):
     return {n.buffer for node in walk_stmts(s) for e in stmt_exprs(node)
-            for n in walk_expr(e) if type(n) is Load}
+            for n in walk_expr(e) if type(n) is Load} | {
+        b for node in walk_stmts(s) if type(node) is MatrixProduct for b in node.reads}
+
+
+def _written(s):
+    return {w.buffer for w in writes(s)} | {
+        node.c for node in walk_stmts(s) if type(node) is MatrixProduct}
 
 
 def _stages(stmts):
@@ -96,7 +102,7 @@ def inline_stage(kernel, *, stage):
                                 f"not the loop over that dimension")
     if len({n for n in mapping_of if n}) != len(variables) or buf in _loaded(s):
         raise ScheduleError(f"inline_stage {stage!r}: not an elementwise stage")
-    later = {w.buffer for t in stmts[k + 1:] for w in writes(t)}
+    later = {b for t in stmts[k + 1:] for b in _written(t)}
     if _loaded(s) & later:
         raise ScheduleError(f"inline_stage {stage!r}: it reads a buffer written after it")
     value = s.value
@@ -144,7 +150,7 @@ def compute_at(kernel, *, stage, loop):
     consumer = next(j for j, t in enumerate(stmts) if any(n is target for n in walk_stmts(t)))
     if consumer <= k:
         raise ScheduleError(f"compute_at {stage!r}: loop {loop!r} runs before the stage")
-    between = {w.buffer for t in stmts[k + 1:consumer + 1] for w in writes(t)}
+    between = {b for t in stmts[k + 1:consumer + 1] for b in _written(t)}
     if _loaded(stmts[k]) & between:
         raise ScheduleError(f"compute_at {stage!r}: it reads a buffer written before "
                             f"{loop!r} reads it")

@@ -208,3 +208,17 @@ def test_product_checks_its_buffers():
         MatrixProduct(spec, C, A, B, a_offset=1)
     with pytest.raises(ValueError):
         MatrixProduct(GemmSpec.dense("float64", 2, 4, 3), C, A, B)
+
+
+def test_schedules_keep_stages_after_the_products_they_read():
+    # a training step: the forward product and the gradient's own product of x and w
+    # feed fused softmax loops, which must still run after both products
+    x = tg.placeholder((64, 32), name="x")
+    w = tg.placeholder((16, 32), name="w")
+    b = tg.placeholder((16,), name="b")
+    labels = tg.placeholder((64,), dtype="int64", name="labels")
+    loss = tg.nn.softmax_cross_entropy(tg.nn.dense(x, w, b), labels)
+    inputs = [x, w, b, labels]
+    arrays = feed_of(inputs[:3]) + [np.random.default_rng(1).integers(0, 16, 64)]
+    f = check_build(inputs, [loss, tg.differentiate(loss, [x, w, b])], arrays, 1e-4)
+    assert products(f)
