@@ -232,21 +232,32 @@ def _F():
 
 
 def conv_case(name, stride, dilation, padding=1):
+    """conv2d forward and both gradients for a random output gradient ``head`` (an input
+    of the case, as in a training step): the loss is ``sum(conv2d(x, w) * head)``. With a
+    head of ones instead, zero elimination would turn the gradients into window sums of
+    one operand, which is not the work a training step does."""
     n, c, h, w, f = 8, 32, 32, 32, 64
     oh = _out_size(h, 3, stride, padding, dilation)
     ow = _out_size(w, 3, stride, padding, dilation)
     flops = 3 * 2 * n * f * oh * ow * c * 9
 
-    def numpy_fn(x, wt):
+    def numpy_fn(x, wt, head, grad=True):
         out = np_conv2d(x, wt, stride, padding, dilation)
-        return [out, *np_conv2d_backward(x, wt, np.ones_like(out), stride, padding, dilation)]
+        loss = np.float32((out * head).sum())
+        if not grad:
+            return [loss]
+        return [loss, *np_conv2d_backward(x, wt, head, stride, padding, dilation)]
 
-    return make_case(
-        name, [(n, c, h, w), (f, c, 3, 3)],
-        lambda x, wt: nn.conv2d(x, wt, stride=stride, padding=padding, dilation=dilation),
-        numpy_fn,
-        lambda x, wt: _F().conv2d(x, wt, stride=stride, padding=padding, dilation=dilation),
-        (0, 1), flops=flops)
+    def tegrad_fn(x, wt, head):
+        y = nn.conv2d(x, wt, stride=stride, padding=padding, dilation=dilation)
+        return ops.sum(ops.multiply(y, head))
+
+    def torch_fn(x, wt, head):
+        return (_F().conv2d(x, wt, stride=stride, padding=padding, dilation=dilation)
+                * head).sum()
+
+    return make_case(name, [(n, c, h, w), (f, c, 3, 3), (n, f, oh, ow)], tegrad_fn, numpy_fn,
+                     torch_fn, (0, 1), flops=flops, tolerance=5e-3)
 
 
 def dense_case():

@@ -212,6 +212,19 @@ def stmt_exprs(s):
     return ()
 
 
+def free_variables(s):
+    """Names of the variables ``s`` uses outside the loops and lets that bind them."""
+    out = set()
+    stack = [(s, frozenset())]
+    while stack:
+        node, bound = stack.pop()
+        for e in stmt_exprs(node):
+            out |= {n.name for n in walk_expr(e) if type(n) is Var} - bound
+        inner = bound | {node.var.name} if type(node) in (For, Let) else bound
+        stack.extend((c, inner) for c in stmt_children(node))
+    return out
+
+
 def block(stmts):
     """A block of ``stmts`` (nested blocks flattened); one statement stands alone."""
     flat = []

@@ -27,6 +27,7 @@ from tegrad import solver
 from tegrad.solver import loop_ast
 from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Or, Select, Var, structural_equal
 from tegrad.analysis.affine import conjunction, from_constraint
+from tegrad.ir.mapper import free_var_names
 
 from tegrad.codegen.loops.mapper import block, substitute_stmt, to_affine
 from tegrad.codegen.loops.nodes import Block, For, If, Let
@@ -141,10 +142,32 @@ def fixed_point(body, values, lets):
     """
     consts = {} if lets else {n: v for n, v in values.items() if type(v) is Const}
     stmt = substitute_stmt(body(), consts)
-    for name, value in reversed(list(values.items())):
-        if name not in consts:
-            stmt = Let(Var(name, INDEX), value, stmt)
+    bound = [(n, v) for n, v in values.items() if n not in consts]
+    for name, value in reversed(_simultaneous(bound)):
+        stmt = Let(Var(name, INDEX), value, stmt)
     return stmt
+
+
+def _simultaneous(bindings):
+    """``bindings`` (name, value) ordered so that nested lets give every value as it is
+    outside them: a value naming a variable another binding rebinds comes before that
+    binding (isl writes ``i = c + 1, k = c // 2`` for a loop variable ``c`` named ``i``).
+    A cycle goes through temporaries first."""
+    names = {n for n, _ in bindings}
+    uses = {n: (free_var_names(v) & names) - {n} for n, v in bindings}
+    order, placed = [], set()
+    pending = list(bindings)
+    while pending:
+        ready = [(n, v) for n, v in pending if not any(
+            n in uses[m] for m, _ in pending if m != n)]
+        if not ready:  # a cycle: every value into a temporary, then the names
+            temps = [(f"{n}_value", v) for n, v in pending]
+            return order + temps + [(n, Var(t, INDEX)) for (n, _), (t, _) in
+                                    zip(pending, temps)]
+        order += ready
+        placed |= {n for n, _ in ready}
+        pending = [(n, v) for n, v in pending if n not in placed]
+    return order
 
 
 def _single_trip(node):

@@ -104,3 +104,14 @@ def test_nodes_are_hashable_and_checked():
         For(i, c(0), c(3), Block(()), kind="sideways")
     with pytest.raises(ValueError):
         Buffer("z", (2,), "float64", "global")
+
+
+def test_free_variables_are_those_no_loop_or_let_binds():
+    from tegrad.codegen.loops.mapper import free_variables
+    i, j, n = (Var(v, "int64") for v in ("i", "j", "n"))
+    out = Buffer("out", (4,), "int64", "output")
+    inner = Let(j, i + 1, Store(out, (j,), n))
+    assert free_variables(For(i, Const(0, "int64"), n, inner)) == {"n"}
+    assert free_variables(inner) == {"i", "n"}
+    # a let's value and a loop's bounds are outside their own binding
+    assert free_variables(Let(i, i + 1, Store(out, (i,), i))) == {"i"}

@@ -131,3 +131,23 @@ def test_loops_visit_the_points_of_windows_moving_with_two_parameters(domain):
             if all(c.evaluate(values) for c in constraints):
                 want[(pv, qv) + point] = 1
     np.testing.assert_array_equal(memory[out], want)
+
+
+def test_values_of_fixed_variables_are_read_before_they_are_rebound():
+    # isl unrolls the odd i of this union as "i = c + 1, k = -(c // 2) + 1" after the
+    # even ones (c the loop over i): k must be computed from the loop's i, not the new one
+    i, k = solver.Affine.var("i"), solver.Affine.var("k")
+    common = [solver.eq((i * 2 + k) % 3, 0)]
+    conds = [common + [solver.eq(i % 2, 0)], common + [solver.eq((i + 1) % 2, 0)], common]
+    axes = [(Var("i", "int64"), Const(0, "int64"), Const(4, "int64")),
+            (Var("k", "int64"), Const(0, "int64"), Const(3, "int64"))]
+    outs = [Buffer(f"out{n}", (4, 3), "int64", "output") for n in range(3)]
+    bodies = [lambda out=out: Accumulate(out, (Var("i", "int64"), Var("k", "int64")),
+                                         Const(1, "int64"), tg.sum) for out in outs]
+    stmt = domain_nest(axes, conds[0], [], bodies[0], more=list(zip(conds[1:], bodies[1:])))
+    memory = {out: np.zeros((4, 3), dtype=np.int64) for out in outs}
+    Interpreter(memory).run(stmt, {})
+    for out, cs in zip(outs, conds):
+        want = [[int(all(c.evaluate({"i": a, "k": b}) for c in cs)) for b in range(3)]
+                for a in range(4)]
+        assert memory[out].tolist() == want
