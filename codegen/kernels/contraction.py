@@ -671,6 +671,36 @@ def _guard_padding(guard, reads, ranges):
     return which, tuple(pads)
 
 
+# -- output axes a reduction does not depend on ---------------------------------------
+
+
+def drop_invariant_axes(tensor):
+    """``(stage, kept)``: the compute stage ``tensor`` without the output axes of extent
+    above one that its body does not use, and the positions of the axes it keeps; None
+    when there is no such axis or no reduction to save.
+
+    The gradient of a convolution for a head of ones is the same for every image (data
+    gradient) or every output channel (weight gradient): computed once over the other
+    axes, then copied, it costs that axis's extent less. The identity preserved:
+    ``tensor[x] == stage[x[kept]]`` for every ``x``.
+
+    >>> import tegrad as tg
+    >>> w = tg.placeholder((3, 4), name="w"); k = tg.reduce_axis((0, 3), name="k")
+    >>> t = tg.compute((5, 4), lambda i, j: tg.sum(w[k, j], axis=k))
+    >>> s, kept = drop_invariant_axes(t); s.shape, kept
+    ((4,), (1,))
+    """
+    op = tensor.op
+    if not isinstance(op, ComputeOp) or not any(type(n) is Reduce for n in walk(op.body)):
+        return None
+    used = free_var_names(op.body)
+    kept = tuple(k for k, ax in enumerate(op.axes)
+                 if ax.name in used or ax.extent.value == 1)
+    if len(kept) == len(op.axes):
+        return None
+    return compute_stage(f"{tensor.name}_once", [op.axes[k] for k in kept], op.body), kept
+
+
 # -- residue classes of strided output axes --------------------------------------------
 
 #: the most residue classes a stage is split into

@@ -39,7 +39,10 @@ from tegrad.ir.builders import abs as _abs
 from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import compute_stage, placeholder
 
-from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
+from dataclasses import dataclass
+
+from tegrad.codegen.kernels.contraction import (ACC, detect_contraction,
+                                                drop_invariant_axes, gemm_plan,
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, If, Load, MatrixProduct,
@@ -57,12 +60,28 @@ def _plan_of(t):
     return None if plan is None else (c, plan)
 
 
+@dataclass(frozen=True, eq=False)
+class Broadcast:
+    """A stage computed once without the output axes it does not use (``stage``, its
+    axes at positions ``kept`` of the original's), then copied along them; ``found``
+    is ``stage``'s own :func:`contraction_plan` (None: its loops)."""
+
+    stage: object
+    kept: tuple
+    found: object
+
+
 def contraction_plan(t):
     """How ``t``'s stage runs on the gemm kernel, or None: ``[(stage, splits, contraction,
     plan), ...]``, the stage itself (``splits == ()``), or each of its residue classes
     (:func:`~tegrad.codegen.kernels.contraction.residue_classes`, a strided
     convolution's data gradient) when one has a plan (the others' contraction and plan
-    are None: they run as loops)."""
+    are None: they run as loops); or a :class:`Broadcast` when the stage's reduction
+    does not use some of its output axes (computed once, then copied)."""
+    dropped = drop_invariant_axes(t)
+    if dropped is not None:
+        stage, kept = dropped
+        return Broadcast(stage, kept, contraction_plan(stage))
     found = _plan_of(t)
     if found is not None:
         return [(t, ()) + found]
@@ -89,6 +108,8 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     (``axis == step * q + residue``).
     """
     padded = {} if padded is None else padded
+    if isinstance(found, Broadcast):
+        return _lower_broadcast(t, buf, ctx, found, new_temp, padded)
     if len(found) == 1 and not found[0][1]:
         return _lower_plan(found[0][0], buf, ctx, found[0][2:], new_temp, padded, t)
     stmts = []
@@ -104,6 +125,17 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
         stmts.append(box_loops(variables, stage.shape,
                                Store(buf, tuple(target), Load(part, tuple(variables)))))
     return block(stmts)
+
+
+def _lower_broadcast(t, buf, ctx, found, new_temp, padded):
+    """``once[x[kept]]`` computed into a temp, then ``buf[x] = once[x[kept]]``."""
+    stage = found.stage
+    once = new_temp(stage.name, stage.shape, buf.dtype)
+    inner = lower_compute(stage, once, ctx) if found.found is None else \
+        lower_contraction(stage, once, ctx, found.found, new_temp, padded)
+    variables = [Var(ctx.names.fresh(f"b{d}"), INDEX) for d in range(len(t.shape))]
+    copy = Store(buf, tuple(variables), Load(once, tuple(variables[k] for k in found.kept)))
+    return block([inner, box_loops(variables, t.shape, copy)])
 
 
 def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
