@@ -33,6 +33,7 @@ kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
 """
 from __future__ import annotations
 
+from tegrad.analysis.cost import stage_cost
 from tegrad.ir import reduction as _red
 from tegrad.ir.expr import And, Compare, Const, Read, Var, select
 from tegrad.ir.builders import abs as _abs
@@ -79,9 +80,38 @@ def contraction_plan(t):
     are None: they run as loops); or a :class:`Broadcast` when the stage's reduction
     does not use some of its output axes (computed once, then copied)."""
     dropped = drop_invariant_axes(t)
-    if dropped is not None:
-        stage, kept = dropped
-        return Broadcast(stage, kept, contraction_plan(stage))
+    if dropped is None:
+        return _whole_plan(t)
+    stage, kept = dropped
+    iterations = stage_cost(stage).iterations
+    if iterations < MIN_PRODUCT_ITERATIONS:
+        return Broadcast(stage, kept, None)
+    inner = contraction_plan(stage)
+    if inner is not None:
+        return Broadcast(stage, kept, inner)
+    whole = _whole_plan(t)
+    if whole is None or iterations * LOOP_COST < _flops(whole):
+        return Broadcast(stage, kept, None)
+    return whole
+
+
+#: a stage computed once whose loops iterate fewer times runs as loops: they take about a
+#: millisecond, less than compiling its products (tenths of a second) is worth
+MIN_PRODUCT_ITERATIONS = 1 << 20
+
+
+#: what one iteration of a stage's loops costs, in floating-point operations of the gemm
+#: kernel (measured on conv2d gradients: 30 to 60)
+LOOP_COST = 32
+
+
+def _flops(found):
+    """The floating-point operations of the products of a :func:`contraction_plan`."""
+    return sum(c.flops for _, _, c, plan in found if plan is not None)
+
+
+def _whole_plan(t):
+    """:func:`contraction_plan` of ``t`` with all its output axes."""
     found = _plan_of(t)
     if found is not None:
         return [(t, ()) + found]
