@@ -11,6 +11,7 @@ from tegrad.ir.expr import select
 from tegrad.codegen.loops.interpret import run as interpret
 from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct
+from tegrad.codegen.lower import contraction as lower_contraction
 from tegrad.codegen.lower.program import lower_program
 
 
@@ -120,8 +121,39 @@ def test_conv2d_gradients_for_a_head_of_ones(stride, dilation):
     Y = tg.nn.conv2d(X, W, stride=stride, padding=1, dilation=dilation)
     G = tg.differentiate(Y, [X, W])
     f = check_build([X, W], [Y, G], feed_of([X, W]), 1e-10)
-    assert {s.c.name.split("_r")[0] for s in products(f)} == {"conv2d", "dX", "dW"}
+    # dX is the same for every image, dW for every output channel: each computed once
+    # (small: as loops), then copied
+    assert {s.c.name for s in products(f)} == {"conv2d"}
+    assert {"dX_once", "dW_once"} <= {t.name for t in f.kernel.temps}
+
+
+@pytest.mark.parametrize("stride,dilation", [(2, 1), (1, 2)])
+def test_conv2d_gradients_for_a_head_of_ones_computed_once_on_gemm(stride, dilation,
+                                                                    monkeypatch):
+    # however small, the stages computed once run on their products where they have one
+    # (sums of one read times ones, per residue class: strided and dilated windows)
+    monkeypatch.setattr(lower_contraction, "MIN_PRODUCT_ITERATIONS", 0)
+    # (shapes of their own: tg.build caches kernels by program)
+    X = tg.placeholder((2, 3, 9, 7), dtype="float64", name="X")
+    W = tg.placeholder((4, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=stride, padding=1, dilation=dilation)
+    G = tg.differentiate(Y, [X, W])
+    f = check_build([X, W], [Y, G], feed_of([X, W]), 1e-10)
+    names = {s.c.name.split("_r")[0] for s in products(f)}
+    assert "conv2d" in names and names & {"dX_once", "dW_once"}
     assert "ones" in {t.name for t in f.kernel.temps}
+
+
+def test_reduction_not_using_an_output_axis_is_computed_once():
+    # out[i, j] = sum_k w[k, j] * 2 is the same for every i: a (3,) stage, then copied
+    w = tg.placeholder((4, 3), dtype="float64", name="w")
+    k = tg.reduce_axis((0, 4), name="k")
+    t = tg.compute((5, 3), lambda i, j: tg.sum(w[k, j] * 2.0, axis=k), name="t")
+    plan = lower_contraction.contraction_plan(t)
+    assert isinstance(plan, lower_contraction.Broadcast)
+    assert plan.stage.shape == (3,) and plan.kept == (1,) and plan.found is None
+    f = check_build([w], [t], feed_of([w]), 1e-12)
+    assert f.kernel.temps[0].shape == (3,)
 
 
 @pytest.mark.parametrize("stride,dilation,head", [(1, 1, True), (2, 1, True), (1, 2, False)])
