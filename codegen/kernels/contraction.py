@@ -925,6 +925,48 @@ def _table(axes, extents, stride_maps, order_by):
     return tuple(rows)
 
 
+#: a plan over a transposed output is taken when its calls are this many times larger
+#: (``m * n``): a narrow column axis (a strided convolution's weight gradient, columns of
+#: its window) leaves the kernel's vector registers mostly empty
+TRANSPOSE_GAIN = 4
+
+
+def best_gemm_plan(c):
+    """``(plan, order)``: :func:`gemm_plan` of ``c``, or of ``c`` with its output seen
+    transposed so that the longest ``m`` or ``n`` axis is its stride-1 axis, when that
+    makes each call :data:`TRANSPOSE_GAIN` times larger (``order``: the output axes'
+    positions in the transposed array, row-major, None when not transposed: the plan
+    then writes ``out.transpose(order)``). ``(None, None)`` when there is no plan.
+
+    >>> import tegrad as tg
+    >>> h = tg.placeholder((9, 64, 2), name="h"); x = tg.placeholder((9, 32), name="x")
+    >>> k = tg.reduce_axis((0, 9), name="k")
+    >>> t = tg.compute((64, 32, 2), lambda f, c, r: tg.sum(h[k, f, r] * x[k, c], axis=k))
+    >>> plan, order = best_gemm_plan(detect_contraction(t))
+    >>> (plan.spec.batch, plan.spec.m, plan.spec.n), order
+    ((1, 32, 128), (1, 2, 0))
+    """
+    plan = gemm_plan(c)
+    if c.epilogue is not None or len(c.out_strides) < 2:
+        return plan, None
+    names = list(c.out_strides)
+    longest = max(c.m_axes + c.n_axes, key=lambda v: c.extents[v], default=None)
+    if longest is None or longest == names[-1]:
+        return plan, None
+    order = tuple(k for k, v in enumerate(names) if v != longest) + (names.index(longest),)
+    shape = [c.extents[names[k]] for k in order]
+    out = dict(zip((names[k] for k in order), row_major_strides(shape)))
+    turned = gemm_plan(Contraction(c.output, c.a, c.b, c.m_axes, c.n_axes, c.batch_axes,
+                                   c.k_axes, c.extents, c.lows, out, c.dtype, c.guard,
+                                   c.epilogue, c.ones))
+    if turned is None:
+        return plan, None
+    if plan is not None and turned.spec.m * turned.spec.n < \
+            TRANSPOSE_GAIN * plan.spec.m * plan.spec.n:
+        return plan, None
+    return turned, order
+
+
 def gemm_plan(c):
     """The :class:`GemmPlan` of contraction ``c``, or None when it has a guard, casts, a
     dtype the micro-kernel lacks, or a batch axis as the output's stride-1 axis.

@@ -42,8 +42,8 @@ from tegrad.ir.tensor import compute_stage, placeholder
 
 from dataclasses import dataclass
 
-from tegrad.codegen.kernels.contraction import (ACC, detect_contraction,
-                                                drop_invariant_axes, gemm_plan,
+from tegrad.codegen.kernels.contraction import (ACC, best_gemm_plan, detect_contraction,
+                                                drop_invariant_axes,
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, If, Load, MatrixProduct,
@@ -57,8 +57,16 @@ def _plan_of(t):
     c = detect_contraction(t)
     if c is None:
         return None
-    plan = gemm_plan(c)
-    return None if plan is None else (c, plan)
+    plan, order = best_gemm_plan(c)
+    return None if plan is None else (c, _Transposed(plan, order) if order else plan)
+
+
+@dataclass(frozen=True, eq=False)
+class _Transposed:
+    """A plan writing the output transposed (``out.transpose(order)``), into a temp."""
+
+    plan: object
+    order: tuple
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,6 +180,9 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
     """The call computing ``t`` (``stage``, seen with split axes or not) into ``buf``;
     ``stage``'s loops where an operand meeting zero padding is not all finite."""
     c, plan = found
+    order = None
+    if isinstance(plan, _Transposed):
+        plan, order = plan.plan, plan.order
     stmts = []
     operands = []
     sides = ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding))
@@ -193,11 +204,22 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
             src = copy
         operands.append(src)
     # The epilogue reads each reduced value once, where it writes its result.
-    acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape, c.dtype)
-    call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
-                          plan.lhs_offset, plan.rhs_offset)]
-    if c.epilogue is not None or acc is not buf:
-        call.append(_epilogue(t, c, acc, buf, ctx))
+    if order is not None:
+        # (no epilogue: see best_gemm_plan) the product's columns are an axis before the
+        # last; buf[x] = acc[x[order]]
+        acc = new_temp(f"{buf.name}_t", tuple(t.shape[k] for k in order), c.dtype)
+        variables = [Var(ctx.names.fresh(f"t{d}"), INDEX) for d in range(len(t.shape))]
+        copy = box_loops(variables, t.shape, Store(
+            buf, tuple(variables), Load(acc, tuple(variables[k] for k in order), c.dtype)))
+        call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
+                              plan.lhs_offset, plan.rhs_offset), copy]
+    else:
+        acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape,
+                                                        c.dtype)
+        call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
+                              plan.lhs_offset, plan.rhs_offset)]
+        if c.epilogue is not None or acc is not buf:
+            call.append(_epilogue(t, c, acc, buf, ctx))
     if not checked:
         return block(stmts + call)
     return block(stmts + [_if_all_finite(checked, block(call), lower_compute(stage, buf, ctx),
