@@ -240,3 +240,28 @@ def test_product_checks_its_buffers():
         MatrixProduct(spec, C, A, B, a_offset=1)
     with pytest.raises(ValueError):
         MatrixProduct(GemmSpec.dense("float64", 2, 4, 3), C, A, B)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_narrow_output_columns_run_transposed(dtype):
+    # out[f, c, r] = sum_k h[k, f, r] * x[k, c]: the stride-1 axis r has 2 values; the
+    # product writes a temp with f as its columns, copied back
+    h = tg.placeholder((9, 24, 2), dtype=dtype, name="h")
+    x = tg.placeholder((9, 7), dtype=dtype, name="x")
+    k = tg.reduce_axis((0, 9), name="k")
+    t = tg.compute((24, 7, 2), lambda f, c, r: tg.sum(h[k, f, r] * x[k, c], axis=k),
+                   name="t")
+    f = check_build([h, x], [t], feed_of([h, x]), 1e-5 if dtype == "float32" else 1e-12)
+    (product,) = products(f)
+    assert product.c.shape == (7, 2, 24)
+
+
+def test_strided_conv2d_weight_gradient_runs_transposed():
+    X = tg.placeholder((2, 3, 9, 8), dtype="float64", name="X")
+    W = tg.placeholder((6, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=2, padding=1)
+    H = tg.placeholder(Y.shape, dtype="float64", name="H")
+    dW = tg.differentiate(Y, [W], head=H)
+    f = check_build([X, W, H], [dW], feed_of([X, W, H]), 1e-10)
+    # per residue class of the window, the output channels are the product's columns
+    assert products(f) and all(s.c.shape[-1] == 6 for s in products(f))
