@@ -947,7 +947,7 @@ def best_gemm_plan(c):
     ((1, 32, 128), (1, 2, 0))
     """
     plan = gemm_plan(c)
-    if c.epilogue is not None or len(c.out_strides) < 2:
+    if c.epilogue is not None or c.output.dtype != c.dtype or len(c.out_strides) < 2:
         return plan, None
     names = list(c.out_strides)
     longest = max(c.m_axes + c.n_axes, key=lambda v: c.extents[v], default=None)

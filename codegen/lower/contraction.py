@@ -14,6 +14,11 @@ term: the same sum while that operand is finite, but ``0 * inf`` is NaN. So when
 operand meets padding, the call runs only if that operand is all finite (checked at run
 time, one pass over it), and the stage's own loops run otherwise.
 
+A product whose output's stride-1 axis is narrow may write a temp holding the output
+transposed, copied back (:func:`~tegrad.codegen.kernels.contraction.best_gemm_plan`). A
+stage whose reduction does not use some output axes (a convolution's gradients for a
+head of ones) is computed once without them, then copied along them (:class:`Broadcast`).
+
 So it computes ``out[x] = epilogue(sum_k a(x, k) * b(x, k))``, the stage's value, with
 the sum in the gemm kernel's order. A stage that is no contraction as written may be
 one seen with an output axis split in two (a grouped convolution's channels: the same
@@ -33,14 +38,14 @@ kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tegrad.analysis.cost import stage_cost
 from tegrad.ir import reduction as _red
 from tegrad.ir.expr import And, Compare, Const, Read, Var, select
 from tegrad.ir.builders import abs as _abs
 from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import compute_stage, placeholder
-
-from dataclasses import dataclass
 
 from tegrad.codegen.kernels.contraction import (ACC, best_gemm_plan, detect_contraction,
                                                 drop_invariant_axes,
