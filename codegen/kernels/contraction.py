@@ -671,6 +671,36 @@ def _guard_padding(guard, reads, ranges):
     return which, tuple(pads)
 
 
+# -- output axes a reduction does not depend on ---------------------------------------
+
+
+def drop_invariant_axes(tensor):
+    """``(stage, kept)``: the compute stage ``tensor`` without the output axes of extent
+    above one that its body does not use, and the positions of the axes it keeps; None
+    when there is no such axis or no reduction to save.
+
+    The gradient of a convolution for a head of ones is the same for every image (data
+    gradient) or every output channel (weight gradient): computed once over the other
+    axes, then copied, it costs that axis's extent less. The identity preserved:
+    ``tensor[x] == stage[x[kept]]`` for every ``x``.
+
+    >>> import tegrad as tg
+    >>> w = tg.placeholder((3, 4), name="w"); k = tg.reduce_axis((0, 3), name="k")
+    >>> t = tg.compute((5, 4), lambda i, j: tg.sum(w[k, j], axis=k))
+    >>> s, kept = drop_invariant_axes(t); s.shape, kept
+    ((4,), (1,))
+    """
+    op = tensor.op
+    if not isinstance(op, ComputeOp) or not any(type(n) is Reduce for n in walk(op.body)):
+        return None
+    used = free_var_names(op.body)
+    kept = tuple(k for k, ax in enumerate(op.axes)
+                 if ax.name in used or ax.extent.value == 1)
+    if len(kept) == len(op.axes):
+        return None
+    return compute_stage(f"{tensor.name}_once", [op.axes[k] for k in kept], op.body), kept
+
+
 # -- residue classes of strided output axes --------------------------------------------
 
 #: the most residue classes a stage is split into
@@ -893,6 +923,48 @@ def _table(axes, extents, stride_maps, order_by):
         rows = [tuple(r + i * s.get(v, 0) for r, s in zip(row, stride_maps))
                 for row in rows for i in range(extents[v])]
     return tuple(rows)
+
+
+#: a plan over a transposed output is taken when its calls are this many times larger
+#: (``m * n``): a narrow column axis (a strided convolution's weight gradient, columns of
+#: its window) leaves the kernel's vector registers mostly empty
+TRANSPOSE_GAIN = 4
+
+
+def best_gemm_plan(c):
+    """``(plan, order)``: :func:`gemm_plan` of ``c``, or of ``c`` with its output seen
+    transposed so that the longest ``m`` or ``n`` axis is its stride-1 axis, when that
+    makes each call :data:`TRANSPOSE_GAIN` times larger (``order``: the output axes'
+    positions in the transposed array, row-major, None when not transposed: the plan
+    then writes ``out.transpose(order)``). ``(None, None)`` when there is no plan.
+
+    >>> import tegrad as tg
+    >>> h = tg.placeholder((9, 64, 2), name="h"); x = tg.placeholder((9, 32), name="x")
+    >>> k = tg.reduce_axis((0, 9), name="k")
+    >>> t = tg.compute((64, 32, 2), lambda f, c, r: tg.sum(h[k, f, r] * x[k, c], axis=k))
+    >>> plan, order = best_gemm_plan(detect_contraction(t))
+    >>> (plan.spec.batch, plan.spec.m, plan.spec.n), order
+    ((1, 32, 128), (1, 2, 0))
+    """
+    plan = gemm_plan(c)
+    if c.epilogue is not None or c.output.dtype != c.dtype or len(c.out_strides) < 2:
+        return plan, None
+    names = list(c.out_strides)
+    longest = max(c.m_axes + c.n_axes, key=lambda v: c.extents[v], default=None)
+    if longest is None or longest == names[-1]:
+        return plan, None
+    order = tuple(k for k, v in enumerate(names) if v != longest) + (names.index(longest),)
+    shape = [c.extents[names[k]] for k in order]
+    out = dict(zip((names[k] for k in order), row_major_strides(shape)))
+    turned = gemm_plan(Contraction(c.output, c.a, c.b, c.m_axes, c.n_axes, c.batch_axes,
+                                   c.k_axes, c.extents, c.lows, out, c.dtype, c.guard,
+                                   c.epilogue, c.ones))
+    if turned is None:
+        return plan, None
+    if plan is not None and turned.spec.m * turned.spec.n < \
+            TRANSPOSE_GAIN * plan.spec.m * plan.spec.n:
+        return plan, None
+    return turned, order
 
 
 def gemm_plan(c):

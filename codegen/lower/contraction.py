@@ -14,6 +14,11 @@ term: the same sum while that operand is finite, but ``0 * inf`` is NaN. So when
 operand meets padding, the call runs only if that operand is all finite (checked at run
 time, one pass over it), and the stage's own loops run otherwise.
 
+A product whose output's stride-1 axis is narrow may write a temp holding the output
+transposed, copied back (:func:`~tegrad.codegen.kernels.contraction.best_gemm_plan`). A
+stage whose reduction does not use some output axes (a convolution's gradients for a
+head of ones) is computed once without them, then copied along them (:class:`Broadcast`).
+
 So it computes ``out[x] = epilogue(sum_k a(x, k) * b(x, k))``, the stage's value, with
 the sum in the gemm kernel's order. A stage that is no contraction as written may be
 one seen with an output axis split in two (a grouped convolution's channels: the same
@@ -33,13 +38,17 @@ kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from tegrad.analysis.cost import stage_cost
 from tegrad.ir import reduction as _red
 from tegrad.ir.expr import And, Compare, Const, Read, Var, select
 from tegrad.ir.builders import abs as _abs
 from tegrad.ir.mapper import substitute
 from tegrad.ir.tensor import compute_stage, placeholder
 
-from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
+from tegrad.codegen.kernels.contraction import (ACC, best_gemm_plan, detect_contraction,
+                                                drop_invariant_axes,
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, If, Load, MatrixProduct,
@@ -53,8 +62,27 @@ def _plan_of(t):
     c = detect_contraction(t)
     if c is None:
         return None
-    plan = gemm_plan(c)
-    return None if plan is None else (c, plan)
+    plan, order = best_gemm_plan(c)
+    return None if plan is None else (c, _Transposed(plan, order) if order else plan)
+
+
+@dataclass(frozen=True, eq=False)
+class _Transposed:
+    """A plan writing the output transposed (``out.transpose(order)``), into a temp."""
+
+    plan: object
+    order: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Broadcast:
+    """A stage computed once without the output axes it does not use (``stage``, its
+    axes at positions ``kept`` of the original's), then copied along them; ``found``
+    is ``stage``'s own :func:`contraction_plan` (None: its loops)."""
+
+    stage: object
+    kept: tuple
+    found: object
 
 
 def contraction_plan(t):
@@ -62,7 +90,41 @@ def contraction_plan(t):
     plan), ...]``, the stage itself (``splits == ()``), or each of its residue classes
     (:func:`~tegrad.codegen.kernels.contraction.residue_classes`, a strided
     convolution's data gradient) when one has a plan (the others' contraction and plan
-    are None: they run as loops)."""
+    are None: they run as loops); or a :class:`Broadcast` when the stage's reduction
+    does not use some of its output axes (computed once, then copied)."""
+    dropped = drop_invariant_axes(t)
+    if dropped is None:
+        return _whole_plan(t)
+    stage, kept = dropped
+    iterations = stage_cost(stage).iterations
+    if iterations < MIN_PRODUCT_ITERATIONS:
+        return Broadcast(stage, kept, None)
+    inner = contraction_plan(stage)
+    if inner is not None:
+        return Broadcast(stage, kept, inner)
+    whole = _whole_plan(t)
+    if whole is None or iterations * LOOP_COST < _flops(whole):
+        return Broadcast(stage, kept, None)
+    return whole
+
+
+#: a stage computed once whose loops iterate fewer times runs as loops: they take about a
+#: millisecond, less than compiling its products (tenths of a second) is worth
+MIN_PRODUCT_ITERATIONS = 1 << 20
+
+
+#: what one iteration of a stage's loops costs, in floating-point operations of the gemm
+#: kernel (measured on conv2d gradients: 30 to 60)
+LOOP_COST = 32
+
+
+def _flops(found):
+    """The floating-point operations of the products of a :func:`contraction_plan`."""
+    return sum(c.flops for _, _, c, plan in found if plan is not None)
+
+
+def _whole_plan(t):
+    """:func:`contraction_plan` of ``t`` with all its output axes."""
     found = _plan_of(t)
     if found is not None:
         return [(t, ()) + found]
@@ -89,6 +151,8 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     (``axis == step * q + residue``).
     """
     padded = {} if padded is None else padded
+    if isinstance(found, Broadcast):
+        return _lower_broadcast(t, buf, ctx, found, new_temp, padded)
     if len(found) == 1 and not found[0][1]:
         return _lower_plan(found[0][0], buf, ctx, found[0][2:], new_temp, padded, t)
     stmts = []
@@ -106,10 +170,24 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     return block(stmts)
 
 
+def _lower_broadcast(t, buf, ctx, found, new_temp, padded):
+    """``once[x[kept]]`` computed into a temp, then ``buf[x] = once[x[kept]]``."""
+    stage = found.stage
+    once = new_temp(stage.name, stage.shape, buf.dtype)
+    inner = lower_compute(stage, once, ctx) if found.found is None else \
+        lower_contraction(stage, once, ctx, found.found, new_temp, padded)
+    variables = [Var(ctx.names.fresh(f"b{d}"), INDEX) for d in range(len(t.shape))]
+    copy = Store(buf, tuple(variables), Load(once, tuple(variables[k] for k in found.kept)))
+    return block([inner, box_loops(variables, t.shape, copy)])
+
+
 def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
     """The call computing ``t`` (``stage``, seen with split axes or not) into ``buf``;
     ``stage``'s loops where an operand meeting zero padding is not all finite."""
     c, plan = found
+    order = None
+    if isinstance(plan, _Transposed):
+        plan, order = plan.plan, plan.order
     stmts = []
     operands = []
     sides = ((plan.lhs, plan.lhs_padding), (plan.rhs, plan.rhs_padding))
@@ -131,11 +209,22 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
             src = copy
         operands.append(src)
     # The epilogue reads each reduced value once, where it writes its result.
-    acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape, c.dtype)
-    call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
-                          plan.lhs_offset, plan.rhs_offset)]
-    if c.epilogue is not None or acc is not buf:
-        call.append(_epilogue(t, c, acc, buf, ctx))
+    if order is not None:
+        # (no epilogue: see best_gemm_plan) the product's columns are an axis before the
+        # last; buf[x] = acc[x[order]]
+        acc = new_temp(f"{buf.name}_t", tuple(t.shape[k] for k in order), c.dtype)
+        variables = [Var(ctx.names.fresh(f"t{d}"), INDEX) for d in range(len(t.shape))]
+        copy = box_loops(variables, t.shape, Store(
+            buf, tuple(variables), Load(acc, tuple(variables[k] for k in order), c.dtype)))
+        call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
+                              plan.lhs_offset, plan.rhs_offset), copy]
+    else:
+        acc = buf if buf.dtype == c.dtype else new_temp(f"{buf.name}_acc", t.shape,
+                                                        c.dtype)
+        call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
+                              plan.lhs_offset, plan.rhs_offset)]
+        if c.epilogue is not None or acc is not buf:
+            call.append(_epilogue(t, c, acc, buf, ctx))
     if not checked:
         return block(stmts + call)
     return block(stmts + [_if_all_finite(checked, block(call), lower_compute(stage, buf, ctx),

@@ -11,6 +11,7 @@ from tegrad.ir.expr import select
 from tegrad.codegen.loops.interpret import run as interpret
 from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct
+from tegrad.codegen.lower import contraction as lower_contraction
 from tegrad.codegen.lower.program import lower_program
 
 
@@ -120,8 +121,39 @@ def test_conv2d_gradients_for_a_head_of_ones(stride, dilation):
     Y = tg.nn.conv2d(X, W, stride=stride, padding=1, dilation=dilation)
     G = tg.differentiate(Y, [X, W])
     f = check_build([X, W], [Y, G], feed_of([X, W]), 1e-10)
-    assert {s.c.name.split("_r")[0] for s in products(f)} == {"conv2d", "dX", "dW"}
+    # dX is the same for every image, dW for every output channel: each computed once
+    # (small: as loops), then copied
+    assert {s.c.name for s in products(f)} == {"conv2d"}
+    assert {"dX_once", "dW_once"} <= {t.name for t in f.kernel.temps}
+
+
+@pytest.mark.parametrize("stride,dilation", [(2, 1), (1, 2)])
+def test_conv2d_gradients_for_a_head_of_ones_computed_once_on_gemm(stride, dilation,
+                                                                    monkeypatch):
+    # however small, the stages computed once run on their products where they have one
+    # (sums of one read times ones, per residue class: strided and dilated windows)
+    monkeypatch.setattr(lower_contraction, "MIN_PRODUCT_ITERATIONS", 0)
+    # (shapes of their own: tg.build caches kernels by program)
+    X = tg.placeholder((2, 3, 9, 7), dtype="float64", name="X")
+    W = tg.placeholder((4, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=stride, padding=1, dilation=dilation)
+    G = tg.differentiate(Y, [X, W])
+    f = check_build([X, W], [Y, G], feed_of([X, W]), 1e-10)
+    names = {s.c.name.split("_r")[0] for s in products(f)}
+    assert "conv2d" in names and names & {"dX_once", "dW_once"}
     assert "ones" in {t.name for t in f.kernel.temps}
+
+
+def test_reduction_not_using_an_output_axis_is_computed_once():
+    # out[i, j] = sum_k w[k, j] * 2 is the same for every i: a (3,) stage, then copied
+    w = tg.placeholder((4, 3), dtype="float64", name="w")
+    k = tg.reduce_axis((0, 4), name="k")
+    t = tg.compute((5, 3), lambda i, j: tg.sum(w[k, j] * 2.0, axis=k), name="t")
+    plan = lower_contraction.contraction_plan(t)
+    assert isinstance(plan, lower_contraction.Broadcast)
+    assert plan.stage.shape == (3,) and plan.kept == (1,) and plan.found is None
+    f = check_build([w], [t], feed_of([w]), 1e-12)
+    assert f.kernel.temps[0].shape == (3,)
 
 
 @pytest.mark.parametrize("stride,dilation,head", [(1, 1, True), (2, 1, True), (1, 2, False)])
@@ -222,3 +254,28 @@ def test_schedules_keep_stages_after_the_products_they_read():
     arrays = feed_of(inputs[:3]) + [np.random.default_rng(1).integers(0, 16, 64)]
     f = check_build(inputs, [loss, tg.differentiate(loss, [x, w, b])], arrays, 1e-4)
     assert products(f)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_narrow_output_columns_run_transposed(dtype):
+    # out[f, c, r] = sum_k h[k, f, r] * x[k, c]: the stride-1 axis r has 2 values; the
+    # product writes a temp with f as its columns, copied back
+    h = tg.placeholder((9, 24, 2), dtype=dtype, name="h")
+    x = tg.placeholder((9, 7), dtype=dtype, name="x")
+    k = tg.reduce_axis((0, 9), name="k")
+    t = tg.compute((24, 7, 2), lambda f, c, r: tg.sum(h[k, f, r] * x[k, c], axis=k),
+                   name="t")
+    f = check_build([h, x], [t], feed_of([h, x]), 1e-5 if dtype == "float32" else 1e-12)
+    (product,) = products(f)
+    assert product.c.shape == (7, 2, 24)
+
+
+def test_strided_conv2d_weight_gradient_runs_transposed():
+    X = tg.placeholder((2, 3, 9, 8), dtype="float64", name="X")
+    W = tg.placeholder((6, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=2, padding=1)
+    H = tg.placeholder(Y.shape, dtype="float64", name="H")
+    dW = tg.differentiate(Y, [W], head=H)
+    f = check_build([X, W, H], [dW], feed_of([X, W, H]), 1e-10)
+    # per residue class of the window, the output channels are the product's columns
+    assert products(f) and all(s.c.shape[-1] == 6 for s in products(f))
