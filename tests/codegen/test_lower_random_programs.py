@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
-from tegrad.ir.errors import DifferentiationError
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import StmtMapper, walk_expr, walk_stmts
 from tegrad.codegen.loops.nodes import For, If, Kernel, Let, Load
@@ -33,8 +32,7 @@ def _module(file_name, name):
     return module
 
 
-def _programs():
-    return _module("test_random_programs_compiled.py", "_compiled_random_programs").programs
+RANDOM = _module("test_random_programs_compiled.py", "_compiled_random_programs")
 
 
 scatter_fill = _module("test_lower_operators.py", "_lower_operators").scatter_fill
@@ -72,18 +70,9 @@ EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_LOWERED", "50"))
 
 @settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(_programs()(), st.integers(0, 2**31 - 1))
+@given(RANDOM.programs(), st.integers(0, 2**31 - 1))
 def test_lowered_random_program_matches_evaluator_and_cost(program, seed):
-    x, out = program
-    rng = np.random.default_rng(seed)
-    head = tg.placeholder(out.shape, dtype="float64", name="head")
-    feed = {x: rng.standard_normal(x.shape), head: rng.standard_normal(out.shape)}
-    outputs = [out]
-    try:
-        outputs += list(tg.differentiate(out, [x], head=head))
-    except DifferentiationError:
-        pass
-    inputs = [x, head] if len(outputs) > 1 else [x]
+    inputs, outputs, feed = RANDOM.with_gradient(program, seed)
     kernel = lower_program(inputs, outputs)
     got, iterations = run(kernel, [feed[t] for t in inputs])
     for t, g, w in zip(outputs, got, tg.evaluate(outputs, feed)):

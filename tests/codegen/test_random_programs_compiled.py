@@ -102,13 +102,9 @@ def programs(draw):
     return x, stages[-1]
 
 
-EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "200"))
-
-
-@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(programs(), st.integers(0, 2**31 - 1))
-def test_compiled_random_program_and_gradient_equal_evaluator(program, seed):
+def with_gradient(program, seed):
+    """``(inputs, outputs, feed)``: a random program's output and, when it has one, its
+    gradient for a random head, with random values for the inputs."""
     x, out = program
     rng = np.random.default_rng(seed)
     head = tg.placeholder(out.shape, dtype=F64, name="head")
@@ -118,7 +114,17 @@ def test_compiled_random_program_and_gradient_equal_evaluator(program, seed):
         outputs += list(tg.differentiate(out, [x], head=head))
     except DifferentiationError:
         pass
-    inputs = [x, head] if len(outputs) > 1 else [x]
+    return ([x, head] if len(outputs) > 1 else [x]), outputs, feed
+
+
+EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "200"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs(), st.integers(0, 2**31 - 1))
+def test_compiled_random_program_and_gradient_equal_evaluator(program, seed):
+    inputs, outputs, feed = with_gradient(program, seed)
     got = build(inputs, outputs)(*[feed[t] for t in inputs])
     want = tg.evaluate(outputs, feed)
     for t, g, w in zip(outputs, got, want):
