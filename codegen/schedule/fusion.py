@@ -39,7 +39,7 @@ from __future__ import annotations
 from tegrad.ir.expr import Var
 
 from tegrad.codegen.loops.mapper import block, loads, stmt_exprs, substitute_stmt, walk_stmts
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel,
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel, Let,
                                         MatrixProduct, Store)
 
 
@@ -101,7 +101,11 @@ def fusable(a, b):
         return False
     if _has_check(a) and _has_check(b):
         return False  # the first check to fail, and the error, would change
-    acc_a, acc_b = _accesses(a.body), _accesses(substitute_stmt(b.body, {b.var.name: a.var}))
+    b_body = substitute_stmt(b.body, {b.var.name: a.var})
+    if any(type(n) in (For, Let) and n.var.name == a.var.name
+           for body in (a.body, b_body) for n in walk_stmts(body)):
+        return False  # a let rebinding the loop's name (isl's unrolled points): not pinned
+    acc_a, acc_b = _accesses(a.body), _accesses(b_body)
     written = {x for x, _, w in acc_a + acc_b if w}
     shared = {x for x, _, _ in acc_a} & {x for x, _, _ in acc_b} & written
     for x in shared:
