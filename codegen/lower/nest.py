@@ -27,7 +27,6 @@ from tegrad import solver
 from tegrad.solver import loop_ast
 from tegrad.ir.expr import And, Binary, Compare, Const, Neg, Or, Select, Var, structural_equal
 from tegrad.analysis.affine import conjunction, from_constraint
-from tegrad.ir.mapper import free_var_names
 
 from tegrad.codegen.loops.mapper import block, substitute_stmt, to_affine
 from tegrad.codegen.loops.nodes import Block, For, If, Let
@@ -92,23 +91,26 @@ def tree_expr(e):
     raise ValueError(f"unknown loop tree operation {op!r}")
 
 
-def _stmt(node, bodies, variables, lets):
+def _stmt(node, bodies, variables, lets, loops=frozenset()):
+    """The loop IR of tree ``node``; ``loops``: the variables of the loops around it."""
     if isinstance(node, loop_ast.Loop):
         var = Var(node.var, INDEX)
         lower, upper = tree_expr(node.lower), tree_expr(node.upper)
-        body = _stmt(node.body, bodies, variables, lets)
+        body = _stmt(node.body, bodies, variables, lets, loops | {node.var})
         if _single_trip(node):
             return Let(var, lower, body)
         return For(var, lower, upper, body, "serial", node.step)
     if isinstance(node, loop_ast.Guard):
         otherwise = (None if node.otherwise is None
-                     else _stmt(node.otherwise, bodies, variables, lets))
-        return If(tree_expr(node.cond), _stmt(node.then, bodies, variables, lets), otherwise)
+                     else _stmt(node.otherwise, bodies, variables, lets, loops))
+        return If(tree_expr(node.cond), _stmt(node.then, bodies, variables, lets, loops),
+                  otherwise)
     if isinstance(node, loop_ast.Seq):
-        return block(merge_lets([_stmt(c, bodies, variables, lets) for c in node.items]))
+        return block(merge_lets([_stmt(c, bodies, variables, lets, loops)
+                                 for c in node.items]))
     return fixed_point(bodies[node.statement], {
         name: tree_expr(value) for name, value in zip(variables, node.values)
-        if value != ("var", name)}, lets)
+        if value != ("var", name)}, lets, loops)
 
 
 def merge_lets(stmts):
@@ -134,40 +136,22 @@ def _statements(s):
     return list(s.stmts) if type(s) is Block else [s]
 
 
-def fixed_point(body, values, lets):
-    """``body()`` where some variables have one value each: lets, or constants substituted.
+def fixed_point(body, values, lets, loops=()):
+    """``body()`` where some variables have one value each: lets, or values substituted.
 
     With ``lets`` every fixed variable is a :class:`Let` (a reduction's single-trip
-    loop, one point of its domain); otherwise constants are substituted.
+    loop, one point of its domain); otherwise constants are substituted. A variable of
+    an enclosing loop (``loops``: isl's unrolled points, ``i = c + 1`` for the loop
+    ``c`` named ``i``) is always substituted, all at once: a let would shadow the loop,
+    and the other values, written in terms of the loop, would see the new value.
     """
-    consts = {} if lets else {n: v for n, v in values.items() if type(v) is Const}
-    stmt = substitute_stmt(body(), consts)
-    bound = [(n, v) for n, v in values.items() if n not in consts]
-    for name, value in reversed(_simultaneous(bound)):
-        stmt = Let(Var(name, INDEX), value, stmt)
+    inline = {n: v for n, v in values.items()
+              if n in loops or (not lets and type(v) is Const)}
+    stmt = substitute_stmt(body(), inline)
+    for name, value in reversed(list(values.items())):
+        if name not in inline:
+            stmt = Let(Var(name, INDEX), value, stmt)
     return stmt
-
-
-def _simultaneous(bindings):
-    """``bindings`` (name, value) ordered so that nested lets give every value as it is
-    outside them: a value naming a variable another binding rebinds comes before that
-    binding (isl writes ``i = c + 1, k = c // 2`` for a loop variable ``c`` named ``i``).
-    A cycle goes through temporaries first."""
-    names = {n for n, _ in bindings}
-    uses = {n: (free_var_names(v) & names) - {n} for n, v in bindings}
-    order, placed = [], set()
-    pending = list(bindings)
-    while pending:
-        ready = [(n, v) for n, v in pending if not any(
-            n in uses[m] for m, _ in pending if m != n)]
-        if not ready:  # a cycle: every value into a temporary, then the names
-            temps = [(f"{n}_value", v) for n, v in pending]
-            return order + temps + [(n, Var(t, INDEX)) for (n, _), (t, _) in
-                                    zip(pending, temps)]
-        order += ready
-        placed |= {n for n, _ in ready}
-        pending = [(n, v) for n, v in pending if n not in placed]
-    return order
 
 
 def _single_trip(node):

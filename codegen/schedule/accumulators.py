@@ -57,8 +57,8 @@ from tegrad.ir import reduction
 from tegrad.ir.expr import Binary, Const, Var
 
 from tegrad.codegen.kernels.jit import vector_bits
-from tegrad.codegen.loops.mapper import (StmtMapper, block, loads, stmt_exprs, substitute_stmt,
-                                         walk_stmts)
+from tegrad.codegen.loops.mapper import (StmtMapper, block, free_variables, loads, stmt_exprs,
+                                         substitute_stmt, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, Check, For, Kernel, Load,
                                         Store)
 from tegrad.codegen.schedule.common import constant_trip_count, fresh, names_in, uses_var
@@ -91,8 +91,9 @@ def _candidate(loop, lanes_of):
     if any(type(m) in (For, Allocate, Check, Store) for m in walk_stmts(loop.body)):
         return None
     accs = [m for m in walk_stmts(loop.body) if type(m) is Accumulate]
+    outside = free_variables(loop)  # the combination runs after the loop: no let of its body
     if not accs or any(a.reducer not in REASSOCIATED or uses_var_any(a.indices, loop.var.name)
-                       for a in accs):
+                       or not _index_vars(a.indices) <= outside for a in accs):
         return None
     if any(not (dtypes.is_float(a.buffer.dtype) or dtypes.is_int(a.buffer.dtype))
            for a in accs):
@@ -114,6 +115,10 @@ def _candidate(loop, lanes_of):
 
 def uses_var_any(indices, name):
     return any(uses_var(i, name) for i in indices)
+
+
+def _index_vars(indices):
+    return {n.name for i in indices for n in walk_expr(i) if type(n) is Var}
 
 
 class _ToLanes(StmtMapper):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tegrad.codegen.loops.mapper import StmtMapper, block, free_variables, walk_stmts
+from tegrad.codegen.loops.mapper import StmtMapper, block, walk_stmts
 from tegrad.codegen.loops.nodes import For, Kernel
 from tegrad.codegen.schedule.accumulators import host_lanes, statement_accumulators
 from tegrad.codegen.schedule.common import constant_trip_count, names_in, writes
@@ -112,17 +112,13 @@ def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes):
         names = stage_names(s)
         if set(names) & set(manual):
             continue
-        found, plain = [], s
+        found = []
         s = _nest_schedule(s, found, taken)
         s, lanes = statement_accumulators(s, taken=taken, lanes_of=lanes_of)
         found += [f"{v}: vector accumulators ({n} lanes)" for v, n in lanes]
         mark = _MarkVector()
         s = mark(s)
         found += [f"{v}: vectorized" for v in mark.marked]
-        if free_variables(s) - free_variables(plain):
-            # a pass moved a use out of the let binding it (lets that shadow a loop
-            # variable): the stage keeps its plain loops
-            s, found = plain, ["plain loops (the schedule lost a binding)"]
         stmts[k] = s
         if found:
             notes[k] = tuple(found)

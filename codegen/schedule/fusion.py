@@ -104,7 +104,7 @@ def fusable(a, b):
     b_body = substitute_stmt(b.body, {b.var.name: a.var})
     if any(type(n) in (For, Let) and n.var.name == a.var.name
            for body in (a.body, b_body) for n in walk_stmts(body)):
-        return False  # a let rebinding the loop's name (isl's unrolled points): not pinned
+        return False  # an access at the loop's name would not be at the loop's value
     acc_a, acc_b = _accesses(a.body), _accesses(b_body)
     written = {x for x, _, w in acc_a + acc_b if w}
     shared = {x for x, _, _ in acc_a} & {x for x, _, _ in acc_b} & written

@@ -14,7 +14,7 @@ import tegrad as tg
 from tegrad import nn
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import walk_stmts
-from tegrad.codegen.loops.nodes import Allocate, For
+from tegrad.codegen.loops.nodes import Allocate, Block, For
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule.auto import auto_schedule
 from tegrad.codegen.schedule.fusion import statements
@@ -205,3 +205,25 @@ def test_unguarded_accumulation_keeps_a_negative_zero():
                 tg.build([A], [S])(a)[0]):
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_accumulations_at_a_let_of_the_loop_body_keep_their_loop():
+    # for k: { let j = 0; S[i, j] += A[i, k] }: the lanes' combination would run after
+    # the loop, outside the let binding j, so the loop keeps its sequential accumulation
+    from tegrad.codegen.loops.mapper import free_variables
+    from tegrad.codegen.loops.nodes import Accumulate, Buffer, Kernel, Let, Load, Store
+    from tegrad.codegen.schedule.accumulators import vector_accumulators
+    from tegrad.ir.expr import Const, Var
+    A = Buffer("A", (2, 32), "float64", "input")
+    S = Buffer("S", (2, 1), "float64", "output")
+    i, j, k = (Var(n, "int64") for n in "ijk")
+    zero = Const(0, "int64")
+    body = For(i, zero, Const(2, "int64"), Block((
+        Store(S, (i, zero), Const(0.0, "float64")),
+        For(k, zero, Const(32, "int64"),
+            Let(j, zero, Accumulate(S, (i, j), Load(A, (i, k)), tg.sum))))))
+    kernel = Kernel("k", (A, S), (), body)
+    scheduled, loops = vector_accumulators(kernel, lanes_of=lambda dtype: 4)
+    assert not free_variables(scheduled.body) and loops == ()
+    a = np.random.default_rng(0).standard_normal((2, 32))
+    np.testing.assert_allclose(run(scheduled, [a])[0][0], a.sum(axis=1, keepdims=True))
