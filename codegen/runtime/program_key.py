@@ -24,7 +24,6 @@ import gc
 from tegrad.ir import expr as _ex
 from tegrad.ir.errors import FeedError
 from tegrad.ir.expr import _node_values
-from tegrad.ir.mapper import bottom_up
 from tegrad.ir.reduction import BUILTIN_REDUCERS
 from tegrad.ir.stages import StageMapper, is_placeholder
 
@@ -35,7 +34,8 @@ class _KeyBuilder:
     def __init__(self, inputs):
         self.refs = {id(t): ("input", k) for k, t in enumerate(inputs)}
         self.pending = []
-        self.memo = {}
+        #: id(expression) -> its number; ``keep`` holds each node so its id stays its own
+        self.memo, self.keep = {}, []
         #: entry -> its number; the entries, in order
         self.numbers, self.entries = {}, []
         self.stage = _StageKey(self)
@@ -51,52 +51,48 @@ class _KeyBuilder:
             self.pending.append(t)
         return ref
 
-    def expr(self, e):
-        """The key of the expression ``e``: its sub-expressions' keys are built first,
-        children before parents on an explicit stack, so each rule finds them memoised."""
-        hit = self.memo.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        return bottom_up(e, _sub_nodes, lambda node, _: self._node_key(node), whole=self._known)
-
-    def _known(self, e):
-        hit = self.memo.get(id(e))
-        return hit is not None and hit[0] is e
-
-    def _node_key(self, e):
-        key = id(e)
-        hit = self.memo.get(key)
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        t = type(e)
-        rule = _EXPR_KEYS.get(t)
-        if rule is not None:
-            out = rule(self, e)
-        else:
-            out = (t.__name__,) + tuple(map(self.value, e.children_values()))
-        number = self.numbers.get(out)
-        if number is None:
-            number = self.numbers[out] = len(self.entries)
-            self.entries.append(out)
-        ref = ("expr", number)
-        self.memo[key] = (e, ref)
-        return ref
+    def expr(self, root):
+        """The number of the expression ``root``: children are numbered before their
+        parents, on an explicit stack, each node once."""
+        memo = self.memo
+        number = memo.get(id(root))
+        if number is not None:
+            return number
+        numbers, entries, keep = self.numbers, self.entries, self.keep
+        stack = [root]
+        while stack:
+            e = stack[-1]
+            if id(e) in memo:
+                stack.pop()
+                continue
+            rule = _EXPR_KEYS.get(type(e), _GENERIC)
+            missing = [k for k in rule[0](e) if id(k) not in memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            entry = rule[1](self, e, memo)
+            number = numbers.get(entry)
+            if number is None:
+                number = numbers[entry] = len(entries)
+                entries.append(entry)
+            memo[id(e)] = number
+            keep.append(e)
+        return memo[id(root)]
 
     def reducer(self, r):
         return r.name if BUILTIN_REDUCERS.get(r.name) is r else r  # a user's: by identity
 
     def value(self, v):
+        """The key of a field's value: expressions by number (tagged, so that a number
+        and an expression stay apart), tuples element by element, atoms as they are."""
         if isinstance(v, _ex.Node):
-            return self.expr(v)
+            return ("expr", self.expr(v))
         if isinstance(v, tuple):
             return tuple(map(self.value, v))
         if isinstance(v, _ATOMS):
             return v
         return self.reducer(v)
-
-
-def _sub_nodes(e):
-    return [v for v in _node_values(e) if isinstance(v, _ex.Node)]
 
 
 class _StageKey(StageMapper):
@@ -126,37 +122,63 @@ class _StageKey(StageMapper):
 
 
 def _key_rules():
-    """Keys of the common expression kinds, field by field (the generic rule walks
-    ``children_values``, several times slower)."""
+    """``{node class: (its child nodes, its entry from the numbers of its children)}``;
+    the first element of an entry names its kind (a binary operator by its symbol)."""
     x = _ex
+    none = ()
 
-    def exprs(b, es):
-        return tuple(map(b.expr, es))
+    def reduce_kids(e):
+        kids = (e.source,) + e.axes
+        if e.where is not None:
+            kids += (e.where,)
+        if e.init is not None:
+            kids += (e.init,)
+        return kids
+
+    def reduce_entry(b, e, m):
+        return ("Reduce", b.reducer(e.reducer), m[id(e.source)],
+                tuple(m[id(ax)] for ax in e.axes),
+                None if e.where is None else m[id(e.where)],
+                None if e.init is None else m[id(e.init)], e.dtype)
 
     return {
-        x.Var: lambda b, e: ("Var", e.name, e.dtype),
+        x.Var: (lambda e: none, lambda b, e, m: ("Var", e.name, e.dtype)),
         # repr keeps -0.0 apart from 0.0 (and NaN equal to itself)
-        x.Const: lambda b, e: ("Const", repr(e.value), e.dtype, e.weak),
-        x.Read: lambda b, e: ("Read", b.tensor(e.tensor), e.dtype, exprs(b, e.indices)),
-        x.Binary: lambda b, e: (e.op, b.expr(e.a), b.expr(e.b), e.dtype),
-        x.Compare: lambda b, e: ("Compare", e.op, b.expr(e.a), b.expr(e.b)),
-        x.Neg: lambda b, e: ("Neg", b.expr(e.a), e.dtype),
-        x.Not: lambda b, e: ("Not", b.expr(e.a)),
-        x.And: lambda b, e: ("And", b.expr(e.a), b.expr(e.b)),
-        x.Or: lambda b, e: ("Or", b.expr(e.a), b.expr(e.b)),
-        x.Select: lambda b, e: ("Select", b.expr(e.cond), b.expr(e.true_value),
-                                b.expr(e.false_value), e.dtype),
-        x.Cast: lambda b, e: ("Cast", b.expr(e.a), e.dtype),
-        x.Call: lambda b, e: ("Call", e.name, exprs(b, e.args), e.dtype),
-        x.IterVar: lambda b, e: ("IterVar", b.expr(e.var), b.expr(e.lo), b.expr(e.extent),
-                                 e.kind),
-        x.Reduce: lambda b, e: ("Reduce", b.reducer(e.reducer), b.expr(e.source),
-                                exprs(b, e.axes), None if e.where is None else b.expr(e.where),
-                                None if e.init is None else b.expr(e.init), e.dtype),
+        x.Const: (lambda e: none, lambda b, e, m: ("Const", repr(e.value), e.dtype, e.weak)),
+        x.Read: (lambda e: e.indices,
+                 lambda b, e, m: ("Read", b.tensor(e.tensor), e.dtype,
+                                  tuple([m[id(i)] for i in e.indices]))),
+        x.Binary: (lambda e: (e.a, e.b), lambda b, e, m: (e.op, m[id(e.a)], m[id(e.b)], e.dtype)),
+        x.Compare: (lambda e: (e.a, e.b),
+                    lambda b, e, m: ("Compare", e.op, m[id(e.a)], m[id(e.b)])),
+        x.Neg: (lambda e: (e.a,), lambda b, e, m: ("Neg", m[id(e.a)], e.dtype)),
+        x.Not: (lambda e: (e.a,), lambda b, e, m: ("Not", m[id(e.a)])),
+        x.And: (lambda e: (e.a, e.b), lambda b, e, m: ("And", m[id(e.a)], m[id(e.b)])),
+        x.Or: (lambda e: (e.a, e.b), lambda b, e, m: ("Or", m[id(e.a)], m[id(e.b)])),
+        x.Select: (lambda e: (e.cond, e.true_value, e.false_value),
+                   lambda b, e, m: ("Select", m[id(e.cond)], m[id(e.true_value)],
+                                    m[id(e.false_value)], e.dtype)),
+        x.Cast: (lambda e: (e.a,), lambda b, e, m: ("Cast", m[id(e.a)], e.dtype)),
+        x.Call: (lambda e: e.args,
+                 lambda b, e, m: ("Call", e.name, tuple([m[id(a)] for a in e.args]), e.dtype)),
+        x.IterVar: (lambda e: (e.var, e.lo, e.extent),
+                    lambda b, e, m: ("IterVar", m[id(e.var)], m[id(e.lo)], m[id(e.extent)],
+                                     e.kind)),
+        x.Reduce: (reduce_kids, reduce_entry),
     }
 
 
+def _generic_kids(e):
+    return [v for v in _node_values(e) if isinstance(v, _ex.Node)]
+
+
+def _generic_entry(b, e, m):
+    """Any other node: its class name and its fields, sub-expressions by number."""
+    return (type(e).__name__,) + tuple(map(b.value, e.children_values()))
+
+
 _EXPR_KEYS = _key_rules()
+_GENERIC = (_generic_kids, _generic_entry)
 
 
 def program_key(inputs, outputs):

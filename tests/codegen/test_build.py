@@ -126,3 +126,34 @@ def test_pointer_table_path_when_the_python_abi_is_not_confirmed(monkeypatch):
     with pytest.raises(tg.TegradError, match="'Y' overlaps the argument 'X'"):
         f(x, out=[x])
     build_module.clear_cache()
+
+
+def _small_program(variant):
+    """A program, or one changed in a single place (``variant``)."""
+    x = tg.placeholder((4, 3), name="x")
+    w = tg.placeholder((3, 3), name="w")
+    k = tg.reduce_axis((0, 3), name="k")
+    reduce = tg.max if variant == "reducer" else tg.sum
+    if variant == "swapped reads":
+        body = lambda i, j: reduce(w[k, j] * x[i, k], axis=k)  # noqa: E731
+    elif variant == "index":
+        body = lambda i, j: reduce(x[i, k] * w[j, k], axis=k)  # noqa: E731
+    elif variant == "operator":
+        body = lambda i, j: reduce(x[i, k] + w[k, j], axis=k)  # noqa: E731
+    else:
+        body = lambda i, j: reduce(x[i, k] * w[k, j], axis=k)  # noqa: E731
+    y = tg.compute((4, 3), body, name="y")
+    if variant == "shared":  # one sub-expression used twice: equal to two equal ones
+        e = y[0, 0] * 2.0
+        z = tg.compute((), lambda: e + e, name="z")
+    else:
+        z = tg.compute((), lambda: y[0, 0] * 2.0 + y[0, 0] * 2.0, name="z")
+    return [x, w], [z]
+
+
+@pytest.mark.parametrize("variant", ["swapped reads", "index", "operator", "reducer"])
+def test_program_keys_tell_programs_apart(variant):
+    from tegrad.codegen.runtime.program_key import program_key
+    assert program_key(*_small_program(None)) == program_key(*_small_program(None))
+    assert program_key(*_small_program("shared")) == program_key(*_small_program(None))
+    assert program_key(*_small_program(variant)) != program_key(*_small_program(None))
