@@ -44,7 +44,7 @@ from tegrad.ir.mapper import bottom_up, children, run
 from tegrad.ir.reduction import sum as _SUM
 from tegrad.codegen.kernels.gemm import emit_gemm
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
+from tegrad.codegen.loops.mapper import expr_children, stmt_exprs, walk_expr, walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
@@ -204,6 +204,41 @@ class ValueMemo:
             self.frames[-1].append(key)
 
 
+#: a kernel larger than this (statements plus distinct expression nodes) is emitted as
+#: several functions of about this size each, called in turn (a 2,000-stage program: one
+#: function took LLVM 90 s to optimise)
+PART_SIZE = 4000
+
+
+def kernel_parts(body):
+    """The top-level statements of the kernel body ``body`` in consecutive groups of
+    about :data:`PART_SIZE` nodes (one group when the whole is smaller)."""
+    stmts = list(body.stmts) if type(body) is _n.Block else [body]
+    parts, size = [[]], 0
+    for s in stmts:
+        n = _stmt_size(s)
+        if parts[-1] and size + n > PART_SIZE:
+            parts.append([])
+            size = 0
+        parts[-1].append(s)
+        size += n
+    return parts
+
+
+def _stmt_size(s):
+    """The statements in ``s`` and the distinct expression nodes they hold."""
+    seen, count = set(), 0
+    for node in walk_stmts(s):
+        count += 1
+        stack = list(stmt_exprs(node))
+        while stack:
+            e = stack.pop()
+            if id(e) not in seen:
+                seen.add(id(e))
+                stack.extend(expr_children(e))
+    return count + len(seen)
+
+
 class _KernelEmitter:
     def __init__(self, kernel, triple, data_layout, threads):
         self.kernel = kernel
@@ -232,28 +267,29 @@ class _KernelEmitter:
 
     # -- module structure ------------------------------------------------------------
     def run(self):
-        body_ty = ir.FunctionType(I32, [PTR] * len(self.buffers))
-        body = ir.Function(self.module, body_ty, name=f"{self.symbol}.body")
-        body.linkage = "internal"
+        body = self._buffer_function(f"{self.symbol}.body")
         body.attributes.add("alwaysinline")
-        body.attributes.add("nounwind")
-        n_args = len(self.kernel.args)
-        for k, (arg, buf) in enumerate(zip(body.args, self.buffers)):
-            arg.name = buf.name
-            arg.add_attribute("noalias")
-            if k >= n_args:
-                # storage the runtime allocates; arguments are numpy arrays, whose data
-                # is only guaranteed element-aligned (a view may start anywhere)
-                arg.attributes.align = STORAGE_ALIGNMENT
-            self.pointers[buf] = arg
-        self.function = body
-        self.entry = body.append_basic_block("entry")
-        start = body.append_basic_block("start")
-        self.builder = ir.IRBuilder(start)
-        self.stmt(self.kernel.body)
-        if not self.builder.block.is_terminated:
-            self.builder.ret(ir.Constant(I32, 0))
-        ir.IRBuilder(self.entry).branch(start)
+        parts = kernel_parts(self.kernel.body)
+        if len(parts) == 1:
+            self._emit_into(body, self.kernel.body)
+        else:
+            # each part its own function: LLVM's optimisation time grows faster than the
+            # size of a function, and stages gain little from being optimised together
+            calls = [(self._buffer_function(f"{self.symbol}.part{k}"), part)
+                     for k, part in enumerate(parts)]
+            for fn, part in calls:
+                fn.attributes.add("noinline")
+                self._emit_into(fn, _n.Block(tuple(part)) if len(part) > 1 else part[0])
+            bld = ir.IRBuilder(body.append_basic_block("entry"))
+            for k, (fn, _) in enumerate(calls):
+                status = bld.call(fn, list(body.args))
+                ok = body.append_basic_block(f"after.part{k}")
+                fail = body.append_basic_block(f"fail.part{k}")
+                bld.cbranch(bld.icmp_signed("==", status, ir.Constant(I32, 0)), ok, fail)
+                bld.position_at_end(fail)
+                bld.ret(status)
+                bld.position_at_end(ok)
+            bld.ret(ir.Constant(I32, 0))
 
         outer = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=self.symbol)
         outer.attributes.add("nounwind")
@@ -264,6 +300,36 @@ class _KernelEmitter:
         b.ret(b.call(body, pointers))
         return KernelModule(self.module, self.symbol, self.buffers, self.extra,
                             tuple(self.errors))
+
+    def _buffer_function(self, name):
+        """An internal ``i32 name(ptr ...)`` taking one ``noalias`` pointer per buffer."""
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(self.buffers)),
+                         name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        n_args = len(self.kernel.args)
+        for k, (arg, buf) in enumerate(zip(fn.args, self.buffers)):
+            arg.name = buf.name
+            arg.add_attribute("noalias")
+            if k >= n_args:
+                # storage the runtime allocates; arguments are numpy arrays, whose data
+                # is only guaranteed element-aligned (a view may start anywhere)
+                arg.attributes.align = STORAGE_ALIGNMENT
+        return fn
+
+    def _emit_into(self, fn, stmt):
+        """Emit ``stmt`` as the body of ``fn`` (a :meth:`_buffer_function`), returning 0
+        at its end."""
+        self.function = fn
+        self.pointers = dict(zip(self.buffers, fn.args))
+        self.env, self.memo = {}, ValueMemo()
+        self.entry = fn.append_basic_block("entry")
+        start = fn.append_basic_block("start")
+        self.builder = ir.IRBuilder(start)
+        self.stmt(stmt)
+        if not self.builder.block.is_terminated:
+            self.builder.ret(ir.Constant(I32, 0))
+        ir.IRBuilder(self.entry).branch(start)
 
     def new_block(self, name):
         self._blocks += 1

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 
 from tegrad.analysis.cost import stage_cost
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import And, Compare, Const, Read, Var, select
+from tegrad.ir.expr import And, Compare, Const, Read, Reduce, Var, select
 from tegrad.ir.builders import abs as _abs
-from tegrad.ir.mapper import substitute
-from tegrad.ir.tensor import compute_stage, placeholder
+from tegrad.ir.mapper import substitute, walk
+from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
 
 from tegrad.codegen.kernels.contraction import (ACC, best_gemm_plan, detect_contraction,
                                                 drop_invariant_axes,
@@ -92,6 +92,8 @@ def contraction_plan(t):
     convolution's data gradient) when one has a plan (the others' contraction and plan
     are None: they run as loops); or a :class:`Broadcast` when the stage's reduction
     does not use some of its output axes (computed once, then copied)."""
+    if not _sums(t):
+        return None  # every plan computes a sum of products
     dropped = drop_invariant_axes(t)
     if dropped is None:
         return _whole_plan(t)
@@ -106,6 +108,12 @@ def contraction_plan(t):
     if whole is None or iterations * LOOP_COST < _flops(whole):
         return Broadcast(stage, kept, None)
     return whole
+
+
+def _sums(t):
+    """``t`` is a compute stage whose body has a sum reduction."""
+    return isinstance(t.op, ComputeOp) and any(
+        type(n) is Reduce and n.reducer is _red.sum for n in walk(t.op.body))
 
 
 #: a stage computed once whose loops iterate fewer times runs as loops: they take about a

@@ -64,65 +64,103 @@ def _accesses(s):
     return out
 
 
-def _reads_writes(s):
-    acc = _accesses(s)
-    return {b for b, _, w in acc if not w}, {b for b, _, w in acc if w}
-
-
 def _has_check(s):
     return any(type(n) is Check for n in walk_stmts(s))
 
 
-def independent(s, others):
-    """``s`` shares no written buffer with any of ``others`` (so they may swap), and at
-    most one side has run-time checks (the first failing check stays the same)."""
-    reads, written = _reads_writes(s)
-    check = _has_check(s)
-    for t in others:
-        r, w = _reads_writes(t)
-        if written & (r | w) or reads & w or (check and _has_check(t)):
-            return False
-    return True
-
-
-def _same(a, b):
-    return bool(a == b)
+def _rebinds(s, name):
+    """A loop or let inside ``s`` binds ``name`` (an access at ``name`` there would not
+    be at the enclosing loop's value)."""
+    return any(type(n) in (For, Let) and n.var.name == name for n in walk_stmts(s))
 
 
 def _pinned_dims(indices, var):
     return {d for d, i in enumerate(indices or ()) if type(i) is Var and i.name == var}
 
 
-def fusable(a, b):
-    """``b`` (a loop) may run fused into ``a`` (a loop), see the module doc."""
-    if type(a) is not For or type(b) is not For or a.kind != b.kind or a.step != b.step:
-        return False
-    if not (_same(a.begin, b.begin) and _same(a.end, b.end)):
-        return False
-    if _has_check(a) and _has_check(b):
-        return False  # the first check to fail, and the error, would change
-    b_body = substitute_stmt(b.body, {b.var.name: a.var})
-    if any(type(n) in (For, Let) and n.var.name == a.var.name
-           for body in (a.body, b_body) for n in walk_stmts(body)):
-        return False  # an access at the loop's name would not be at the loop's value
-    acc_a, acc_b = _accesses(a.body), _accesses(b_body)
-    written = {x for x, _, w in acc_a + acc_b if w}
-    shared = {x for x, _, _ in acc_a} & {x for x, _, _ in acc_b} & written
-    for x in shared:
-        dims = None
-        for buf, indices, _ in acc_a + acc_b:
-            if buf == x:
-                d = _pinned_dims(indices, a.var.name)
-                dims = d if dims is None else dims & d
-        if not dims:
-            return False
-    return True
+class _Summary:
+    """What a run of statements reads and writes, and whether it checks indices."""
+
+    __slots__ = ("reads", "written", "check")
+
+    def __init__(self, accesses=(), check=False):
+        self.reads = {b for b, _, w in accesses if not w}
+        self.written = {b for b, _, w in accesses if w}
+        self.check = check
+
+    def add(self, other):
+        self.reads |= other.reads
+        self.written |= other.written
+        self.check = self.check or other.check
+
+    def commutes_with(self, other):
+        """Neither writes what the other touches, and at most one checks indices (so
+        the two may swap: the first failing check stays the same)."""
+        return (self.written.isdisjoint(other.reads) and self.written.isdisjoint(other.written)
+                and self.reads.isdisjoint(other.written) and not (self.check and other.check))
 
 
-def fuse_pair(a, b):
-    """The loop running ``a``'s body, then ``b``'s, in each iteration (see :func:`fusable`)."""
-    body = block([a.body, substitute_stmt(b.body, {b.var.name: a.var})])
-    return For(a.var, a.begin, a.end, fuse_list_body(body), a.kind, a.step)
+class _FusedLoop:
+    """A loop growing by fusion: the first loop's header over the bodies fused so far,
+    with, per buffer they touch, the dimensions every access indexes at exactly the
+    loop variable (kept up to date, so testing a candidate costs the candidate's size)."""
+
+    def __init__(self, loop):
+        self.loop, self.bodies = loop, [loop.body]
+        self.name = loop.var.name
+        self.pinned, self.written = {}, set()
+        self.check = _has_check(loop.body)
+        self.rebinds = _rebinds(loop.body, self.name)
+        self._add_accesses(_accesses(loop.body))
+
+    def _add_accesses(self, accesses):
+        for buf, indices, w in accesses:
+            dims = _pinned_dims(indices, self.name)
+            self.pinned[buf] = dims & self.pinned[buf] if buf in self.pinned else dims
+            if w:
+                self.written.add(buf)
+
+    def fused_body(self, b):
+        """``b``'s body over this loop's variable when ``b`` (a loop) may run fused into
+        this loop (see the module doc), else None."""
+        a = self.loop
+        if type(b) is not For or a.kind != b.kind or a.step != b.step or self.rebinds:
+            return None
+        if not (_same(a.begin, b.begin) and _same(a.end, b.end)):
+            return None
+        b_check = _has_check(b.body)
+        if self.check and b_check:
+            return None  # the first check to fail, and the error, would change
+        body = b.body if b.var.name == self.name else \
+            substitute_stmt(b.body, {b.var.name: a.var})
+        if _rebinds(body, self.name):
+            return None
+        pinned, written = {}, set()
+        for buf, indices, w in _accesses(body):
+            dims = _pinned_dims(indices, self.name)
+            pinned[buf] = dims & pinned[buf] if buf in pinned else dims
+            if w:
+                written.add(buf)
+        for buf in pinned.keys() & self.pinned.keys() & (written | self.written):
+            if not pinned[buf] & self.pinned[buf]:
+                return None
+        return body, b_check
+
+    def add(self, body, check):
+        self.bodies.append(body)
+        self.check = self.check or check
+        self._add_accesses(_accesses(body))
+
+    def result(self):
+        if len(self.bodies) == 1:
+            return self.loop
+        a = self.loop
+        # the fused bodies may fuse in turn (row statistics over the same columns)
+        return For(a.var, a.begin, a.end, fuse_list_body(block(self.bodies)), a.kind, a.step)
+
+
+def _same(a, b):
+    return bool(a == b)
 
 
 def fuse_list_body(body):
@@ -134,21 +172,40 @@ def fuse_list(stmts, keep=frozenset()):
     """``(statements, groups)``: ``stmts`` with each loop fused with the later loops it can
     be (see the module doc); ``groups`` lists the indices of the statements merged into
     each result statement. Statements whose index is in ``keep`` are left alone."""
-    stmts = list(stmts)
-    groups = [[k] for k in range(len(stmts))]
-    i = 0
-    while i < len(stmts):
-        j = i + 1
-        while j < len(stmts):
-            if (groups[i][0] not in keep and groups[j][0] not in keep
-                    and fusable(stmts[i], stmts[j]) and independent(stmts[j], stmts[i + 1:j])):
-                stmts[i] = fuse_pair(stmts[i], stmts[j])
-                groups[i] += groups[j]
-                del stmts[j], groups[j]
-            else:
-                j += 1
-        i += 1
-    return stmts, groups
+    summaries = {}
+
+    def summary(k):  # of statement k of ``stmts``, computed once
+        if k not in summaries:
+            summaries[k] = _Summary(_accesses(stmts[k]), _has_check(stmts[k]))
+        return summaries[k]
+
+    out, groups = [], []
+    taken = [False] * len(stmts)
+    for i, s in enumerate(stmts):
+        if taken[i]:
+            continue
+        group = [i]
+        if i not in keep and type(s) is For:
+            loop = _FusedLoop(s)
+            # invariant: ``between`` summarises the statements after ``i`` and before
+            # ``j`` that stay where they are; a candidate moves up past exactly those
+            between = _Summary()
+            for j in range(i + 1, len(stmts)):
+                if taken[j]:
+                    continue
+                fused = None
+                if j not in keep and summary(j).commutes_with(between):
+                    fused = loop.fused_body(stmts[j])
+                if fused is None:
+                    between.add(summary(j))
+                else:
+                    loop.add(*fused)
+                    taken[j] = True
+                    group.append(j)
+            s = loop.result()
+        out.append(s)
+        groups.append(group)
+    return out, groups
 
 
 def fuse_stages(kernel, *, keep=()):

@@ -122,3 +122,33 @@ def test_data_dependent_index_is_checked_even_without_a_check_node():
     exe = Executable(n.Kernel("k", (I, OUT), (), body))
     with pytest.raises(tg.OutOfBoundsError, match="out"):
         exe.run([np.array([0, -1, 2]), np.zeros(12)])
+
+
+@pytest.mark.parametrize("part_size", [1, 8, 10**6])
+def test_a_kernel_emitted_in_parts_runs_its_statements_in_order(monkeypatch, part_size):
+    """Large kernels are emitted as several functions called in turn: temps written in one
+    part are read in the next, and a check failing in a later part stops the kernel
+    there with its error."""
+    monkeypatch.setattr(emit, "PART_SIZE", part_size)
+    I = n.Buffer("I", (3,), "int64", "input")
+    T = n.Buffer("T", (12,), "float64", "temp")
+    body = n.Block((
+        n.For(i, c(0), c(12), n.Store(T, (i,), n.Load(A, (i,)) * 3.0)),
+        n.For(i, c(0), c(12), n.Store(OUT, (i,), n.Load(T, (11 - i,)) + 1.0)),
+        n.For(i, c(0), c(3), n.Block((
+            n.Check(n.Load(I, (i,)) < 12, "index_out_of_range", "gather"),
+            n.Store(OUT, (i,), n.Load(T, (n.Load(I, (i,)),))))))))
+    kernel = n.Kernel("k", (A, I, OUT), (T,), body)
+    parts = len(emit.kernel_parts(body))
+    assert (parts == 3) if part_size == 1 else (parts == 1) if part_size == 10**6 else parts >= 2
+    exe = Executable(kernel)
+    assert (".part1" in exe.emitted_ir) == (parts > 1)
+    out = np.full(12, -1.0)
+    exe.run([np.arange(12.0), np.array([2, 0, 5]), out])
+    want = np.arange(12.0)[::-1] * 3.0 + 1.0
+    want[:3] = np.arange(12.0)[[2, 0, 5]] * 3.0
+    np.testing.assert_array_equal(out, want)
+    out = np.full(12, -1.0)
+    with pytest.raises(tg.OutOfBoundsError, match="gather"):
+        exe.run([np.arange(12.0), np.array([2, 20, 1]), out])
+    assert out[0] == 6.0 and out[1] == 31.0  # the first parts ran; stopped at the check

@@ -16,11 +16,13 @@ import os
 import pathlib
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad.codegen import build
+from tegrad.codegen.llvm import emit as emit_module
 from tegrad.ir.errors import DifferentiationError
 
 F64 = "float64"
@@ -126,6 +128,21 @@ EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "200"))
 def test_compiled_random_program_and_gradient_equal_evaluator(program, seed):
     inputs, outputs, feed = with_gradient(program, seed)
     got = build(inputs, outputs)(*[feed[t] for t in inputs])
+    want = tg.evaluate(outputs, feed)
+    for t, g, w in zip(outputs, got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9,
+                                   err_msg=f"{t.name}:\n{tg.format(outputs)}")
+
+
+@settings(max_examples=15, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs(), st.integers(0, 2**31 - 1))
+def test_random_programs_emitted_one_function_per_statement_equal_evaluator(program, seed):
+    """The emission of large kernels in parts (here every top-level statement a part)."""
+    inputs, outputs, feed = with_gradient(program, seed)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(emit_module, "PART_SIZE", 1)
+        got = build(inputs, outputs, name="in_parts")(*[feed[t] for t in inputs])
     want = tg.evaluate(outputs, feed)
     for t, g, w in zip(outputs, got, want):
         np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9,
