@@ -205,9 +205,10 @@ class ValueMemo:
 
 
 #: a kernel larger than this (statements plus distinct expression nodes) is emitted as
-#: several functions of about this size each, called in turn (a 2,000-stage program: one
-#: function took LLVM 90 s to optimise)
-PART_SIZE = 4000
+#: several functions of about this size each, called in turn, each taking the buffers it
+#: uses (a 1,000-stage program and its gradient: 13 s of LLVM optimisation as one
+#: function, 3.4-4.6 s in parts of 1,000-4,000; the 6-layer CNN step is 1,800)
+PART_SIZE = 2000
 
 
 def kernel_parts(body):
@@ -225,18 +226,36 @@ def kernel_parts(body):
     return parts
 
 
+def _buffers_used(stmt):
+    """Every buffer ``stmt`` reads, writes or allocates."""
+    used = set()
+    for node in walk_stmts(stmt):
+        t = type(node)
+        if t in (_n.Store, _n.Accumulate, _n.Allocate):
+            used.add(node.buffer)
+        elif t is _n.MatrixProduct:
+            used.update((node.c, node.a, node.b))
+    used.update(e.buffer for e in _distinct_exprs(stmt) if type(e) is _n.Load)
+    return used
+
+
 def _stmt_size(s):
     """The statements in ``s`` and the distinct expression nodes they hold."""
-    seen, count = set(), 0
-    for node in walk_stmts(s):
-        count += 1
+    return sum(1 for _ in walk_stmts(s)) + sum(1 for _ in _distinct_exprs(s))
+
+
+def _distinct_exprs(stmt):
+    """Every expression node held by the statements of ``stmt``, each once (a shared
+    sub-expression is not walked again)."""
+    seen = set()
+    for node in walk_stmts(stmt):
         stack = list(stmt_exprs(node))
         while stack:
             e = stack.pop()
             if id(e) not in seen:
                 seen.add(id(e))
+                yield e
                 stack.extend(expr_children(e))
-    return count + len(seen)
 
 
 class _KernelEmitter:
@@ -275,14 +294,20 @@ class _KernelEmitter:
         else:
             # each part its own function: LLVM's optimisation time grows faster than the
             # size of a function, and stages gain little from being optimised together
-            calls = [(self._buffer_function(f"{self.symbol}.part{k}"), part)
-                     for k, part in enumerate(parts)]
-            for fn, part in calls:
+            # (taking only the buffers it uses: LLVM's time also grows with the number
+            # of no-alias arguments)
+            calls = []
+            for k, part in enumerate(parts):
+                stmt = _n.Block(tuple(part)) if len(part) > 1 else part[0]
+                used = _buffers_used(stmt)
+                buffers = [b for b in self.buffers if b in used]
+                fn = self._buffer_function(f"{self.symbol}.part{k}", buffers)
                 fn.attributes.add("noinline")
-                self._emit_into(fn, _n.Block(tuple(part)) if len(part) > 1 else part[0])
+                self._emit_into(fn, stmt, buffers)
+                calls.append((fn, [body.args[self.buffers.index(b)] for b in buffers]))
             bld = ir.IRBuilder(body.append_basic_block("entry"))
-            for k, (fn, _) in enumerate(calls):
-                status = bld.call(fn, list(body.args))
+            for k, (fn, args) in enumerate(calls):
+                status = bld.call(fn, args)
                 ok = body.append_basic_block(f"after.part{k}")
                 fail = body.append_basic_block(f"fail.part{k}")
                 bld.cbranch(bld.icmp_signed("==", status, ir.Constant(I32, 0)), ok, fail)
@@ -301,27 +326,28 @@ class _KernelEmitter:
         return KernelModule(self.module, self.symbol, self.buffers, self.extra,
                             tuple(self.errors))
 
-    def _buffer_function(self, name):
-        """An internal ``i32 name(ptr ...)`` taking one ``noalias`` pointer per buffer."""
-        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(self.buffers)),
-                         name=name)
+    def _buffer_function(self, name, buffers=None):
+        """An internal ``i32 name(ptr ...)`` taking one ``noalias`` pointer per buffer (of
+        ``buffers``, by default all the kernel's)."""
+        buffers = self.buffers if buffers is None else buffers
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(buffers)), name=name)
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
-        n_args = len(self.kernel.args)
-        for k, (arg, buf) in enumerate(zip(fn.args, self.buffers)):
+        args = set(self.kernel.args)
+        for arg, buf in zip(fn.args, buffers):
             arg.name = buf.name
             arg.add_attribute("noalias")
-            if k >= n_args:
+            if buf not in args:
                 # storage the runtime allocates; arguments are numpy arrays, whose data
                 # is only guaranteed element-aligned (a view may start anywhere)
                 arg.attributes.align = STORAGE_ALIGNMENT
         return fn
 
-    def _emit_into(self, fn, stmt):
-        """Emit ``stmt`` as the body of ``fn`` (a :meth:`_buffer_function`), returning 0
-        at its end."""
+    def _emit_into(self, fn, stmt, buffers=None):
+        """Emit ``stmt`` as the body of ``fn`` (a :meth:`_buffer_function` of ``buffers``),
+        returning 0 at its end."""
         self.function = fn
-        self.pointers = dict(zip(self.buffers, fn.args))
+        self.pointers = dict(zip(self.buffers if buffers is None else buffers, fn.args))
         self.env, self.memo = {}, ValueMemo()
         self.entry = fn.append_basic_block("entry")
         start = fn.append_basic_block("start")

@@ -43,9 +43,10 @@ class Names:
 
     def __init__(self, taken=()):
         self.taken = set(taken)
+        self.counters = {}
 
     def fresh(self, base):
-        name = fresh_name(base, self.taken)
+        name = fresh_name(base, self.taken, self.counters)
         self.taken.add(name)
         return name
 

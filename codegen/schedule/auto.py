@@ -60,7 +60,8 @@ class ScheduleRecord:
 
 
 class _MarkVector(StmtMapper):
-    """Innermost constant loops writing along their stride-1 axis become ``vectorized``."""
+    """Innermost constant loops writing along their stride-1 axis become ``vectorized``
+    (loops inside them that are unrolled when emitted do not count)."""
 
     def __init__(self):
         super().__init__()
@@ -70,7 +71,8 @@ class _MarkVector(StmtMapper):
         s = super().map_for(s)
         n = constant_trip_count(s)
         if (s.kind != "serial" or n is None or n < 2
-                or any(type(m) is For for m in walk_stmts(s.body)) or is_reduction_loop(s)):
+                or any(type(m) is For and m.kind != "unrolled" for m in walk_stmts(s.body))
+                or is_reduction_loop(s)):
             return s
         ws = writes(s.body)
         if any(w.buffer.scope != "local" for w in ws) and all(

@@ -33,7 +33,7 @@ from tegrad.ir.expr import Read, Reduce, Var, structural_equal
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import walk
 from tegrad.ir.stages import compute_body, is_placeholder
-from tegrad.ir.rewrite import retarget
+from tegrad.ir.rewrite import retarget_ids
 from tegrad.zero_elim.inline import inline_stages
 
 
@@ -93,7 +93,7 @@ def computed_once(outputs):
         if is_placeholder(t):
             mapping[id(t)] = t
             continue
-        new = retarget(t, mapping)
+        new = retarget_ids(t, mapping)
         if id(t) not in wanted:
             same = seen.find(new)
             inner = _wrapped_reduction(new) if same is None else None

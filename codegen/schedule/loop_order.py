@@ -12,7 +12,9 @@ Three rewrites of one statement, each keeping every iteration's effect:
   the body's statements and interchanged inward). Each iteration touches only its own
   elements, so running the iterations' statements in another interleaving computes the
   same values; done only when more accesses run along the stride-1 axis of memory with
-  it innermost than with the reduction innermost;
+  it innermost than with the reduction innermost, and never past a tiny reduction
+  (those are unrolled inside it: each element is written once, its window combined in
+  registers);
 - :func:`unroll_tiny_reductions`: reduction loops of constant trip count at most
   ``TINY_TRIP`` are marked ``unrolled``, and so are other such loops with no loop inside
   that is not unrolled (a scatter's window), while the code emitted stays within
@@ -21,18 +23,18 @@ Three rewrites of one statement, each keeping every iteration's effect:
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
 >>> from tegrad.codegen.loops.printer import format_kernel
->>> A = tg.placeholder((4, 8), dtype="float64", name="A")
->>> r = tg.reduce_axis((0, 3), name="r")
+>>> A = tg.placeholder((4, 13), dtype="float64", name="A")
+>>> r = tg.reduce_axis((0, 8), name="r")
 >>> B = tg.compute((4, 6), lambda i, j: tg.sum(A[i, j + r], axis=r), name="B")
 >>> k = lower_program([A], [B])
 >>> body = unroll_tiny_reductions(sink_stride_one(k.body))
 >>> print(format_kernel(k.__class__(k.name, k.args, k.temps, body)))
-kernel kernel(float64 A[4][8], float64 B[4][6]) {
+kernel kernel(float64 A[4][13], float64 B[4][6]) {
   for (i = 0; i < 4; i++) {
     for (j = 0; j < 6; j++) {
       B[i, j] = 0.0;
     }
-    unrolled for (r = 0; r < 3; r++) {
+    for (r = 0; r < 8; r++) {
       for (j = 0; j < 6; j++) {
         B[i, j] += A[i, j + r];
       }
@@ -255,8 +257,8 @@ def _worth_sinking(loop):
         accesses = _accesses(r.body)
         mine = _score(accesses, loop.var.name)
         if n is not None and n <= TINY_TRIP:
-            better |= mine > 0
-        elif mine < _score(accesses, r.var.name):
+            continue  # unrolled inside ``loop``: its window stays in registers
+        if mine < _score(accesses, r.var.name):
             return False
         else:
             better |= mine > _score(accesses, r.var.name)

@@ -35,7 +35,7 @@ import itertools
 
 from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary, select
 from tegrad.ir.graph import topological_order
-from tegrad.ir.rewrite import map_stage, retarget
+from tegrad.ir.rewrite import map_stage, retarget_ids
 from tegrad.ir.mapper import IdentityMapper, free_var_names, run, substitute
 from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import differentiable
@@ -180,12 +180,12 @@ class _NormalizeStage(StageMapper):
 
 def _normalize_compute(t, mapping):
     names = [ax.name for ax in t.op.axes]
-    t = retarget(t, mapping) if mapping else t
+    t = retarget_ids(t, mapping)
     return map_stage(t, lambda body: hoist_body(t.name, names, t.shape, body))
 
 
 def _retarget_inputs(t, mapping):
-    return retarget(t, mapping) if mapping else t
+    return retarget_ids(t, mapping)
 
 
 __all__ = ["normalize", "hoist_body"]

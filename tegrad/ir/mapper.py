@@ -499,11 +499,17 @@ def substitute(e, mapping):
     return Substitutor(norm)(e)
 
 
-def fresh_name(base, taken):
-    """``base`` or ``base_1``, ``base_2``, ... whichever is not in ``taken``."""
+def fresh_name(base, taken, counters=None):
+    """``base`` or ``base_1``, ``base_2``, ... whichever is not in ``taken``.
+
+    ``counters`` (a dict kept by a caller asking for many names from a set that only
+    grows) remembers, per base, where the search stopped, so that the n-th name of one
+    base costs O(1) instead of O(n); the names are the same."""
     if base not in taken:
         return base
-    n = 1
+    n = 1 if counters is None else counters.get(base, 1)
     while f"{base}_{n}" in taken:
         n += 1
+    if counters is not None:
+        counters[base] = n
     return f"{base}_{n}"

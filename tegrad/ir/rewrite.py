@@ -82,7 +82,12 @@ def retarget(t, mapping):
 
     Returns ``t`` itself when it reads none of the mapped tensors.
     """
-    ids = mapping if all(isinstance(k, int) for k in mapping) else _by_id(mapping)
+    return retarget_ids(t, _by_id(mapping))
+
+
+def retarget_ids(t, ids):
+    """:func:`retarget` for a mapping ``{id(s): new}`` (which may be large: it is not
+    scanned)."""
     if not ids:
         return t
     return map_stage(t, _Retarget(ids), lambda init: ids.get(id(init), init))
@@ -101,6 +106,6 @@ def rewrite_program(outputs, transform, skip=()):
         if is_placeholder(t) or id(t) in skip_ids:
             mapping[id(t)] = t
             continue
-        new = retarget(t, mapping)
+        new = retarget_ids(t, mapping)
         mapping[id(t)] = transform(new)
     return mapping

@@ -14,7 +14,7 @@ from tegrad.analysis.cost import local_flops
 from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper, children, substitute, walk
-from tegrad.ir.rewrite import map_stage, retarget
+from tegrad.ir.rewrite import map_stage, retarget_ids
 from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
 from tegrad.analysis.simplify import simplify
 from tegrad.analysis.indices import normalize_indices
@@ -134,7 +134,7 @@ def inline_stages(tensors, ids, *, keep=(), simplified=True):
         if is_placeholder(t) or id(t) in keep_ids:
             mapping[id(t)] = t
             continue
-        t_new = retarget(t, mapping)
+        t_new = retarget_ids(t, mapping)
         if id(t) in ids:
             # its readers inline its body and, through it, the stages it inlines: one
             # pass over each final body (inlining each stage's body eagerly would
