@@ -47,8 +47,8 @@ from __future__ import annotations
 from tegrad.analysis.intervals import value_range
 from tegrad.ir.expr import Binary, Compare, Const, Var
 
-from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, stmt_exprs,
-                                         substitute_stmt, to_affine,
+from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, expr_children,
+                                         stmt_exprs, substitute_stmt, to_affine,
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Buffer, For, If, Load, Store
 from tegrad.codegen.schedule.common import (constant_trip_count, independence_problem,
@@ -167,10 +167,14 @@ def constant_tiny_loops(s, *, changed=None):
 #: unrolling stops where the statements emitted for a loop would exceed this many
 UNROLLED_SIZE = 32
 
+#: a statement counts as one more for every this many distinct expression nodes it holds
+#: (a statement 10,000 operations deep is not copied per iteration)
+NODES_PER_STATEMENT = 64
+
 
 def code_size(s):
     """How many statements are emitted for ``s`` (an unrolled loop's body once per
-    iteration)."""
+    iteration; a large statement counts as several, see :data:`NODES_PER_STATEMENT`)."""
     t = type(s)
     if t is For:
         inner = code_size(s.body)
@@ -181,7 +185,18 @@ def code_size(s):
         return code_size(s.then) + (0 if s.otherwise is None else code_size(s.otherwise))
     if t is Allocate or hasattr(s, "body"):
         return code_size(s.body)
-    return 1
+    return 1 + _expr_nodes(s) // NODES_PER_STATEMENT
+
+
+def _expr_nodes(s):
+    """The distinct expression nodes the statement ``s`` holds (shared ones once)."""
+    seen, stack = set(), list(stmt_exprs(s))
+    while stack:
+        e = stack.pop()
+        if id(e) not in seen:
+            seen.add(id(e))
+            stack.extend(expr_children(e))
+    return len(seen)
 
 
 class _UnrollTiny(StmtMapper):

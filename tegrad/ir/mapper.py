@@ -282,6 +282,14 @@ IdentityMapper._stepwise = False
 class ChildrenMapper(Mapper):
     """The direct sub-expressions of a node, in the order combine mappers receive them."""
 
+    def __init__(self):
+        # one bound method per class: every walk calls this once per node
+        self._table = {cls: getattr(self, name) for cls, name in self._method_names.items()}
+
+    def __call__(self, e):
+        method = self._table.get(type(e))
+        return method(e) if method is not None else self.method_for(type(e), e)(e)
+
     def map_const(self, e):
         return ()
 
