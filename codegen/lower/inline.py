@@ -37,7 +37,8 @@ class _WholeReads(StageMapper):
 
 
 def _read_sites(order):
-    """``{id(tensor): [inside a reduction, ...]}`` for every read of every tensor."""
+    """``{id(tensor): [(reader, inside a reduction), ...]}`` for every read of every
+    tensor."""
     sites = {}
     extra = _WholeReads()
 
@@ -45,13 +46,13 @@ def _read_sites(order):
         extents, whole = extra(t)
         for e in list(stage_exprs(t)) + list(extents):
             for tensor, inside in read_sites(e):
-                sites.setdefault(id(tensor), []).append(inside)
+                sites.setdefault(id(tensor), []).append((t, inside))
         for w in whole:  # a whole tensor is never inlined: count it as two reads
-            sites.setdefault(id(w), []).extend([False, False])
+            sites.setdefault(id(w), []).extend([(t, False), (t, False)])
     return sites
 
 
-def _inlinable(outputs):
+def _inlinable(outputs, keep_inputs_of):
     order = topological_order(outputs)
     sites = _read_sites(order)
     wanted = {id(t) for t in outputs}
@@ -63,12 +64,20 @@ def _inlinable(outputs):
         if any(type(n) is Reduce for n in walk(body)):
             continue
         reads = sites.get(id(t), [])
-        if len(reads) == 1 and (not reads[0] or local_flops(body)[0] <= CHEAP_FLOPS):
+        if len(reads) != 1:
+            continue
+        reader, inside = reads[0]
+        if not inside or (local_flops(body)[0] <= CHEAP_FLOPS
+                          and not (keep_inputs_of and keep_inputs_of(reader))):
             out.add(id(t))
     return out
 
 
-def inline_read_once(outputs):
-    """The outputs with their elementwise stages read once computed inline."""
+def inline_read_once(outputs, *, keep_inputs_of=None):
+    """The outputs with their elementwise stages read once computed inline.
+
+    A stage read inside a reduction of a stage ``r`` for which ``keep_inputs_of(r)``
+    holds keeps its own buffer (a contraction of two reads runs on the gemm kernel,
+    one of a read and an inlined product would not)."""
     outputs = list(outputs)
-    return inline_stages(outputs, _inlinable(outputs), simplified=False)
+    return inline_stages(outputs, _inlinable(outputs, keep_inputs_of), simplified=False)

@@ -43,9 +43,11 @@ def _tensor_list(tensors, what):
     return tensors
 
 
-def prepare(outputs):
-    """The program as it is lowered: elementwise stages read once inlined."""
-    return inline_read_once(_tensor_list(outputs, "outputs"))
+def prepare(outputs, contractions=False):
+    """The program as it is lowered: elementwise stages read once inlined (with
+    ``contractions``, not into a stage that has a gemm plan)."""
+    keep = (lambda t: contraction_plan(t) is not None) if contractions else None
+    return inline_read_once(_tensor_list(outputs, "outputs"), keep_inputs_of=keep)
 
 
 def lower_program(inputs, outputs, *, name="kernel", contractions=False):
@@ -61,7 +63,7 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False):
             raise TegradError(f"lower_program: input {t.name!r} is not a placeholder")
     if len({id(t) for t in inputs}) != len(inputs):
         raise TegradError("lower_program: an input is given twice")
-    prepared = prepare(outputs)
+    prepared = prepare(outputs, contractions)
     names = Names()
     buffers, args = {}, []
     for t in inputs:

@@ -279,3 +279,20 @@ def test_strided_conv2d_weight_gradient_runs_transposed():
     f = check_build([X, W, H], [dW], feed_of([X, W, H]), 1e-10)
     # per residue class of the window, the output channels are the product's columns
     assert products(f) and all(s.c.shape[-1] == 6 for s in products(f))
+
+
+@pytest.mark.parametrize("wanted", ["dx", "dw"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_gradient_alone_runs_on_gemm(wanted, stride):
+    """A conv gradient built without the other (a first layer needs no ``dx``) reads
+    the loss's elementwise gradient once, inside its reduction: that stage keeps its
+    buffer so that the gradient stays a product of two reads."""
+    x = tg.placeholder((2, 4, 9, 8), name="x")
+    w = tg.placeholder((6, 4, 3, 3), name="w")
+    head = tg.placeholder(tg.nn.conv2d(x, w, stride=stride, padding=1).shape, name="head")
+    y = tg.nn.conv2d(x, w, stride=stride, padding=1)
+    loss = tg.ops.sum(tg.ops.multiply(y, head))
+    dx, dw = tg.differentiate(loss, [x, w]).optimized()
+    out = dx if wanted == "dx" else dw
+    f = check_build([x, w, head], [out], feed_of([x, w, head]), 1e-4)
+    assert {s.c.name.split("_r")[0] for s in products(f)} == {out.name}
