@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
+import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
@@ -178,9 +180,32 @@ def default_blocking(dtype, *, vector_bits=None, packed_bytes=256 * 1024):
     return Blocking(vl, mr, nr, kc, nc)
 
 
+_shared_lock = threading.Lock()
+#: name -> address of the shared functions compiled once for this process's JIT modules
+_shared_addresses = {}
+
+
+def jit_shared_function(name, build):
+    """The address of the function ``name``, which ``build(module)`` defines in a module of
+    its own, compiled once in this process and registered, so that any JIT module
+    declaring ``name`` calls it (a micro-kernel or packing routine: the same code for
+    every product of its dtype and blocking)."""
+    with _shared_lock:
+        if name not in _shared_addresses:
+            module = ir.Module(name=name)
+            build(module).linkage = "external"
+            address = jit.compile_module(module).get_function_address(name)
+            llvm.add_symbol(name, address)
+            _shared_addresses[name] = address
+        return _shared_addresses[name]
+
+
 class _GemmEmitter:
-    def __init__(self, module, spec, blocking, name):
+    def __init__(self, module, spec, blocking, name, shared=False):
         self.module, self.spec, self.blk, self.name = module, spec, blocking, name
+        #: micro-kernels and packing routines are compiled once per process and declared
+        #: here (JIT modules only: an exported library defines its own)
+        self.shared = shared
         self.elt = _ELEMENT[spec.dtype]
         self.esize = _ITEMSIZE[spec.dtype]
         self.vty = ir.VectorType(self.elt, blocking.vl)
@@ -202,6 +227,13 @@ class _GemmEmitter:
 
     # -- the micro-kernel -------------------------------------------------------------
 
+    def _declare_shared(self, name, fnty, define):
+        """``name`` declared in this module, defined by ``define(emitter)`` in the
+        process's shared code (see :func:`jit_shared_function`)."""
+        jit_shared_function(name, lambda module: define(
+            _GemmEmitter(module, self.spec, self.blk, self.name)))
+        return ir.Function(self.module, fnty, name=name)
+
     def shared_name(self, what):
         """The name of a function every gemm of the module with this dtype and register
         blocking shares (strides are its arguments: one copy to compile)."""
@@ -217,6 +249,8 @@ class _GemmEmitter:
             return self.module.globals[name]
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64,
                                                I64.as_pointer(), I64, I64, I64])
+        if self.shared:
+            return self._declare_shared(name, fnty, lambda em: em.emit_micro(mr))
         fn = ir.Function(self.module, fnty, name=name)
         fn.linkage = "internal"
         # One call per KC-long reduction costs nothing; inlined copies cost compile time.
@@ -319,6 +353,8 @@ class _GemmEmitter:
             return self.module.globals[name]
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer(),
                                                I64.as_pointer(), I64, I64])
+        if self.shared:
+            return self._declare_shared(name, fnty, lambda em: em.emit_pack())
         fn = ir.Function(self.module, fnty, name=name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")
@@ -521,8 +557,11 @@ MIN_FLOPS_PER_THREAD = 1 << 18
 
 
 def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
-              min_flops_per_thread=MIN_FLOPS_PER_THREAD):
+              min_flops_per_thread=MIN_FLOPS_PER_THREAD, shared=False):
     """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` into ``module``.
+
+    With ``shared`` (a module for this process's JIT), the micro-kernels and packing
+    routines are declared, compiled once per process (:func:`jit_shared_function`).
 
     At most ``spec.flops // min_flops_per_thread`` threads (at least 1) run, whatever
     ``n_threads`` asks. The thread pool is declared, not defined: call
@@ -532,7 +571,7 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
     blk = blocking or default_blocking(spec.dtype)
     if blk.nr % blk.vl or blk.nc % blk.nr:
         raise TegradError(f"gemm: blocking {blk} needs nr a multiple of vl and nc of nr")
-    em = _GemmEmitter(module, spec, blk, name)
+    em = _GemmEmitter(module, spec, blk, name, shared)
     full = em.emit_micro(blk.mr)
     tail = em.emit_micro(spec.m % blk.mr) if spec.m % blk.mr else None
     tasks, n_tasks = em.emit_tasks(full, tail, em.emit_pack())

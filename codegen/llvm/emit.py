@@ -90,7 +90,8 @@ class KernelModule:
     errors: tuple
 
 
-def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None):
+def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None,
+                shared_gemm=False):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
 
     Loops marked ``parallel`` run on ``threads`` threads of the native pool (None: every
@@ -107,8 +108,14 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     ``threads`` is the most threads a :class:`MatrixProduct` runs on (None: every core this
     process may use); the module then calls the thread pool's ``tegrad_parallel_for``,
     which the JIT resolves to the process's pool.
+
+    With ``shared_gemm`` (a module for this process's JIT), the products' micro-kernels
+    and packing routines are declared, compiled once per process (see
+    :func:`tegrad.codegen.kernels.gemm.jit_shared_function`).
     """
-    km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads)).run()
+    em = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads))
+    em.shared_gemm = shared_gemm
+    km = em.run()
     if python_abi is not None:
         _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
@@ -852,7 +859,8 @@ def _matrix_product(em, s):
     """A call of the gemm kernel emitted for ``s.spec`` (once per spec per module)."""
     fn = em.gemms.get(s.spec)
     if fn is None:
-        fn = emit_gemm(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}")
+        fn = emit_gemm(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}",
+                       shared=em.shared_gemm)
         em.gemms[s.spec] = fn
     bld = em.builder
     args = [bld.gep(em.pointers[buf], [ir.Constant(I64, off)], inbounds=True,

@@ -85,7 +85,7 @@ class Executable:
         self.threads = resolve_threads(threads)
         abi = python_abi()
         km = emit_kernel(kernel, triple=host_triple(), data_layout=data_layout(),
-                         python_abi=abi, threads=self.threads)
+                         python_abi=abi, threads=self.threads, shared_gemm=True)
         if PARALLEL_FOR in km.module.globals:
             parallel_for_address()  # the JIT resolves the module's calls to the pool
         self.emitted_ir = str(km.module)

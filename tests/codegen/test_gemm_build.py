@@ -296,3 +296,20 @@ def test_one_gradient_alone_runs_on_gemm(wanted, stride):
     out = dx if wanted == "dx" else dw
     f = check_build([x, w, head], [out], feed_of([x, w, head]), 1e-4)
     assert {s.c.name.split("_r")[0] for s in products(f)} == {out.name}
+
+
+def test_micro_kernels_are_compiled_once_per_process_and_declared():
+    """A JIT kernel declares the products' micro-kernels and packing routines (compiled
+    once for the process); an exported module defines its own."""
+    from tegrad.codegen.llvm.emit import emit_kernel
+    A = tg.placeholder((40, 30), name="A")
+    B = tg.placeholder((30, 50), name="B")
+    k = tg.reduce_axis((0, 30), name="k")
+    C = tg.compute((40, 50), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
+    f = check_build([A, B], [C], feed_of([A, B]), 1e-4)
+    assert products(f)
+    text = f._executable.emitted_ir
+    assert 'declare void @"tegrad.gemm.micro' in text
+    assert 'define internal void @"tegrad.gemm.micro' not in text
+    own = str(emit_kernel(f.kernel).module)
+    assert 'define internal void @"tegrad.gemm.micro' in own
