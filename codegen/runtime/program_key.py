@@ -29,6 +29,9 @@ from tegrad.ir.stages import StageMapper, is_placeholder
 
 _ATOMS = (str, int, float, bool, type(None))
 
+#: expressions are numbered recursively down to this depth, then on an explicit stack
+_RECURSION_DEPTH = 100
+
 
 class _KeyBuilder:
     def __init__(self, inputs):
@@ -53,32 +56,47 @@ class _KeyBuilder:
 
     def expr(self, root):
         """The number of the expression ``root``: children are numbered before their
-        parents, on an explicit stack, each node once."""
+        parents, each node once (recursively near the root, where it is cheapest, on an
+        explicit stack below :data:`_RECURSION_DEPTH`)."""
+        number = self.memo.get(id(root))
+        return number if number is not None else self._number(root, 0)
+
+    def _number(self, e, depth):
+        if depth > _RECURSION_DEPTH:
+            return self._number_deep(e)
         memo = self.memo
-        number = memo.get(id(root))
-        if number is not None:
-            return number
-        numbers, entries, keep = self.numbers, self.entries, self.keep
+        kids, entry = _EXPR_KEYS.get(type(e), _GENERIC)
+        for c in kids(e):
+            if id(c) not in memo:
+                self._number(c, depth + 1)
+        return self._enter(e, entry(self, e, memo))
+
+    def _number_deep(self, root):
+        memo = self.memo
         stack = [root]
         while stack:
             e = stack[-1]
             if id(e) in memo:
                 stack.pop()
                 continue
-            rule = _EXPR_KEYS.get(type(e), _GENERIC)
-            missing = [k for k in rule[0](e) if id(k) not in memo]
+            kids, entry = _EXPR_KEYS.get(type(e), _GENERIC)
+            missing = [k for k in kids(e) if id(k) not in memo]
             if missing:
                 stack.extend(missing)
                 continue
             stack.pop()
-            entry = rule[1](self, e, memo)
-            number = numbers.get(entry)
-            if number is None:
-                number = numbers[entry] = len(entries)
-                entries.append(entry)
-            memo[id(e)] = number
-            keep.append(e)
+            self._enter(e, entry(self, e, memo))
         return memo[id(root)]
+
+    def _enter(self, e, entry):
+        """Number ``e`` by its ``entry`` (a new number for a new entry)."""
+        number = self.numbers.get(entry)
+        if number is None:
+            number = self.numbers[entry] = len(self.entries)
+            self.entries.append(entry)
+        self.memo[id(e)] = number
+        self.keep.append(e)
+        return number
 
     def reducer(self, r):
         return r.name if BUILTIN_REDUCERS.get(r.name) is r else r  # a user's: by identity
