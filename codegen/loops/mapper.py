@@ -85,10 +85,16 @@ def expr_children(e):
 
 
 def walk_expr(e):
-    """Every node of ``e`` (loads and their indices included), pre-order."""
+    """Every node of ``e`` (loads and their indices included), pre-order; a node shared
+    within ``e`` once (an expression that reuses its sub-expressions is a DAG whose
+    tree may be exponentially larger)."""
+    seen = set()
     stack = [e]
     while stack:
         node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         yield node
         stack.extend(reversed(expr_children(node)))
 

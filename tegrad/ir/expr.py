@@ -93,6 +93,7 @@ def structural_equal(a, b):
     True
     """
     stack = [(a, b)]
+    compared = set()  # pairs of nodes found equal or being compared: shared ones once
     while stack:
         x, y = stack.pop()
         if x is y:
@@ -100,6 +101,9 @@ def structural_equal(a, b):
         if isinstance(x, Node) or isinstance(y, Node):
             if type(x) is not type(y) or hash(x) != hash(y):
                 return False
+            if (id(x), id(y)) in compared:
+                continue
+            compared.add((id(x), id(y)))
             stack.extend(zip(x.children_values(), y.children_values()))
         elif isinstance(x, tuple) or isinstance(y, tuple):
             if not (isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y)):

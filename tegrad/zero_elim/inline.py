@@ -25,7 +25,7 @@ CHEAP_FLOPS = 1
 
 def read_sites(e):
     """``[(tensor, inside a reduction)]`` for every read in ``e``, in order; a read
-    shared within ``e`` counts at each place it occurs.
+    shared within ``e`` counts at each place it occurs, up to twice.
 
     >>> import tegrad as tg
     >>> x = tg.placeholder((4,), name="x")
@@ -34,9 +34,16 @@ def read_sites(e):
     [('x', False), ('x', True)]
     """
     out = []
+    # a node shared within ``e`` is walked at most twice (per side of a reduction): its
+    # reads then count twice, all that readers of the result tell apart from once
+    visits = {}
     stack = [(e, False)]
     while stack:
         node, inside = stack.pop()
+        key = (id(node), inside)
+        if visits.get(key, 0) == 2:
+            continue
+        visits[key] = visits.get(key, 0) + 1
         if type(node) is Read:
             out.append((node.tensor, inside))
         inner = inside or type(node) is Reduce
