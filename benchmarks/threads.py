@@ -1,6 +1,6 @@
 """Where a parallel loop starts to pay: one thread against N on growing loops.
 
-    python benchmarks/threads.py [--threads 2] [--repeats 400] [--peers]
+    python benchmarks/threads.py [--threads 2] [--repeats 400] [--peers | --contractions]
 
 For an elementwise loop (``B[i] = A[i] * 2 + 1``, float32) and row sums of an ``n x 64``
 matrix, of growing sizes, the kernel's time with its loop serial and with it parallel
@@ -12,7 +12,8 @@ the parallel kernel is faster is what ``MIN_PARALLEL_WORK`` is set from.
 With ``--peers``, the non-contraction cases of ``benchmarks/peers.py`` (pooling, softmax
 cross-entropy, l2_normalize, the MLP step, conv -> dense) built by ``tg.build`` with one
 thread and with N, called alternately: the speed-up threads give, without PyTorch's
-own threads competing for the cores.
+own threads competing for the cores. With ``--contractions``, the same for the cases that
+run on the gemm kernel (dense, the three conv2d steps).
 """
 from __future__ import annotations
 
@@ -64,13 +65,16 @@ def measure(program, n, threads, repeats):
 PEER_CASES = ("max_pool 2x2 8x64", "avg_pool", "softmax cross", "l2_normalize", "MLP",
               "conv 32x3")
 
+#: the cases of benchmarks/peers.py that run on the gemm kernel
+CONTRACTION_CASES = ("dense", "conv2d")
 
-def peer_rows(threads, repeats):
+
+def peer_rows(threads, repeats, names=PEER_CASES):
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     import peers
     rng = np.random.default_rng(0)
     for case in peers.all_cases():
-        if not any(name in case.name for name in PEER_CASES):
+        if not any(name in case.name for name in names):
             continue
         arrays = case.inputs(rng)
         placeholders, outputs = case.program()
@@ -96,13 +100,16 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=400)
     p.add_argument("--peers", action="store_true", help="the peers.py cases instead")
+    p.add_argument("--contractions", action="store_true",
+                   help="the peers.py cases on the gemm kernel instead")
     args = p.parse_args()
-    if args.peers:
+    if args.peers or args.contractions:
         print(f"tg.build with 1 and {args.threads} threads, alternated; ms, median / min\n")
         print(f"| case | parallel loops | 1 thread | {args.threads} threads | "
               f"speed-up (median / min) |")
         print("|---|---|---|---|---|")
-        for row in peer_rows(args.threads, args.repeats):
+        names = CONTRACTION_CASES if args.contractions else PEER_CASES
+        for row in peer_rows(args.threads, args.repeats, names):
             print(row, flush=True)
         return
     print(f"MIN_PARALLEL_WORK = {MIN_PARALLEL_WORK}; {args.threads} threads; "
