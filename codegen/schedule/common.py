@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import Const
+from tegrad.ir.expr import Const, Var
 from tegrad.ir.mapper import fresh_name
 
 from tegrad.codegen.loops.mapper import StmtMapper, stmt_exprs, to_affine, walk_expr, walk_stmts
@@ -120,8 +120,8 @@ def independence_problem(body, names, accumulate_ok):
     the indices it is written at. With ``accumulate_ok``, accumulations need not pin
     (they commute, up to rounding) if their buffer is not loaded.
     """
-    inner, local = bound_names(body)
-    inner = inner | set(names)
+    bound, local = bound_names(body)
+    inner = bound | set(names)
     written = {}
     for w in writes(body):
         if w.buffer in local:
@@ -140,13 +140,26 @@ def independence_problem(body, names, accumulate_ok):
                     continue
                 ws = written[ld.buffer]
                 # unpinned accumulations (accumulate_ok) may update any element
-                if (accumulate_ok and any(type(w) is Accumulate for w in ws)) or not any(
+                if (accumulate_ok and any(type(w) is Accumulate for w in ws)) or not (any(
                         len(w.indices) == len(ld.indices)
                         and all(bool(a == b) for a, b in zip(w.indices, ld.indices))
-                        for w in ws):
+                        for w in ws) or _pinned_alike(ld, ws, names, bound)):
                     return (f"{ld.buffer.name!r} is read at {_text(ld.indices)} "
                             f"and written in other iterations")
     return None
+
+
+def _pinned_alike(ld, ws, names, bound):
+    """For each of ``names``, some dimension where the load ``ld`` and every write ``ws``
+    of its buffer index at exactly that loop variable (not rebound inside): iterations
+    that differ in it touch different elements, so the load reads only what its own
+    iteration writes."""
+    def at(e, v):
+        return type(e) is Var and e.name == v
+    n = len(ld.indices)
+    return all(v not in bound and any(
+        at(ld.indices[d], v) and all(len(w.indices) == n and at(w.indices[d], v) for w in ws)
+        for d in range(n)) for v in names)
 
 
 def _text(indices):

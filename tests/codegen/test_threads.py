@@ -318,3 +318,32 @@ def test_default_threads_is_every_usable_core():
     inputs, outputs = _big_program()
     f = tg.build(inputs, outputs)
     assert f._executable.threads == len(os.sched_getaffinity(0))
+
+
+def test_a_stage_reading_another_in_the_same_outer_iteration_runs_in_parallel():
+    """Fused stages whose reads of each other stay in the iteration of the outer loop
+    (at other indices inside it) run that loop in parallel, with the serial bits."""
+    x = tg.placeholder((8, 64, 66), dtype="float32", name="x")
+    a = tg.compute((8, 64, 66), lambda p, i, j: x[p, i, j] * 2.0, name="a")
+    b = tg.compute((8, 64, 64), lambda p, i, j: a[p, i, j + 2] - a[p, i, j], name="b")
+    feed = np.random.default_rng(3).standard_normal(x.shape).astype("float32")
+    f = tg.build([x], [b], threads=2)
+    outer = [s for s in walk_stmts(f.kernel.body) if type(s) is For]
+    assert outer[0].kind == "parallel" and "a" in f.schedule and "b" in f.schedule
+    got = f(feed)[0]
+    np.testing.assert_allclose(got, tg.evaluate(b, {x: feed}), rtol=1e-6)
+    assert got.tobytes() == tg.build([x], [b], threads=1)(feed)[0].tobytes()
+
+
+def test_a_read_of_another_iterations_elements_keeps_the_loop_serial():
+    from tegrad.ir.expr import Const, Var
+    from tegrad.codegen.loops.nodes import Buffer, Load, Store, Block
+    from tegrad.codegen.schedule.common import independence_problem
+    p, j = Var("p", "int64"), Var("j", "int64")
+    A = Buffer("A", (8, 4), "float32", "temp")
+    B = Buffer("B", (8,), "float32", "output")
+    for index, ok in (((p, Const(3, "int64")), True), ((p + 1, Const(0, "int64")), False),
+                      ((j, p), False)):
+        body = Block((Store(A, (p, j), Const(1.0, "float32")),
+                      Store(B, (p,), Load(A, index, "float32"))))
+        assert (independence_problem(body, ("p",), accumulate_ok=False) is None) == ok
