@@ -113,9 +113,8 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     and packing routines are declared, compiled once per process (see
     :func:`tegrad.codegen.kernels.gemm.jit_shared_function`).
     """
-    em = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads))
-    em.shared_gemm = shared_gemm
-    km = em.run()
+    km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads),
+                        shared_gemm).run()
     if python_abi is not None:
         _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
@@ -266,9 +265,10 @@ def _distinct_exprs(stmt):
 
 
 class _KernelEmitter:
-    def __init__(self, kernel, triple, data_layout, threads):
+    def __init__(self, kernel, triple, data_layout, threads, shared_gemm=False):
         self.kernel = kernel
         self.threads = threads
+        self.shared_gemm = shared_gemm
         #: the failure path of the parallel task being emitted (None: the kernel's)
         self.task = None
         self.tasks = 0
@@ -303,7 +303,7 @@ class _KernelEmitter:
             # size of a function, and stages gain little from being optimised together
             # (taking only the buffers it uses: LLVM's time also grows with the number
             # of no-alias arguments)
-            calls = []
+            calls, position = [], {b: k for k, b in enumerate(self.buffers)}
             for k, part in enumerate(parts):
                 stmt = _n.Block(tuple(part)) if len(part) > 1 else part[0]
                 used = _buffers_used(stmt)
@@ -311,7 +311,7 @@ class _KernelEmitter:
                 fn = self._buffer_function(f"{self.symbol}.part{k}", buffers)
                 fn.attributes.add("noinline")
                 self._emit_into(fn, stmt, buffers)
-                calls.append((fn, [body.args[self.buffers.index(b)] for b in buffers]))
+                calls.append((fn, [body.args[position[b]] for b in buffers]))
             bld = ir.IRBuilder(body.append_basic_block("entry"))
             for k, (fn, args) in enumerate(calls):
                 status = bld.call(fn, args)

@@ -175,8 +175,9 @@ FUSION_WINDOW = 256
 
 def fuse_list(stmts, keep=frozenset()):
     """``(statements, groups)``: ``stmts`` with each loop fused with the later loops it can
-    be (see the module doc), among the next :data:`FUSION_WINDOW`; ``groups`` lists the indices of the statements merged into
-    each result statement. Statements whose index is in ``keep`` are left alone."""
+    be (see the module doc), among the next :data:`FUSION_WINDOW`; ``groups`` lists the
+    indices of the statements merged into each result statement. Statements whose index
+    is in ``keep`` are left alone."""
     summaries = {}
 
     def summary(k):  # of statement k of ``stmts``, computed once
