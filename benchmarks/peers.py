@@ -26,7 +26,9 @@ def _parse_args(argv=None):
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                    help="threads for PyTorch, numpy's BLAS and tegrad (default: all cores)")
     p.add_argument("--repeats", type=int, default=30, help="timed calls per column")
-    p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    p.add_argument("--cases", default="",
+                   help="one whole case name, or comma-separated parts of case names "
+                        "(default: all)")
     return p.parse_args(argv)
 
 
@@ -740,8 +742,10 @@ def main(args):
                  fork_join_rows()))
     cases = all_cases()
     if args.cases:
+        # a whole case name may hold commas: it is matched as given before being split
+        exact = [c for c in cases if c.name == args.cases]
         wanted = [s.strip() for s in args.cases.split(",") if s.strip()]
-        cases = [c for c in cases if any(w in c.name for w in wanted)]
+        cases = exact or [c for c in cases if any(w in c.name for w in wanted)]
     rows, ratio_rows = run_cases(cases, args.threads, args.repeats)
     print("\n## forward + gradient, float32\n")
     print(_table(["case", "tegrad ms", "numpy ms", "PyTorch ms", "tegrad / PyTorch",
