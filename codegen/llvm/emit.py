@@ -44,7 +44,7 @@ from tegrad.ir.mapper import bottom_up, children, run
 from tegrad.ir.reduction import sum as _SUM
 from tegrad.codegen.kernels.gemm import emit_gemm
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import expr_children, stmt_exprs, walk_expr, walk_stmts
+from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_expr, walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
@@ -234,34 +234,13 @@ def kernel_parts(body):
 
 def _buffers_used(stmt):
     """Every buffer ``stmt`` reads, writes or allocates."""
-    used = set()
-    for node in walk_stmts(stmt):
-        t = type(node)
-        if t in (_n.Store, _n.Accumulate, _n.Allocate):
-            used.add(node.buffer)
-        elif t is _n.MatrixProduct:
-            used.update((node.c, node.a, node.b))
-    used.update(e.buffer for e in _distinct_exprs(stmt) if type(e) is _n.Load)
-    return used
+    used, allocated = buffers_of(stmt)
+    return set(used) | allocated
 
 
 def _stmt_size(s):
     """The statements in ``s`` and the distinct expression nodes they hold."""
-    return sum(1 for _ in walk_stmts(s)) + sum(1 for _ in _distinct_exprs(s))
-
-
-def _distinct_exprs(stmt):
-    """Every expression node held by the statements of ``stmt``, each once (a shared
-    sub-expression is not walked again)."""
-    seen = set()
-    for node in walk_stmts(stmt):
-        stack = list(stmt_exprs(node))
-        while stack:
-            e = stack.pop()
-            if id(e) not in seen:
-                seen.add(id(e))
-                yield e
-                stack.extend(expr_children(e))
+    return sum(1 for _ in walk_stmts(s)) + sum(1 for _ in distinct_exprs(s))
 
 
 class _KernelEmitter:

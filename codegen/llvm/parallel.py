@@ -38,8 +38,7 @@ from llvmlite import ir
 
 from tegrad.ir import expr as _ex
 from tegrad.codegen.kernels.threadpool import (TASK_FN_TYPE, VOIDPTR, declare_parallel_for)
-from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import stmt_exprs, walk_expr, walk_stmts
+from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs
 from tegrad.codegen.llvm.types import I32, I64, PTR, Value
 
 #: ``ctx.status`` while no task has failed
@@ -69,28 +68,12 @@ def resolve_threads(threads):
 
 def _read_names(stmt):
     """Names of the variables read anywhere in ``stmt``."""
-    names = set()
-    for node in walk_stmts(stmt):
-        for e in stmt_exprs(node):
-            for x in walk_expr(e):
-                if type(x) is _ex.Var:
-                    names.add(x.name)
-    return names
+    return {x.name for x in distinct_exprs(stmt) if type(x) is _ex.Var}
 
 
 def _buffers(stmt):
     """Buffers ``stmt`` reads or writes (in a stable order) and those it allocates."""
-    used, allocated = {}, set()
-    for node in walk_stmts(stmt):
-        t = type(node)
-        if t is _n.Allocate:
-            allocated.add(node.buffer)
-        elif t in (_n.Store, _n.Accumulate):
-            used.setdefault(node.buffer, None)
-        for e in stmt_exprs(node):
-            for x in walk_expr(e):
-                if type(x) is _n.Load:
-                    used.setdefault(x.buffer, None)
+    used, allocated = buffers_of(stmt)
     return [b for b in used if b not in allocated], allocated
 
 

@@ -104,6 +104,39 @@ def loads(e):
     return [n for n in walk_expr(e) if type(n) is Load]
 
 
+def distinct_exprs(stmt):
+    """Every expression node held by the statements of ``stmt`` (loads' indices
+    included), each once however often the statements share it."""
+    seen = set()
+    for node in walk_stmts(stmt):
+        stack = list(stmt_exprs(node))
+        while stack:
+            e = stack.pop()
+            if id(e) not in seen:
+                seen.add(id(e))
+                yield e
+                stack.extend(expr_children(e))
+
+
+def buffers_of(stmt):
+    """``(used, allocated)``: the buffers ``stmt`` reads or writes, in the order of their
+    first use (a matrix product's three included), and the buffers it allocates."""
+    used, allocated = {}, set()
+    for node in walk_stmts(stmt):
+        t = type(node)
+        if t is Allocate:
+            allocated.add(node.buffer)
+        elif t in (Store, Accumulate):
+            used.setdefault(node.buffer, None)
+        elif t is MatrixProduct:
+            for b in (node.c, node.a, node.b):
+                used.setdefault(b, None)
+    for e in distinct_exprs(stmt):
+        if type(e) is Load:
+            used.setdefault(e.buffer, None)
+    return list(used), allocated
+
+
 class StmtMapper(Dispatcher):
     """Rebuild statements bottom-up; ``expr`` maps every expression (identity by default).
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 from tegrad.analysis.intervals import value_range
 from tegrad.ir.expr import Binary, Compare, Const, Var
 
-from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, expr_children,
+from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, distinct_exprs,
                                          stmt_exprs, substitute_stmt, to_affine,
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Buffer, For, If, Load, Store
@@ -185,18 +185,7 @@ def code_size(s):
         return code_size(s.then) + (0 if s.otherwise is None else code_size(s.otherwise))
     if t is Allocate or hasattr(s, "body"):
         return code_size(s.body)
-    return 1 + _expr_nodes(s) // NODES_PER_STATEMENT
-
-
-def _expr_nodes(s):
-    """The distinct expression nodes the statement ``s`` holds (shared ones once)."""
-    seen, stack = set(), list(stmt_exprs(s))
-    while stack:
-        e = stack.pop()
-        if id(e) not in seen:
-            seen.add(id(e))
-            stack.extend(expr_children(e))
-    return len(seen)
+    return 1 + sum(1 for _ in distinct_exprs(s)) // NODES_PER_STATEMENT
 
 
 class _UnrollTiny(StmtMapper):
