@@ -100,6 +100,18 @@ class _Summary:
                 and self.reads.isdisjoint(other.written) and not (self.check and other.check))
 
 
+def _pinned_and_written(accesses, name):
+    """``(pinned, written)``: per buffer of ``accesses``, the dimensions where every
+    access indexes at exactly the loop variable ``name``; and the buffers written."""
+    pinned, written = {}, set()
+    for buf, indices, w in accesses:
+        dims = _pinned_dims(indices, name)
+        pinned[buf] = dims & pinned[buf] if buf in pinned else dims
+        if w:
+            written.add(buf)
+    return pinned, written
+
+
 class _FusedLoop:
     """A loop growing by fusion: the first loop's header over the bodies fused so far,
     with, per buffer they touch, the dimensions every access indexes at exactly the
@@ -108,21 +120,14 @@ class _FusedLoop:
     def __init__(self, loop):
         self.loop, self.bodies = loop, [loop.body]
         self.name = loop.var.name
-        self.pinned, self.written = {}, set()
         self.check = _has_check(loop.body)
         self.rebinds = _rebinds(loop.body, self.name)
-        self._add_accesses(_accesses(loop.body))
-
-    def _add_accesses(self, accesses):
-        for buf, indices, w in accesses:
-            dims = _pinned_dims(indices, self.name)
-            self.pinned[buf] = dims & self.pinned[buf] if buf in self.pinned else dims
-            if w:
-                self.written.add(buf)
+        self.pinned, self.written = _pinned_and_written(_accesses(loop.body), self.name)
 
     def fused_body(self, b):
-        """``b``'s body over this loop's variable when ``b`` (a loop) may run fused into
-        this loop (see the module doc), else None."""
+        """What :meth:`add` takes to run ``b`` (a loop) fused into this loop (see the
+        module doc): its body over this loop's variable and that body's facts; None
+        when it may not."""
         a = self.loop
         if type(b) is not For or a.kind != b.kind or a.step != b.step or self.rebinds:
             return None
@@ -135,21 +140,18 @@ class _FusedLoop:
             substitute_stmt(b.body, {b.var.name: a.var})
         if _rebinds(body, self.name):
             return None
-        pinned, written = {}, set()
-        for buf, indices, w in _accesses(body):
-            dims = _pinned_dims(indices, self.name)
-            pinned[buf] = dims & pinned[buf] if buf in pinned else dims
-            if w:
-                written.add(buf)
+        pinned, written = _pinned_and_written(_accesses(body), self.name)
         for buf in pinned.keys() & self.pinned.keys() & (written | self.written):
             if not pinned[buf] & self.pinned[buf]:
                 return None
-        return body, b_check
+        return body, b_check, pinned, written
 
-    def add(self, body, check):
+    def add(self, body, check, pinned, written):
         self.bodies.append(body)
         self.check = self.check or check
-        self._add_accesses(_accesses(body))
+        for buf, dims in pinned.items():
+            self.pinned[buf] = dims & self.pinned[buf] if buf in self.pinned else dims
+        self.written |= written
 
     def result(self):
         if len(self.bodies) == 1:
