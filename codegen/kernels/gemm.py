@@ -39,11 +39,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 from dataclasses import dataclass
 from typing import Optional
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
@@ -180,26 +178,6 @@ def default_blocking(dtype, *, vector_bits=None, packed_bytes=256 * 1024):
     return Blocking(vl, mr, nr, kc, nc)
 
 
-_shared_lock = threading.Lock()
-#: name -> address of the shared functions compiled once for this process's JIT modules
-_shared_addresses = {}
-
-
-def jit_shared_function(name, build):
-    """The address of the function ``name``, which ``build(module)`` defines in a module of
-    its own, compiled once in this process and registered, so that any JIT module
-    declaring ``name`` calls it (a micro-kernel or packing routine: the same code for
-    every product of its dtype and blocking)."""
-    with _shared_lock:
-        if name not in _shared_addresses:
-            module = ir.Module(name=name)
-            build(module).linkage = "external"
-            address = jit.compile_module(module).get_function_address(name)
-            llvm.add_symbol(name, address)
-            _shared_addresses[name] = address
-        return _shared_addresses[name]
-
-
 class _GemmEmitter:
     def __init__(self, module, spec, blocking, name, shared=False):
         self.module, self.spec, self.blk, self.name = module, spec, blocking, name
@@ -229,9 +207,10 @@ class _GemmEmitter:
 
     def _declare_shared(self, name, fnty, define):
         """``name`` declared in this module, defined by ``define(emitter)`` in the
-        process's shared code (see :func:`jit_shared_function`)."""
-        jit_shared_function(name, lambda module: define(
-            _GemmEmitter(module, self.spec, self.blk, self.name)))
+        process's shared code (see :func:`.jit.shared_function`)."""
+        def build(module):
+            define(_GemmEmitter(module, self.spec, self.blk, self.name)).linkage = "external"
+        jit.shared_function(name, build)
         return ir.Function(self.module, fnty, name=name)
 
     def shared_name(self, what):
@@ -561,7 +540,7 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
     """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` into ``module``.
 
     With ``shared`` (a module for this process's JIT), the micro-kernels and packing
-    routines are declared, compiled once per process (:func:`jit_shared_function`).
+    routines are declared, compiled once per process (:func:`.jit.shared_function`).
 
     At most ``spec.flops // min_flops_per_thread`` threads (at least 1) run, whatever
     ``n_threads`` asks. The thread pool is declared, not defined: call

@@ -20,6 +20,7 @@ import functools
 import threading
 
 import llvmlite.binding as llvm
+import llvmlite.ir as ir
 
 _lock = threading.Lock()
 #: every engine ever made, kept (see the module docstring)
@@ -100,3 +101,33 @@ def compile_module(module, *, speed_level=3):
         # The interpreter's shutdown must not free this code either.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
     return engine
+
+
+_shared_lock = threading.Lock()
+#: name -> address of the functions compiled once for the whole process
+_shared = {}
+
+
+def shared_function(name, build):
+    """The address of the function ``name``, compiled once per process (whichever threads
+    ask first) from ``build(module)``, which defines it with external linkage in a module
+    of its own, and registered, so that every JIT module declaring ``name`` calls it (the
+    thread pool; a gemm micro-kernel or packing routine).
+
+    >>> def build(module):
+    ...     f = ir.Function(module, ir.FunctionType(ir.IntType(64), []), name="doc.seven")
+    ...     ir.IRBuilder(f.append_basic_block()).ret(ir.Constant(ir.IntType(64), 7))
+    >>> shared_function("doc.seven", build) == shared_function("doc.seven", None)
+    True
+    """
+    address = _shared.get(name)
+    if address is None:
+        with _shared_lock:
+            address = _shared.get(name)
+            if address is None:
+                module = ir.Module(name=name)
+                build(module)
+                address = compile_module(module).get_function_address(name)
+                llvm.add_symbol(name, address)
+                _shared[name] = address
+    return address

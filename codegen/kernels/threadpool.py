@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from tegrad.ir.errors import TegradError
@@ -428,24 +426,11 @@ def emit_thread_pool(module, *, triple=None):
     return em.emit_parallel_for(em.emit_worker())
 
 
-_pool_lock = threading.Lock()
-_pool_address = []
-
-
 def parallel_for_address():
     """The address of the process's one pool, compiled on first use (once, whichever
     threads ask) and registered so that JIT modules which :func:`declare_parallel_for`
     call it."""
-    if not _pool_address:
-        with _pool_lock:
-            if not _pool_address:
-                module = ir.Module(name="tegrad_thread_pool")
-                emit_thread_pool(module)
-                engine = jit.compile_module(module)
-                address = engine.get_function_address(PARALLEL_FOR)
-                llvm.add_symbol(PARALLEL_FOR, address)
-                _pool_address.append(address)
-    return _pool_address[0]
+    return jit.shared_function(PARALLEL_FOR, emit_thread_pool)
 
 
 PARALLEL_FOR_CTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,

@@ -111,7 +111,7 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
 
     With ``shared_gemm`` (a module for this process's JIT), the products' micro-kernels
     and packing routines are declared, compiled once per process (see
-    :func:`tegrad.codegen.kernels.gemm.jit_shared_function`).
+    :func:`tegrad.codegen.kernels.jit.shared_function`).
     """
     km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads),
                         shared_gemm).run()
