@@ -92,6 +92,8 @@ def structural_equal(a, b):
     >>> structural_equal(Var("i") * 2, Var("i") * 2)
     True
     """
+    if a is b:  # the common case (a memo hit on the very node): no set to build
+        return True
     stack = [(a, b)]
     compared = set()  # pairs of nodes found equal or being compared: shared ones once
     while stack:
