@@ -8,7 +8,9 @@ COMPARE_OPS), with the evaluator's (numpy's) semantics:
 - float ``//`` and ``%`` follow numpy's ``npy_divmod`` (floor of the quotient snapped to the
   nearest integer, remainder with the divisor's sign; a zero divisor gives ``a / b`` and
   ``fmod``'s NaN);
-- float ``max``/``min`` propagate NaN (``llvm.maximum``, not ``maxnum``);
+- float ``max``/``min`` are numpy's: a NaN first operand, else the first when strictly
+  beyond the second, else the second (which may be NaN; ties such as -0.0 and 0.0 give
+  the second);
 - float comparisons are false with a NaN operand, except ``!=``.
 
 Each lowering takes operands already converted to the result dtype and returns an LLVM
@@ -47,13 +49,17 @@ def _div(em, a, b, dtype):
     return em.builder.fdiv(a, b)
 
 
-def _extremum(name, signed_pred):
+def _extremum(pred):
     def lower(em, a, b, dtype):
         bld = em.builder
         if _dt.is_float(dtype):
-            return bld.call(em.intrinsic(f"llvm.{name}", a.type), [a, b])
+            # numpy's maximum/minimum: a NaN ``a``, else ``a`` when strictly beyond ``b``,
+            # else ``b`` (a NaN ``b``, and ``b`` on ties such as -0.0 against 0.0); the
+            # inner select is one maxps/minps on x86
+            beyond = bld.select(bld.fcmp_ordered(pred, a, b), a, b)
+            return bld.select(bld.fcmp_unordered("uno", a, a), a, beyond)
         cmp = bld.icmp_signed if is_signed(dtype) else bld.icmp_unsigned
-        return bld.select(cmp(signed_pred, a, b), a, b)
+        return bld.select(cmp(pred, a, b), a, b)
     return lower
 
 
@@ -132,8 +138,8 @@ BINARY_LOWERINGS = {
     "div": _div,
     "floordiv": _floordiv,
     "floormod": _floormod,
-    "max": _extremum("maximum", ">"),
-    "min": _extremum("minimum", "<"),
+    "max": _extremum(">"),
+    "min": _extremum("<"),
 }
 
 

@@ -8,7 +8,8 @@ plain loops', see its module):
 3. per top-level statement: loops divided by a small constant split by it
    (:mod:`.divisors`), tiny moving-bound reductions over constant guarded ranges,
    the written stride-1 axis moved innermost, tiny reductions unrolled
-   (:mod:`.loop_order`), the guards of innermost loops made bounds (:mod:`.guards`),
+   (:mod:`.loop_order`), overlapping scatter windows run outside their stride-1 loop
+   (:mod:`.windows`), the guards of innermost loops made bounds (:mod:`.guards`),
    guarded accumulations made unguarded (:mod:`.ifconvert`);
 4. vector accumulators for innermost reductions along the stride-1 axis
    (:mod:`.accumulators`, the only pass that reassociates);
@@ -45,6 +46,7 @@ from tegrad.codegen.schedule.loop_order import (constant_tiny_loops, is_reductio
                                                 sink_stride_one, stride_one,
                                                 unroll_tiny_reductions)
 from tegrad.codegen.schedule.manual import apply_overrides
+from tegrad.codegen.schedule.windows import hoist_scatter_windows
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,15 @@ def _nest_schedule(s, notes, taken):
     s = unroll_tiny_reductions(s)
     unrolled = [m.var.name for m in walk_stmts(s) if type(m) is For and m.kind == "unrolled"
                 and m.var.name not in before]
+    hoisted = []
+    s = hoist_scatter_windows(s, taken=taken, hoisted=hoisted)
     bounded = []
     s = innermost_guards_to_bounds(s, changed=bounded)
-    s = if_convert(s)
+    s = if_convert(s, taken=taken)
     notes += [f"{v}: tiny bounds made constant, guarded" for v in changed]
     notes += [f"{v}: moved innermost (stride 1)" for v in moved]
     notes += [f"{v}: unrolled (tiny reduction)" for v in unrolled]
+    notes += [f"{v}: inside its scatter's window (updates kept in order)" for v in hoisted]
     notes += [f"{v}: guards made bounds" for v in bounded]
     return s
 

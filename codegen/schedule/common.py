@@ -1,6 +1,7 @@
 """What the schedule transformations share: finding loops, replacing them, errors."""
 from __future__ import annotations
 
+from tegrad.analysis.intervals import value_range
 from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import Const, Var
 from tegrad.ir.mapper import fresh_name
@@ -48,6 +49,37 @@ def constant_trip_count(loop):
     return None
 
 
+def loop_var_range(loop, ranges):
+    """Inclusive ``(lo, hi)`` holding every value of ``loop``'s variable, given the
+    inclusive ``ranges`` of the variables its bounds use, or None."""
+    lo, hi = value_range(loop.begin, ranges), value_range(loop.end, ranges)
+    if lo is None or hi is None:
+        return None
+    return lo[0], hi[1] - 1
+
+
+class RangedStmtMapper(StmtMapper):
+    """A statement mapper that knows, in ``self.ranges``, the inclusive ranges of the
+    variables of the loops around the statement it maps (those :func:`loop_var_range`
+    bounds)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.ranges = {}
+
+    def map_for(self, s):
+        name, r = s.var.name, loop_var_range(s, self.ranges)
+        saved = self.ranges.pop(name, None)
+        if r is not None:
+            self.ranges[name] = r
+        try:
+            return super().map_for(s)
+        finally:
+            self.ranges.pop(name, None)
+            if saved is not None:
+                self.ranges[name] = saved
+
+
 def uses_var(e, name):
     return any(getattr(n, "name", None) == name and type(n).__name__ == "Var"
                for n in walk_expr(e))
@@ -65,12 +97,22 @@ def writes(s):
 
 def names_in(kernel):
     """Every loop, let and buffer name of ``kernel`` (fresh names avoid them)."""
-    out = {b.name for b in kernel.args + kernel.temps}
-    for s in walk_stmts(kernel.body):
-        if type(s) in (For, Let):
-            out.add(s.var.name)
-        elif type(s) is Allocate:
-            out.add(s.buffer.name)
+    return {b.name for b in kernel.args + kernel.temps} | names_in_stmt(kernel.body)
+
+
+def names_in_stmt(s):
+    """Every loop, let, allocated and accessed buffer name and variable of ``s``."""
+    out = set()
+    for node in walk_stmts(s):
+        if type(node) in (For, Let):
+            out.add(node.var.name)
+        elif type(node) is Allocate:
+            out.add(node.buffer.name)
+        elif type(node) in (Store, Accumulate):
+            out.add(node.buffer.name)
+        for e in stmt_exprs(node):
+            out.update(n.name if type(n) is Var else n.buffer.name
+                       for n in walk_expr(e) if type(n) in (Var, Load))
     return out
 
 

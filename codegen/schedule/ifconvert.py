@@ -3,9 +3,13 @@
 ``if (c) acc op= v`` becomes ``acc op= c ? v : e`` where ``e`` leaves every value
 unchanged under ``op`` (``-0.0`` for a float sum, since ``x + -0.0 == x`` also for
 ``x == -0.0``; the reducer's identity otherwise, for ``tg.sum``, ``tg.prod``, ``tg.max``
-and ``tg.min``). Done only when evaluating ``v`` where ``c`` is false cannot fail: ``v``
-loads nothing that ``c`` does not load at the same indices. The loop then runs without
-a branch (a vector loop needs no masked memory access).
+and ``tg.min``). Done only when evaluating ``v`` where ``c`` is false cannot fail: each
+load of ``v`` is one that ``c`` makes at the same indices, or one whose affine indices
+stay inside the buffer over the ranges of the enclosing loops, and ``v`` divides
+integers by nonzero constants only. A value that loads is bound by a ``let`` ahead of
+the accumulation (a select's arm that loads is emitted as a branch, since that is what
+keeps an unproven load from running). The loop then runs without a branch (a vector
+loop needs no masked memory access).
 
 >>> from tegrad.ir.expr import Compare, Const, Var
 >>> from tegrad.ir.reduction import sum as tg_sum
@@ -20,11 +24,13 @@ T += X[i] > 0.0 ? 1.0 : -0.0;
 """
 from __future__ import annotations
 
+from tegrad.analysis.intervals import value_range
 from tegrad.ir import dtypes, reduction
-from tegrad.ir.expr import Const, Select
+from tegrad.ir.expr import Binary, Const, Select, Var
 
-from tegrad.codegen.loops.mapper import StmtMapper, loads
-from tegrad.codegen.loops.nodes import Accumulate
+from tegrad.codegen.loops.mapper import loads, to_affine, walk_expr
+from tegrad.codegen.loops.nodes import Accumulate, Let
+from tegrad.codegen.schedule.common import RangedStmtMapper, fresh, names_in_stmt
 
 #: the reducers whose neutral element is known exactly
 _NEUTRAL = (reduction.sum, reduction.prod, reduction.max, reduction.min)
@@ -36,25 +42,59 @@ def _neutral(reducer, dtype):
     return reducer.identity(dtype)
 
 
-def _safe(value, cond):
-    guarded = {(ld.buffer, ld.indices) for ld in loads(cond)}
-    return all((ld.buffer, ld.indices) in guarded for ld in loads(value))
+def _in_bounds(load, ranges):
+    for idx, size in zip(load.indices, load.buffer.shape):
+        r = value_range(idx, ranges) if to_affine(idx) is not None else None
+        if r is None or r[0] < 0 or r[1] >= size:
+            return False
+    return True
 
 
-class _IfConvert(StmtMapper):
+def _divides_safely(e):
+    return all(not (type(n) is Binary and n.op in ("floordiv", "floormod")
+                    and not dtypes.is_float(n.dtype)
+                    and not (type(n.b) is Const and n.b.value != 0)) for n in walk_expr(e))
+
+
+def evaluation_cannot_fail(e, ranges, guarded=frozenset()):
+    """Evaluating ``e`` anywhere in the inclusive ``ranges`` of the loop variables cannot
+    fail: it divides integers by nonzero constants only, and each of its loads is in
+    ``guarded`` (``(buffer, indices)`` pairs known valid) or has affine indices inside
+    its buffer."""
+    return _divides_safely(e) and all(
+        (ld.buffer, ld.indices) in guarded or _in_bounds(ld, ranges) for ld in loads(e))
+
+
+def _safe(value, cond, ranges):
+    return evaluation_cannot_fail(value, ranges, {(ld.buffer, ld.indices) for ld in loads(cond)})
+
+
+class _IfConvert(RangedStmtMapper):
+    def __init__(self, taken):
+        super().__init__()
+        self.taken = taken
+
     def map_if(self, s):
         s = super().map_if(s)
         a = s.then
         if (s.otherwise is not None or type(a) is not Accumulate or a.reducer not in _NEUTRAL
-                or not _safe(a.value, s.cond) or a.value.dtype != a.buffer.dtype):
+                or not _safe(a.value, s.cond, self.ranges)
+                or a.value.dtype != a.buffer.dtype):
             return s
-        value = Select(s.cond, a.value, _neutral(a.reducer, a.buffer.dtype), a.buffer.dtype)
-        return Accumulate(a.buffer, a.indices, value, a.reducer)
+        dtype, value = a.buffer.dtype, a.value
+        if loads(value):
+            # bound ahead: a select arm that loads would be emitted as a branch
+            var = Var(fresh(f"{a.buffer.name}_update", self.taken), dtype)
+            chosen = Select(s.cond, var, _neutral(a.reducer, dtype), dtype)
+            return Let(var, value, Accumulate(a.buffer, a.indices, chosen, a.reducer))
+        chosen = Select(s.cond, value, _neutral(a.reducer, dtype), dtype)
+        return Accumulate(a.buffer, a.indices, chosen, a.reducer)
 
 
-def if_convert(s):
-    """``s`` with its guarded accumulations unguarded (module doc)."""
-    return _IfConvert()(s)
+def if_convert(s, *, taken=None):
+    """``s`` with its guarded accumulations unguarded (module doc; ``taken``: the names in
+    use, new ones added, by default those of ``s``)."""
+    return _IfConvert(names_in_stmt(s) if taken is None else taken)(s)
 
 
-__all__ = ["if_convert"]
+__all__ = ["if_convert", "evaluation_cannot_fail"]

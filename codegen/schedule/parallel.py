@@ -35,7 +35,7 @@ from tegrad.codegen.loops.mapper import stmt_exprs, walk_expr, walk_stmts
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel,
                                         Let, Store)
 from tegrad.codegen.llvm.parallel import resolve_threads
-from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count,
+from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, loop_var_range,
                                             independence_problem, stmt_uses_var)
 from tegrad.codegen.schedule.loops import fuse, parallelize
 
@@ -66,13 +66,6 @@ def _trip(loop, ranges):
     return max(0, -(-(hi[1] - lo[0]) // loop.step))
 
 
-def _var_range(loop, ranges):
-    lo, hi = value_range(loop.begin, ranges), value_range(loop.end, ranges)
-    if lo is None or hi is None:
-        return None
-    return lo[0], hi[1] - 1
-
-
 def loop_work(s, ranges=None):
     """The work of one execution of ``s``: expression nodes evaluated, summed over its
     iterations (loops with unknown bounds count as one iteration; ``ranges``: known
@@ -90,7 +83,7 @@ def loop_work(s, ranges=None):
     if t is For:
         n = _trip(s, ranges)
         inner = dict(ranges)
-        r = _var_range(s, ranges)
+        r = loop_var_range(s, ranges)
         if r is not None:
             inner[s.var.name] = r
         return (1 if n is None else n) * loop_work(s.body, inner)
@@ -129,7 +122,7 @@ def _candidates(stmt):
             s = s.stmts[0]
         elif t is For and s.kind == "serial":
             yield s, dict(ranges)
-            r = _var_range(s, ranges)
+            r = loop_var_range(s, ranges)
             if r is not None:
                 ranges[s.var.name] = r
             s = s.body

@@ -150,6 +150,24 @@ def test_binary_ops(dtype):
     assert_matches(outs, [A, B], [a, b])
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_float_max_and_min_give_numpys_zero_signs_and_nan_payloads(dtype):
+    # numpy returns the second operand on ties (-0.0 against 0.0) and the first NaN
+    a, b = pairs(dtype)
+    bits = "uint32" if dtype == "float32" else "uint64"
+    quiet = np.array([0x7FC00000 if dtype == "float32" else 0x7FF8000000000000], bits)
+    nan_a, nan_b = (quiet | 1).view(dtype)[0], (quiet | 2).view(dtype)[0]
+    a = np.concatenate([a, [nan_a, nan_a, 1.0, -0.0, 0.0]]).astype(dtype)
+    b = np.concatenate([b, [nan_b, 1.0, nan_b, 0.0, -0.0]]).astype(dtype)
+    A = tg.placeholder(a.shape, dtype=dtype, name="A")
+    B = tg.placeholder(b.shape, dtype=dtype, name="B")
+    outs = [tg.compute(a.shape, lambda i, op=op: ex.binary(op, A[i], B[i]), name=op)
+            for op in ("max", "min")]
+    for out, got in zip(outs, run_compiled(outs, [A, B], [a, b])):
+        want = tg.evaluate(out, {A: a, B: b})
+        np.testing.assert_array_equal(got.view(bits), want.view(bits), err_msg=out.name)
+
+
 @pytest.mark.parametrize("dtypes", [("int8", "int32"), ("uint8", "int8"), ("uint32", "int64"),
                                     ("int16", "uint16")])
 def test_binary_ops_of_mixed_integer_dtypes(dtypes):
