@@ -22,11 +22,16 @@ and a stride-1 column axis of ``C``. The emitted code:
   the run-time trip count of the reduction loop.
 
 Entry point ``NAME(A, B, C, i32 n_threads) -> i32`` (0 on success, 1 when the packing
-buffer could not be allocated). Its tasks are ``(batch, MR-row block)`` pairs, handed to
-the thread pool (:mod:`.threadpool`): each thread runs a contiguous range of them with
-its own packing buffer. Every ``C`` element is written by exactly one task, and the sum
-over ``k`` runs in increasing ``k`` whatever the thread count, so results are
-bit-identical for every ``n_threads``.
+buffer could not be allocated). It only fills the product's parameters (extents,
+strides, offset tables, its micro-kernels and packing routine) for the driver, the
+macro-loops that every product of a dtype and blocking shares (compiled once per
+process in the JIT): a product adds little code of its own to compile. The driver's
+tasks are ``(batch, column chunk, MR-row block)`` triples, handed to the thread pool
+(:mod:`.threadpool`): each thread runs a contiguous range of them with its own packing
+buffer. A product with few row blocks has as many column chunks as threads (each thread
+then packs only its columns of ``B``), others one. Every ``C`` element is written by
+exactly one task, and the sum over ``k`` runs in increasing ``k`` whatever the thread
+count and chunks, so results are bit-identical for every ``n_threads``.
 
 >>> import numpy as np
 >>> spec = GemmSpec.dense("float64", 3, 5, 4)
@@ -226,8 +231,7 @@ class _GemmEmitter:
         name = self.shared_name(f"micro{mr}.{'ktable' if spec.k_offsets else 'kstride'}")
         if name in self.module.globals:
             return self.module.globals[name]
-        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64,
-                                               I64.as_pointer(), I64, I64, I64])
+        fnty = self.micro_type()
         if self.shared:
             return self._declare_shared(name, fnty, lambda em: em.emit_micro(mr))
         fn = ir.Function(self.module, fnty, name=name)
@@ -330,8 +334,7 @@ class _GemmEmitter:
                                 f"{'ntable' if spec.n_offsets else 'nstride'}")
         if name in self.module.globals:
             return self.module.globals[name]
-        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64, I64.as_pointer(),
-                                               I64.as_pointer(), I64, I64])
+        fnty = self.pack_type()
         if self.shared:
             return self._declare_shared(name, fnty, lambda em: em.emit_pack())
         fn = ir.Function(self.module, fnty, name=name)
@@ -386,6 +389,140 @@ class _GemmEmitter:
 
     # -- macro-loops and the entry point ----------------------------------------------
 
+    # -- the driver: the macro-loops of every product of this dtype and blocking ------
+
+    #: the fields of the parameters a product hands its driver (see :meth:`emit_driver`)
+    PARAMS = ("a", "b", "c", "status", "batch", "m", "n", "k", "sa0", "sa1", "sa2",
+              "sb0", "sb1", "sb2", "sc0", "sc1", "sc2", "k0_offsets", "k1_offsets",
+              "n_offsets", "batch_offsets", "chunk", "micro_full", "micro_tail", "pack")
+
+    def params_type(self):
+        eptr, iptr = self.eptr, I64.as_pointer()
+        micro = self.micro_type().as_pointer()
+        kinds = {"a": eptr, "b": eptr, "c": eptr, "status": I32, "k0_offsets": iptr,
+                 "k1_offsets": iptr, "n_offsets": iptr, "batch_offsets": iptr,
+                 "micro_full": micro, "micro_tail": micro,
+                 "pack": self.pack_type().as_pointer()}
+        return ir.LiteralStructType([kinds.get(f, I64) for f in self.PARAMS])
+
+    def micro_type(self):
+        return ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr, I64, I1, I64,
+                                               I64.as_pointer(), I64, I64, I64])
+
+    def pack_type(self):
+        return ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64,
+                                               I64.as_pointer(), I64.as_pointer(), I64, I64])
+
+    def emit_driver(self):
+        """``driver(params, begin, end)``: the tasks ``[begin, end)`` of one thread, for
+        any product of this dtype and blocking (its extents, strides, offset tables,
+        micro-kernels and packing routine are read from ``params``; a null table means
+        the stride). Task ``t`` is row block ``t % row_blocks`` of column chunk ``g %
+        chunks`` of batch ``g // chunks`` (``g = t // row_blocks``), the chunks
+        ``params.chunk`` columns wide: a thread packs only the columns of its chunks."""
+        blk = self.blk
+        name = f"tegrad.gemm.driver.{self.spec.dtype}.vl{blk.vl}.mr{blk.mr}.nr{blk.nr}." \
+               f"kc{blk.kc}.nc{blk.nc}"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        if self.shared:
+            return self._declare_shared(name, threadpool.TASK_FN_TYPE,
+                                        lambda em: em.emit_driver())
+        fn = ir.Function(self.module, threadpool.TASK_FN_TYPE, name=name)
+        fn.linkage = "internal"
+        raw, t_begin, t_end = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ptr = b.bitcast(raw, self.params_type().as_pointer())
+
+        def field(f):
+            return b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True)
+
+        p = {f: b.load(field(f)) for f in self.PARAMS if f != "status"}
+        m, n, k, chunk = p["m"], p["n"], p["k"], p["chunk"]
+        null = ir.Constant(I64.as_pointer(), None)
+
+        def is_null(table):
+            return b.icmp_unsigned("==", b.ptrtoint(table, I64), i64(0))
+
+        # An aligned packing buffer of this thread's own, sized to the problem (a small
+        # product's buffer comes from the heap, not mmap).
+        cols = smin(b, i64(blk.nc), n)
+        strips = b.sdiv(b.add(cols, i64(blk.nr - 1)), i64(blk.nr))
+        panel = b.mul(b.mul(smin(b, i64(blk.kc), k), strips), i64(blk.nr * self.esize))
+        raw_bp = b.call(self.malloc, [b.add(panel, i64(64))])
+        failed = fn.append_basic_block("alloc.failed")
+        ok = fn.append_basic_block("alloc.ok")
+        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(raw_bp, I64), i64(0)), failed, ok)
+        b.position_at_end(failed)
+        b.atomic_rmw("or", field("status"), i32(1), "monotonic")
+        b.ret_void()
+        b.position_at_end(ok)
+        aligned = b.and_(b.add(b.ptrtoint(raw_bp, I64), i64(63)), i64(~63))
+        bp = b.inttoptr(aligned, self.eptr)
+
+        row_blocks = b.sdiv(b.add(m, i64(blk.mr - 1)), i64(blk.mr))
+        chunks = b.sdiv(b.add(n, b.sub(chunk, i64(1))), chunk)
+        k_tables = [p["k0_offsets"], p["k1_offsets"]]
+        # with a reduction table, k0's offset is in the table, not in the base pointers
+        a_k_stride = b.select(is_null(k_tables[0]), p["sa2"], i64(0))
+        b_k_stride = b.select(is_null(k_tables[1]), p["sb1"], i64(0))
+        b_n_stride = b.select(is_null(p["n_offsets"]), p["sb2"], i64(0))
+        batch_table = p["batch_offsets"]
+        first = b.sdiv(t_begin, row_blocks)
+        last = b.sdiv(b.sub(t_end, i64(1)), row_blocks)
+        with counted_loop(b, first, b.add(last, i64(1)), name="g") as g:
+            block0 = b.mul(g, row_blocks)
+            lo = b.sub(b.select(b.icmp_signed(">", t_begin, block0), t_begin, block0), block0)
+            hi = b.sub(smin(b, t_end, b.add(block0, row_blocks)), block0)
+            batch, col0 = b.sdiv(g, chunks), b.mul(b.srem(g, chunks), chunk)
+            col1 = smin(b, n, b.add(col0, chunk))
+            strided = [b.mul(batch, stride) for stride in (p["sa0"], p["sb0"], p["sc0"])]
+            before = b.block
+            read, joined = fn.append_basic_block("batch.table"), fn.append_basic_block("batch")
+            b.cbranch(is_null(batch_table), joined, read)
+            b.position_at_end(read)
+            from_table = [b.load(b.gep(batch_table, [b.add(b.mul(batch, i64(3)), i64(j))],
+                                       inbounds=True)) for j in range(3)]
+            b.branch(joined)
+            b.position_at_end(joined)
+            at = []
+            for x, y in zip(strided, from_table):
+                phi = b.phi(I64)
+                phi.add_incoming(x, before)
+                phi.add_incoming(y, read)
+                at.append(phi)
+            a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
+                             for base, off in zip((p["a"], p["b"], p["c"]), at))
+            with counted_loop(b, i64(0), k, blk.kc, name="k0") as k0:
+                kc = smin(b, i64(blk.kc), b.sub(k, k0))
+                accumulate = b.icmp_signed(">", k0, i64(0))
+                koff = [b.select(is_null(t), null, b.gep(t, [k0], inbounds=True))
+                        for t in k_tables]
+                with counted_loop(b, col0, col1, blk.nc, name="n0") as n0:
+                    nc = smin(b, i64(blk.nc), b.sub(col1, n0))
+                    src = b.gep(b_p, [b.add(b.mul(k0, b_k_stride), b.mul(n0, b_n_stride))],
+                                inbounds=True)
+                    noff = b.select(is_null(p["n_offsets"]), null,
+                                    b.gep(p["n_offsets"], [n0], inbounds=True))
+                    b.call(p["pack"], [src, bp, kc, nc, koff[1], noff, p["sb1"], p["sb2"]])
+                    with counted_loop(b, lo, hi, name="rb") as rb:
+                        m0 = b.mul(rb, i64(blk.mr))
+                        a_blk = b.gep(a_p, [b.add(b.mul(m0, p["sa1"]), b.mul(k0, a_k_stride))],
+                                      inbounds=True)
+                        c_row = b.gep(c_p, [b.add(b.mul(m0, p["sc1"]), n0)], inbounds=True)
+                        n_strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
+                        full = b.icmp_signed("<=", b.add(m0, i64(blk.mr)), m)
+                        micro = b.select(full, p["micro_full"], p["micro_tail"])
+                        with counted_loop(b, i64(0), n_strips, name="s") as s_:
+                            j0 = b.mul(s_, i64(blk.nr))
+                            b.call(micro, [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
+                                           b.gep(c_row, [j0], inbounds=True), kc, accumulate,
+                                           smin(b, i64(blk.nr), b.sub(nc, j0)), koff[0],
+                                           p["sa1"], p["sa2"], p["sc1"]])
+        b.call(self.free, [raw_bp])
+        b.ret_void()
+        return fn
+
     def table(self, what, values):
         """An ``i64*`` to an internal constant array of ``values`` (made once).
 
@@ -405,129 +542,62 @@ class _GemmEmitter:
             g.initializer = ir.Constant(ty, data)
         return g.bitcast(I64.as_pointer())
 
-    def k_table(self, b, operand, k0):
-        """A pointer to operand ``operand``'s reduction offsets from ``k0`` (a null
-        pointer without a table)."""
-        spec = self.spec
-        if spec.k_offsets is None:
-            return ir.Constant(I64.as_pointer(), None)
-        table = self.table(f"k{operand}", [row[operand] for row in spec.k_offsets])
-        return b.gep(table, [k0], inbounds=True)
-
-    def n_table(self, b, n0):
-        """A pointer to B's column offsets from ``n0`` (a null pointer without a table)."""
-        if self.spec.n_offsets is None:
-            return ir.Constant(I64.as_pointer(), None)
-        return b.gep(self.table("n", self.spec.n_offsets), [n0], inbounds=True)
-
-    def ctx_type(self):
-        return ir.LiteralStructType([self.eptr, self.eptr, self.eptr, I32])
-
-    def emit_tasks(self, micro_full, micro_tail, pack):
-        """``tasks(ctx, begin, end)``: the task range of one thread (tasks are
-        ``batch * row_blocks``, task ``t`` = batch ``t // row_blocks``, rows from
-        ``(t % row_blocks) * MR``)."""
-        blk, spec = self.blk, self.spec
-        fn = ir.Function(self.module, threadpool.TASK_FN_TYPE, name=f"{self.name}.tasks")
-        fn.linkage = "internal"
-        raw_ctx, t_begin, t_end = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        ctx = b.bitcast(raw_ctx, self.ctx_type().as_pointer())
-        field = lambda i: b.gep(ctx, [i32(0), i32(i)], inbounds=True)
-        a_base, b_base, c_base = (b.load(field(i)) for i in range(3))
-        # An aligned packing buffer of this thread's own.
-        # Sized to the problem: a small product's buffer comes from the heap, not mmap.
-        strips = -(-min(blk.nc, spec.n) // blk.nr)
-        panel = min(blk.kc, spec.k) * strips * blk.nr * self.esize
-        raw = b.call(self.malloc, [i64(panel + 64)])
-        failed = fn.append_basic_block("alloc.failed")
-        ok = fn.append_basic_block("alloc.ok")
-        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(raw, I64), i64(0)), failed, ok)
-        b.position_at_end(failed)
-        b.atomic_rmw("or", field(3), i32(1), "monotonic")
-        b.ret_void()
-        b.position_at_end(ok)
-        addr = b.ptrtoint(raw, I64)
-        aligned = b.and_(b.add(addr, i64(63)), i64(~63))
-        bp = b.inttoptr(aligned, self.eptr)
-
-        row_blocks = -(-spec.m // blk.mr)
-        # With a reduction table, k0's offset is in the table, not in the base pointers.
-        a_k_stride = spec.a_strides[2] if spec.k_offsets is None else 0
-        b_k_stride = spec.b_strides[1] if spec.k_offsets is None else 0
-        first_batch = b.sdiv(t_begin, i64(row_blocks))
-        last_batch = b.sdiv(b.sub(t_end, i64(1)), i64(row_blocks))
-        with counted_loop(b, first_batch, b.add(last_batch, i64(1)), name="p") as p:
-            block0 = b.mul(p, i64(row_blocks))
-            lo = b.sub(b.select(b.icmp_signed(">", t_begin, block0), t_begin, block0), block0)
-            hi = b.sub(smin(b, t_end, b.add(block0, i64(row_blocks))), block0)
-            if spec.batch_offsets is None:
-                at = [b.mul(p, i64(strides[0]))
-                      for strides in (spec.a_strides, spec.b_strides, spec.c_strides)]
-            else:
-                table = self.table("batch", [v for row in spec.batch_offsets for v in row])
-                at = [b.load(b.gep(table, [b.add(b.mul(p, i64(3)), i64(j))], inbounds=True))
-                      for j in range(3)]
-            a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
-                             for base, off in zip((a_base, b_base, c_base), at))
-            with counted_loop(b, i64(0), i64(spec.k), blk.kc, name="k0") as k0:
-                kc = smin(b, i64(blk.kc), b.sub(i64(spec.k), k0))
-                accumulate = b.icmp_signed(">", k0, i64(0))
-                with counted_loop(b, i64(0), i64(spec.n), blk.nc, name="n0") as n0:
-                    nc = smin(b, i64(blk.nc), b.sub(i64(spec.n), n0))
-                    b_n_stride = spec.b_strides[2] if spec.n_offsets is None else 0
-                    src = b.gep(b_p, [b.add(b.mul(k0, i64(b_k_stride)),
-                                            b.mul(n0, i64(b_n_stride)))], inbounds=True)
-                    b.call(pack, [src, bp, kc, nc, self.k_table(b, 1, k0),
-                                  self.n_table(b, n0), i64(spec.b_strides[1]),
-                                  i64(spec.b_strides[2])])
-                    with counted_loop(b, lo, hi, name="rb") as rb:
-                        m0 = b.mul(rb, i64(blk.mr))
-                        a_blk = b.gep(a_p, [b.add(b.mul(m0, i64(spec.a_strides[1])),
-                                                  b.mul(k0, i64(a_k_stride)))],
-                                      inbounds=True)
-                        c_row = b.gep(c_p, [b.add(b.mul(m0, i64(spec.c_strides[1])), n0)],
-                                      inbounds=True)
-                        strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
-                        with counted_loop(b, i64(0), strips, name="s") as s:
-                            j0 = b.mul(s, i64(blk.nr))
-                            args = [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
-                                    b.gep(c_row, [j0], inbounds=True), kc, accumulate,
-                                    smin(b, i64(blk.nr), b.sub(nc, j0)),
-                                    self.k_table(b, 0, k0), i64(spec.a_strides[1]),
-                                    i64(spec.a_strides[2]), i64(spec.c_strides[1])]
-                            if micro_tail is None:
-                                b.call(micro_full, args)
-                            else:
-                                is_full = b.icmp_signed("<=", b.add(m0, i64(blk.mr)),
-                                                        i64(spec.m))
-                                with b.if_else(is_full) as (then, otherwise):
-                                    with then:
-                                        b.call(micro_full, args)
-                                    with otherwise:
-                                        b.call(micro_tail, args)
-        b.call(self.free, [raw])
-        b.ret_void()
-        return fn, spec.batch * row_blocks
-
-    def emit_entry(self, tasks, n_tasks, min_flops_per_thread):
+    def emit_entry(self, driver, micro_full, micro_tail, pack, min_flops_per_thread):
+        """``NAME(A, B, C, i32 n_threads) -> i32``: the product's parameters, handed to
+        the driver through the thread pool."""
+        spec, blk = self.spec, self.blk
         fnty = ir.FunctionType(I32, [self.eptr, self.eptr, self.eptr, I32])
         fn = ir.Function(self.module, fnty, name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        ctx = b.alloca(self.ctx_type())
-        for i, arg in enumerate(fn.args[:3]):
-            b.store(arg, b.gep(ctx, [i32(0), i32(i)], inbounds=True))
-        status = b.gep(ctx, [i32(0), i32(3)], inbounds=True)
-        b.store(i32(0), status)
-        parallel_for = threadpool.declare_parallel_for(self.module)
+        ptr = b.alloca(self.params_type())
+        null = ir.Constant(I64.as_pointer(), None)
+
+        def put(f, value):
+            b.store(value, b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True))
+
+        for f, arg in zip("abc", fn.args[:3]):
+            put(f, arg)
+        put("status", i32(0))
+        for f in ("batch", "m", "n", "k"):
+            put(f, i64(getattr(spec, f)))
+        for f, strides in zip(("sa", "sb", "sc"), (spec.a_strides, spec.b_strides,
+                                                   spec.c_strides)):
+            for j, v in enumerate(strides):
+                put(f"{f}{j}", i64(v))
+        for j in range(2):
+            put(f"k{j}_offsets", null if spec.k_offsets is None else
+                self.table(f"k{j}", [row[j] for row in spec.k_offsets]))
+        put("n_offsets", null if spec.n_offsets is None else self.table("n", spec.n_offsets))
+        put("batch_offsets", null if spec.batch_offsets is None else
+            self.table("batch", [v for row in spec.batch_offsets for v in row]))
+        put("micro_full", micro_full)
+        put("micro_tail", micro_full if micro_tail is None else micro_tail)
+        put("pack", pack)
         # Work too small to pay for waking threads runs on fewer of them.
         useful = max(1, self.spec.flops // max(1, min_flops_per_thread))
         threads = fn.args[3]
         if useful < 2 ** 31:
             threads = smin(b, threads, i32(useful))
-        b.call(parallel_for, [tasks, b.bitcast(ctx, VOIDPTR), i64(n_tasks), threads])
+        # Too few row blocks to share out: each thread takes its own columns instead.
+        row_tasks = spec.batch * -(-spec.m // blk.mr)
+        chunks = b.select(b.icmp_signed("<", i64(row_tasks),
+                                        b.mul(b.zext(threads, I64), i64(CHUNK_TASKS))),
+                          b.zext(threads, I64), i64(1))
+        width = b.sdiv(b.add(i64(spec.n), b.sub(chunks, i64(1))), chunks)
+        width = b.mul(b.sdiv(b.add(width, i64(blk.nr - 1)), i64(blk.nr)), i64(blk.nr))
+        put("chunk", width)
+        n_tasks = b.mul(i64(row_tasks), b.sdiv(b.add(i64(spec.n), b.sub(width, i64(1))),
+                                               width))
+        parallel_for = threadpool.declare_parallel_for(self.module)
+        b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, threads])
+        status = b.gep(ptr, [i32(0), i32(self.PARAMS.index("status"))], inbounds=True)
         b.ret(b.load_atomic(status, "monotonic", 4))
         return fn
+
+
+#: a product with fewer than this many row-block tasks per thread splits its columns
+#: between the threads (each packs only its own columns of B)
+CHUNK_TASKS = 8
 
 
 #: the default least work (flops) that pays for one more thread (a fork-join costs
@@ -553,8 +623,7 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
     em = _GemmEmitter(module, spec, blk, name, shared)
     full = em.emit_micro(blk.mr)
     tail = em.emit_micro(spec.m % blk.mr) if spec.m % blk.mr else None
-    tasks, n_tasks = em.emit_tasks(full, tail, em.emit_pack())
-    return em.emit_entry(tasks, n_tasks, min_flops_per_thread)
+    return em.emit_entry(em.emit_driver(), full, tail, em.emit_pack(), min_flops_per_thread)
 
 
 class CompiledGemm:

@@ -69,6 +69,9 @@ UNROLL_LIMIT = 64
 VECTORIZE_LIMIT = 1000
 
 
+#: the status kind of a kernel stopped where a deferred rare branch would run
+RARE_BRANCH = "rare_branch"
+
 _TYPE_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
 _INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2, "llvm.maximum": 2, "llvm.minimum": 2}
 
@@ -91,7 +94,7 @@ class KernelModule:
 
 
 def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None,
-                shared_gemm=False):
+                shared_gemm=False, defer_rare=False):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
 
     Loops marked ``parallel`` run on ``threads`` threads of the native pool (None: every
@@ -112,9 +115,14 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     With ``shared_gemm`` (a module for this process's JIT), the products' micro-kernels
     and packing routines are declared, compiled once per process (see
     :func:`tegrad.codegen.kernels.jit.shared_function`).
+
+    With ``defer_rare``, the ``otherwise`` branch of a ``likely`` :class:`If` is not
+    emitted: where it would run, the kernel stops with the status of
+    ``(RARE_BRANCH, tensor, None)`` (the caller then runs a module emitted without
+    ``defer_rare``, from the start: a kernel only reads its inputs).
     """
     km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads),
-                        shared_gemm).run()
+                        shared_gemm, defer_rare).run()
     if python_abi is not None:
         _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
@@ -244,10 +252,12 @@ def _stmt_size(s):
 
 
 class _KernelEmitter:
-    def __init__(self, kernel, triple, data_layout, threads, shared_gemm=False):
+    def __init__(self, kernel, triple, data_layout, threads, shared_gemm=False,
+                 defer_rare=False):
         self.kernel = kernel
         self.threads = threads
         self.shared_gemm = shared_gemm
+        self.defer_rare = defer_rare
         #: the failure path of the parallel task being emitted (None: the kernel's)
         self.task = None
         self.tasks = 0
@@ -761,6 +771,11 @@ def _block(em, s):
 
 def _if(em, s):
     cond = em.statement_exprs(lambda: em.expr(s.cond, "bool").ir)
+    if s.likely and s.otherwise is not None and em.defer_rare:
+        # the rare branch is not compiled: the kernel stops with RARE_BRANCH instead
+        em.fail_unless(cond, RARE_BRANCH, _first_target(s.otherwise) or em.tensor)
+        em.stmt(s.then)
+        return
     bld = em.builder
     then_bb, merge = em.new_block("if.then"), em.new_block("if.end")
     else_bb = em.new_block("if.else") if s.otherwise is not None else merge
@@ -862,5 +877,5 @@ STMT_LOWERINGS = {
     _n.MatrixProduct: _matrix_product,
 }
 
-__all__ = ["KernelModule", "emit_kernel", "EXPR_LOWERINGS", "STMT_LOWERINGS",
+__all__ = ["KernelModule", "RARE_BRANCH", "emit_kernel", "EXPR_LOWERINGS", "STMT_LOWERINGS",
            "STACK_LIMIT_BYTES"]

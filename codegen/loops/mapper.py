@@ -172,7 +172,7 @@ class StmtMapper(Dispatcher):
         otherwise = None if s.otherwise is None else self(s.otherwise)
         if cond is s.cond and then is s.then and otherwise is s.otherwise:
             return s
-        return If(cond, then, otherwise)
+        return If(cond, then, otherwise, s.likely)
 
     def map_store(self, s):
         indices, value = tuple(self.expr(i) for i in s.indices), self.expr(s.value)

@@ -122,11 +122,17 @@ class Block(Stmt):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class If(Stmt):
-    """A guarded block: ``if cond: then else: otherwise`` (``otherwise`` may be None)."""
+    """A guarded block: ``if cond: then else: otherwise`` (``otherwise`` may be None).
+
+    ``likely``: ``cond`` is expected to hold, and ``otherwise`` is a fallback for rare
+    inputs (a product's exact loops when an operand is not finite); the backend may
+    compile it only when it is first taken (see :mod:`codegen.runtime.executable`).
+    """
 
     cond: Expr
     then: Stmt
     otherwise: Optional[Stmt] = None
+    likely: bool = False
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -77,7 +77,7 @@ def _lines(s, p, depth, out):
         out.append(f"{pad}if ({p.text(s.cond)}) {{")
         _lines(s.then, p, depth + 1, out)
         if s.otherwise is not None:
-            out.append(f"{pad}}} else {{")
+            out.append(f"{pad}}} else {{" + ("  // rarely taken" if s.likely else ""))
             _lines(s.otherwise, p, depth + 1, out)
         out.append(f"{pad}}}")
     elif t is Store:

@@ -256,7 +256,7 @@ def _if_all_finite(buffers, then, otherwise, ctx):
                   box_loops(variables, b.shape, Accumulate(flag, (), bad, _red.sum))]
         term = Compare("eq", Load(flag, (), b.dtype), Const(0, b.dtype))
         cond = term if cond is None else And(cond, term)
-    stmt = block(stmts + [If(cond, then, otherwise)])
+    stmt = block(stmts + [If(cond, then, otherwise, likely=True)])
     for flag in reversed(flags):
         stmt = Allocate(flag, stmt)
     return stmt

@@ -6,6 +6,13 @@ and reused across calls; a lock serialises calls that share them, so two Python 
 calling at once both get correct results (ctypes releases the GIL during the native
 call). A non-zero status from the kernel becomes the error its check describes.
 
+The rare branches of the kernel (the ``otherwise`` of a ``likely`` ``If``: a matrix
+product's exact loops for operands that are not all finite) are compiled only when a
+call first needs one: until then the kernel stops there, and the call runs again, from
+the start, in a second module compiled with them (a kernel only reads its arguments and
+overwrites its outputs, so running it again gives the same results). A product's
+fallback is about half of a convolution's code, and of its compile time.
+
 >>> from tegrad.ir.expr import Var, Const
 >>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
 >>> A, B = Buffer("A", (3,), "float64", "input"), Buffer("B", (3,), "float64", "output")
@@ -26,7 +33,7 @@ import numpy as np
 
 from tegrad.ir.errors import OutOfBoundsError, TegradError
 from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
-from tegrad.codegen.llvm.emit import STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
+from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.parallel import resolve_threads
 from tegrad.codegen.llvm.target import LoadedModule, data_layout, host_triple
 
@@ -83,39 +90,77 @@ class Executable:
     def __init__(self, kernel, *, threads=None):
         self.kernel = kernel
         self.threads = resolve_threads(threads)
-        abi = python_abi()
-        km = emit_kernel(kernel, triple=host_triple(), data_layout=data_layout(),
-                         python_abi=abi, threads=self.threads, shared_gemm=True)
-        if PARALLEL_FOR in km.module.globals:
-            parallel_for_address()  # the JIT resolves the module's calls to the pool
-        self.emitted_ir = str(km.module)
-        self.loaded = LoadedModule(self.emitted_ir)
-        self.errors = km.errors
         self._overlaps = overlap_pairs(kernel.args)
+        km, text, loaded = self._compile(defer_rare=True)
         n_args = len(kernel.args)
         self.storage_arrays = [aligned_empty(b.shape, "uint8" if b.dtype == "bool" else b.dtype)
                                for b in km.buffers[n_args:]]
         pointers = [a.ctypes.data for a in self.storage_arrays]
         self._storage = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
         self._lock = threading.Lock() if pointers else None
-        if abi is not None:
-            proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.py_object)
-            entry = proto(self.loaded.address(f"{km.name}.py"))
-            storage = self._storage
-            self._call = lambda arrays: entry(storage, tuple(arrays))
-        else:
-            kernel_fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(
-                self.loaded.address(km.name))
-            n = len(km.buffers)
+        self._complete_lock = threading.Lock()
+        #: (call, errors of its statuses, loaded module, emitted IR), replaced as a whole
+        #: once the rare branches are compiled (a call still running keeps its module)
+        self._running = self._runner(km, text, loaded)
 
-            def call(arrays):
-                starts = [a.ctypes.data for a in arrays]
-                for pair, (k, m) in enumerate(self._overlaps):
-                    if np.may_share_memory(arrays[k], arrays[m]):
-                        return -(pair + 1)
-                table = (ctypes.c_void_p * n)(*starts, *pointers)
-                return kernel_fn(table)
-            self._call = call
+    def _compile(self, defer_rare):
+        """``(emitted module, its text, loaded module)`` of the kernel, its rare branches
+        deferred or not."""
+        km = emit_kernel(self.kernel, triple=host_triple(), data_layout=data_layout(),
+                         python_abi=python_abi(), threads=self.threads, shared_gemm=True,
+                         defer_rare=defer_rare)
+        if PARALLEL_FOR in km.module.globals:
+            parallel_for_address()  # the JIT resolves the module's calls to the pool
+        text = str(km.module)
+        return km, text, LoadedModule(text)
+
+    def _runner(self, km, text, loaded):
+        return self._caller(km, loaded), km.errors, loaded, text
+
+    def _caller(self, km, loaded):
+        """``call(arrays) -> status`` running the loaded module."""
+        if python_abi() is not None:
+            proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.py_object)
+            entry = proto(loaded.address(f"{km.name}.py"))
+            storage = self._storage
+            return lambda arrays: entry(storage, tuple(arrays))
+        kernel_fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(
+            loaded.address(km.name))
+        n, overlaps = len(km.buffers), self._overlaps
+        pointers = [a.ctypes.data for a in self.storage_arrays]
+
+        def call(arrays):
+            starts = [a.ctypes.data for a in arrays]
+            for pair, (k, m) in enumerate(overlaps):
+                if np.may_share_memory(arrays[k], arrays[m]):
+                    return -(pair + 1)
+            table = (ctypes.c_void_p * n)(*starts, *pointers)
+            return kernel_fn(table)
+        return call
+
+    def _complete(self, running):
+        """The runner of the kernel with its rare branches compiled (compiled the first
+        time; ``running`` is the runner whose call stopped at one)."""
+        with self._complete_lock:
+            if self._running is running:
+                self._running = self._runner(*self._compile(defer_rare=False))
+            return self._running
+
+    def _status(self, call, arrays):
+        if self._lock is None:
+            return call(arrays)
+        with self._lock:
+            return call(arrays)
+
+    @property
+    def loaded(self):
+        """The compiled module (without the rare branches until a call needs them)."""
+        return self._running[2]
+
+    @property
+    def emitted_ir(self):
+        """The LLVM IR as emitted, before optimisation."""
+        return self._running[3]
 
     @property
     def llvm_ir(self):
@@ -129,13 +174,13 @@ class Executable:
 
     def run(self, arrays):
         """Run the kernel on ``arrays`` (its arguments, in order); raise on a failed check."""
-        if self._lock is None:
-            status = self._call(arrays)
-        else:
-            with self._lock:
-                status = self._call(arrays)
+        running = self._running
+        status = self._status(running[0], arrays)
+        if status > 0 and running[1][status - 1][0] == RARE_BRANCH:
+            running = self._complete(running)
+            status = self._status(running[0], arrays)
         if status > 0:
-            raise status_error(*self.errors[status - 1])
+            raise status_error(*running[1][status - 1])
         if status < 0:
             k, m = self._overlaps[-status - 1]
             args = self.kernel.args

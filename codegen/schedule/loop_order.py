@@ -333,7 +333,8 @@ def _sink(x, s):
     if t is Block:
         return block([_sink(x, c) for c in s.stmts])
     if t is If and not uses_var(s.cond, x.var.name):
-        return If(s.cond, _sink(x, s.then), None if s.otherwise is None else _sink(x, s.otherwise))
+        return If(s.cond, _sink(x, s.then),
+                  None if s.otherwise is None else _sink(x, s.otherwise), s.likely)
     return For(x.var, x.begin, x.end, s, x.kind, x.step)
 
 

@@ -1,6 +1,8 @@
 """Contractions compiled by tg.build run on the gemm kernel: results against tg.evaluate,
 thread-count determinism, the loop-IR statement (printer, mapper, interpreter)."""
 
+import concurrent.futures
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +12,7 @@ import tegrad as tg
 from tegrad.ir.expr import select
 from tegrad.codegen.loops.interpret import run as interpret
 from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
+from tegrad.codegen.llvm.emit import RARE_BRANCH, emit_kernel
 from tegrad.codegen.loops.nodes import MatrixProduct
 from tegrad.codegen.lower import contraction as lower_contraction
 from tegrad.codegen.lower.program import lower_program
@@ -180,6 +183,55 @@ def test_padded_products_keep_the_evaluators_non_finite_values(stride, dilation,
         for g, want in zip(got, tg.evaluate(list(f.outputs), arrays)):
             np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10, equal_nan=True,
                                        err_msg=name)
+
+
+def _padded_conv(name):
+    X = tg.placeholder((2, 3, 7, 6), dtype="float64", name=f"{name}X")
+    W = tg.placeholder((4, 3, 3, 3), dtype="float64", name=f"{name}W")
+    Y = tg.nn.conv2d(X, W, padding=1)
+    return [X, W], [Y, tg.differentiate(Y, [X, W])]
+
+
+def test_the_exact_loops_of_a_padded_product_compile_when_first_needed():
+    inputs, outputs = _padded_conv("rare")
+    f = tg.build(inputs, outputs)
+    exe = f._executable
+    deferred = exe.emitted_ir
+    assert any(kind == RARE_BRANCH for kind, _, _ in exe._running[1])
+    finite = feed_of(inputs)
+    bad = [a.copy() for a in finite]
+    bad[1][1, 2, 0, 0] = np.inf
+    # compiled when the first non-finite operand comes, and kept
+    for arrays, still_deferred in ((finite, True), (bad, False), (finite, False)):
+        got = f(*arrays)
+        for g, want in zip(got, tg.evaluate(list(f.outputs), dict(zip(inputs, arrays)))):
+            np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-10, equal_nan=True)
+        assert (exe.emitted_ir == deferred) == still_deferred
+    assert not any(kind == RARE_BRANCH for kind, _, _ in exe._running[1])
+    assert len(exe.emitted_ir) > len(deferred)
+
+
+def test_threads_meeting_a_deferred_branch_at_once_all_get_the_exact_result():
+    inputs, outputs = _padded_conv("rare_threads")
+    f = tg.build(inputs, outputs)
+    arrays = feed_of(inputs)
+    arrays[0][0, 1, 0, 0] = np.nan
+    want = tg.evaluate(list(f.outputs), dict(zip(inputs, arrays)))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: f(*arrays), range(8)))
+    for got in results:
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10, equal_nan=True)
+
+
+def test_an_emitted_module_holds_the_rare_branches_unless_deferred():
+    inputs, outputs = _padded_conv("rare_emit")
+    kernel = tg.build(inputs, outputs).kernel
+    whole = emit_kernel(kernel)
+    deferred = emit_kernel(kernel, defer_rare=True)
+    assert not any(kind == RARE_BRANCH for kind, _, _ in whole.errors)
+    assert any(kind == RARE_BRANCH for kind, _, _ in deferred.errors)
+    assert len(str(whole.module)) > len(str(deferred.module))
 
 
 def test_bounds_that_are_no_padding_stay_loops():
