@@ -925,6 +925,12 @@ def _table(axes, extents, stride_maps, order_by):
     return tuple(rows)
 
 
+#: a product of fewer outputs per call than this (a dot product: one) runs as loops,
+#: whose vector accumulators read both operands once; the micro-kernel would fill one
+#: lane of its register block and pack B sixteen times over (a 524,288-term dot product:
+#: 3.2 ms against numpy's 0.1)
+MIN_PRODUCT_OUTPUTS = 16
+
 #: a plan over a transposed output is taken when its calls are this many times larger
 #: (``m * n``): a narrow column axis (a strided convolution's weight gradient, columns of
 #: its window) leaves the kernel's vector registers mostly empty
@@ -936,7 +942,8 @@ def best_gemm_plan(c):
     transposed so that the longest ``m`` or ``n`` axis is its stride-1 axis, when that
     makes each call :data:`TRANSPOSE_GAIN` times larger (``order``: the output axes'
     positions in the transposed array, row-major, None when not transposed: the plan
-    then writes ``out.transpose(order)``). ``(None, None)`` when there is no plan.
+    then writes ``out.transpose(order)``). ``(None, None)`` when there is no plan, or
+    when its calls have fewer than :data:`MIN_PRODUCT_OUTPUTS` outputs.
 
     >>> import tegrad as tg
     >>> h = tg.placeholder((9, 64, 2), name="h"); x = tg.placeholder((9, 32), name="x")
@@ -946,6 +953,13 @@ def best_gemm_plan(c):
     >>> (plan.spec.batch, plan.spec.m, plan.spec.n), order
     ((1, 32, 128), (1, 2, 0))
     """
+    plan, order = _best_gemm_plan(c)
+    if plan is None or plan.spec.m * plan.spec.n < MIN_PRODUCT_OUTPUTS:
+        return None, None
+    return plan, order
+
+
+def _best_gemm_plan(c):
     plan = gemm_plan(c)
     if c.epilogue is not None or c.output.dtype != c.dtype or len(c.out_strides) < 2:
         return plan, None
