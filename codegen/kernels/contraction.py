@@ -936,11 +936,18 @@ MIN_PRODUCT_OUTPUTS = 16
 #: its window) leaves the kernel's vector registers mostly empty
 TRANSPOSE_GAIN = 4
 
+#: a plan whose calls have at least this many columns is kept as it is: its vector
+#: registers are full, and a transposed plan would add a copy of the output (a
+#: convolution over a batch of 32 images with 10 filters took its 676 output pixels per
+#: image as rows and the 32 * 676 as columns, then copied the result back, strided)
+WIDE_COLUMNS = 64
+
 
 def best_gemm_plan(c):
     """``(plan, order)``: :func:`gemm_plan` of ``c``, or of ``c`` with its output seen
     transposed so that the longest ``m`` or ``n`` axis is its stride-1 axis, when that
-    makes each call :data:`TRANSPOSE_GAIN` times larger (``order``: the output axes'
+    makes each call :data:`TRANSPOSE_GAIN` times larger and ``c``'s own plan has fewer
+    than :data:`WIDE_COLUMNS` columns (``order``: the output axes'
     positions in the transposed array, row-major, None when not transposed: the plan
     then writes ``out.transpose(order)``). ``(None, None)`` when there is no plan, or
     when its calls have fewer than :data:`MIN_PRODUCT_OUTPUTS` outputs.
@@ -961,7 +968,8 @@ def best_gemm_plan(c):
 
 def _best_gemm_plan(c):
     plan = gemm_plan(c)
-    if c.epilogue is not None or c.output.dtype != c.dtype or len(c.out_strides) < 2:
+    if c.epilogue is not None or c.output.dtype != c.dtype or len(c.out_strides) < 2 or (
+            plan is not None and plan.spec.n >= WIDE_COLUMNS):
         return plan, None
     names = list(c.out_strides)
     longest = max(c.m_axes + c.n_axes, key=lambda v: c.extents[v], default=None)

@@ -2,10 +2,14 @@
 
 In ``for v in [0, n): ... v // d ... v % d ...`` (``n`` a multiple of ``d``), ``v`` runs as
 ``v == vo * d + vi`` with ``vi`` in ``[0, d)``, so ``v // d == vo`` and ``v % d == vi``
-(floor division: exact for every sign of ``vo``); every other use of ``v`` reads
-``vo * d + vi``. The inner loop has a tiny constant trip count and is unrolled: the
-divisions disappear (a pooling gradient reads its window's output once per ``d``
-elements instead of dividing per element).
+(floor division: exact for every sign of ``vo``), and for a multiple ``d * e`` of ``d``,
+``v // (d * e) == vo // e`` and ``v % (d * e) == (vo % e) * d + vi`` (``vo >= 0``); every
+other use of ``v`` reads ``vo * d + vi``. ``d`` is the least divisor of ``v``, which must
+divide the others; the outer loop is then split by its own divisors in turn. A tiny
+inner loop is unrolled: the divisions disappear (a pooling gradient reads its window's
+output once per ``d`` elements instead of dividing per element); a larger one stays a
+loop (a reshape's copy, ``flat[v] = x[v // 676, v // 26 % 26, v % 26]``, becomes three
+loops over ``x``'s axes, the innermost contiguous).
 
 >>> from tegrad.ir.expr import Binary, Const, Var
 >>> from tegrad.codegen.loops.nodes import Buffer, For, Load, Store
@@ -32,7 +36,7 @@ from tegrad.codegen.schedule.common import constant_trip_count, fresh
 
 INDEX = "int64"
 
-#: the largest divisor split out (the inner loop is unrolled)
+#: the largest divisor whose inner loop is unrolled
 MAX_DIVISOR = 4
 
 
@@ -54,8 +58,14 @@ class _Split(ExprMapper):
 
     def map_binary(self, e, *args):
         if (e.op in ("floordiv", "floormod") and type(e.a) is Var and e.a.name == self.name
-                and type(e.b) is Const and e.b.value == self.d):
-            return self.outer if e.op == "floordiv" else self.inner
+                and type(e.b) is Const and e.b.value % self.d == 0):
+            q = e.b.value // self.d
+            if e.op == "floordiv":
+                return self.outer if q == 1 else Binary("floordiv", self.outer, _c(q), INDEX)
+            if q == 1:
+                return self.inner
+            rest = Binary("floormod", self.outer, _c(q), INDEX)
+            return Binary("add", Binary("mul", rest, _c(self.d), INDEX), self.inner, INDEX)
         return super().map_binary(e, *args)
 
     def map_var(self, e, *args):
@@ -66,23 +76,28 @@ class _Split(ExprMapper):
 
 
 def split_by_divisor(loop, *, taken):
-    """``loop`` split by the one constant its variable is divided by (module doc), or
+    """``loop`` split by the constants its variable is divided by (module doc), or
     ``loop`` itself; new names avoid (and are added to) ``taken``."""
     n = constant_trip_count(loop)
     if (type(loop) is not For or n is None or loop.step != 1 or loop.begin.value != 0
             or loop.kind not in ("serial", "vectorized")):
         return loop
     divisors = _divisors(loop.body, loop.var.name)
-    if len(divisors) != 1:
+    if not divisors:
         return loop
-    d = divisors.pop()
-    if not (1 < d <= MAX_DIVISOR and n % d == 0):
+    d = min(divisors)
+    if not (1 < d and n % d == 0 and all(x % d == 0 for x in divisors)):
         return loop
     outer = Var(fresh(loop.var.name + "_o", taken), INDEX)
     inner = Var(fresh(loop.var.name + "_i", taken), INDEX)
     body = StmtMapper(_Split(loop.var.name, d, outer, inner))(loop.body)
-    return For(outer, Const(0, INDEX), Const(n // d, INDEX),
-               For(inner, Const(0, INDEX), Const(d, INDEX), body, "unrolled"))
+    kind = "unrolled" if d <= MAX_DIVISOR else loop.kind
+    return split_by_divisor(For(outer, _c(0), _c(n // d),
+                                For(inner, _c(0), _c(d), body, kind)), taken=taken)
+
+
+def _c(v):
+    return Const(v, INDEX)
 
 
 class _SplitAll(StmtMapper):

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
-from tegrad import nn
+from tegrad import nn, ops
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate, Block, For
@@ -231,3 +231,17 @@ def test_accumulations_at_a_let_of_the_loop_body_keep_their_loop():
     assert not free_variables(scheduled.body) and loops == ()
     a = np.random.default_rng(0).standard_normal((2, 32))
     np.testing.assert_allclose(run(scheduled, [a])[0][0], a.sum(axis=1, keepdims=True))
+
+
+def test_a_reshape_copy_runs_over_the_source_axes_without_divisions():
+    x = tg.placeholder((3, 5, 6, 4), dtype=F64, name="x")
+    flat = ops.flatten(ops.multiply(x, x))
+    feed = {x: np.random.default_rng(9).standard_normal(x.shape)}
+    kernel, record = check_scheduled([x], [flat], feed)
+    text = tg.build([x], [flat]).loops
+    assert "//" not in text and "%" not in text
+    notes = [n for ns in record.notes.values() for n in ns]
+    assert any("split by its divisor" in n for n in notes)
+    # the divisors 24 and 4 of the flat index: three loops, of 5, 6 and 4
+    trips = sorted(s.end.value for s in walk_stmts(kernel.body) if type(s) is For)
+    assert trips == [3, 4, 5, 6]

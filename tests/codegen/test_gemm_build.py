@@ -330,6 +330,17 @@ def test_narrow_output_columns_run_transposed(dtype):
     assert product.c.shape == (7, 2, 24)
 
 
+def test_a_product_with_wide_columns_is_not_transposed():
+    # 10 filters over 16 images of 8x8 pixels: 64 columns per image already fill the
+    # registers, so the output is written in place, not transposed and copied back
+    X = tg.placeholder((16, 2, 10, 10), dtype="float64", name="X")
+    W = tg.placeholder((10, 2, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W)
+    f = check_build([X, W], [Y], feed_of([X, W]), 1e-10)
+    (product,) = products(f)
+    assert product.c.shape == Y.shape and product.spec.n == 64 and product.spec.batch == 16
+
+
 def test_strided_conv2d_weight_gradient_runs_transposed():
     X = tg.placeholder((2, 3, 9, 8), dtype="float64", name="X")
     W = tg.placeholder((6, 3, 3, 3), dtype="float64", name="W")
