@@ -600,9 +600,10 @@ class _GemmEmitter:
 CHUNK_TASKS = 8
 
 
-#: the default least work (flops) that pays for one more thread (a fork-join costs
-#: about a microsecond; this much work takes several)
-MIN_FLOPS_PER_THREAD = 1 << 18
+#: the default least work (flops) that pays for one more thread: 2**21, 10-15 us of one
+#: core (a fork-join costs about a microsecond, but a worker descheduled mid-range by
+#: another process's threads costs a time slice: see parallel.MIN_PARALLEL_WORK)
+MIN_FLOPS_PER_THREAD = 1 << 21
 
 
 def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,

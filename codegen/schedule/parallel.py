@@ -40,12 +40,15 @@ from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, 
 from tegrad.codegen.schedule.loops import fuse, parallelize
 
 #: the least work (expression nodes evaluated, see :func:`loop_work`) of a loop run in
-#: parallel. ``python benchmarks/threads.py`` measures about 15 ps of serial time per
-#: unit of work (elementwise loops and row sums, vectorised), and ``benchmarks/peers.py``
-#: a fork-join between spinning threads at 0.02-0.7 us: 2**18 units, about 4 us, keep
-#: the fork-join under a fifth of the time two threads save (a sleeping worker, woken
-#: in ``futex``, costs more, but the caller then runs the range itself)
-MIN_PARALLEL_WORK = 1 << 18
+#: parallel. ``python benchmarks/threads.py`` measures about 15-30 ps of serial time per
+#: unit of work (elementwise loops and row sums, vectorised) and a fork-join between
+#: spinning threads under a microsecond: from 2**18 units (4-6 us) two threads save a
+#: microsecond, at 2**20 (15-20 us) about five (1.3x). But a worker that other
+#: processes' threads take the core from mid-range is back only after a time slice:
+#: with PyTorch's spinning OpenMP threads alternating on the same two cores, 10-20 us
+#: kernels took 0.3-0.5 ms (median over calls). Loops below 2**20 units run serially,
+#: where that risk costs more than parallelism can save.
+MIN_PARALLEL_WORK = 1 << 20
 
 #: the statements of the loop IR; a stage holding anything else is not a loop nest
 _LOOP_IR = (For, Block, If, Store, Accumulate, Let, Allocate, Check)

@@ -83,17 +83,21 @@ def test_random_program_same_bits_on_any_thread_count(program, seed):
     assert_same_bits(*RANDOM.with_gradient(program, seed))
 
 
+#: rows and columns of the big program: every loop's work above MIN_PARALLEL_WORK
+BIG = (512, 1024)
+
+
 def _big_program():
-    x = tg.placeholder((256, 512), dtype="float32", name="x")
-    k = tg.reduce_axis((0, 512), name="k")
-    s = tg.compute((256,), lambda i: tg.sum(tg.exp(x[i, k]), axis=k), name="s")
-    y = tg.compute((256, 512), lambda i, j: tg.exp(x[i, j]) / s[i], name="y")
+    x = tg.placeholder(BIG, dtype="float32", name="x")
+    k = tg.reduce_axis((0, BIG[1]), name="k")
+    s = tg.compute(BIG[:1], lambda i: tg.sum(tg.exp(x[i, k]), axis=k), name="s")
+    y = tg.compute(BIG, lambda i, j: tg.exp(x[i, j]) / s[i], name="y")
     return [x], [y]
 
 
 def test_threads_one_is_deterministic_and_calls_no_pool():
     inputs, outputs = _big_program()
-    x = np.random.default_rng(1).standard_normal((256, 512)).astype("float32")
+    x = np.random.default_rng(1).standard_normal(BIG).astype("float32")
     f = tg.build(inputs, outputs, threads=1)
     first = f(x)[0]
     assert "tegrad_parallel_for" not in f.llvm_ir
@@ -107,7 +111,7 @@ def test_threads_one_is_deterministic_and_calls_no_pool():
 
 def test_build_with_threads_runs_large_stages_in_parallel_and_equals_the_evaluator():
     inputs, outputs = _big_program()
-    x = np.random.default_rng(2).standard_normal((256, 512)).astype("float32")
+    x = np.random.default_rng(2).standard_normal(BIG).astype("float32")
     f = tg.build(inputs, outputs, threads=2)
     # the row sums and the quotients share the loop over rows (fused or not): every loop
     # over rows runs in parallel
@@ -166,12 +170,12 @@ def test_a_stage_that_is_not_a_loop_nest_is_left_alone():
 
 
 def test_few_outer_iterations_are_collapsed_with_the_next_loop():
-    x = tg.placeholder((1, 8, 128, 64), dtype="float32", name="x")
-    y = tg.compute((1, 8, 128, 64), lambda n, c, h, w: x[n, c, h, w] * 2.0, name="y")
+    x = tg.placeholder((1, 8, 256, 256), dtype="float32", name="x")
+    y = tg.compute((1, 8, 256, 256), lambda n, c, h, w: x[n, c, h, w] * 2.0, name="y")
     kernel = parallelize_stages(lower_program([x], [y]), threads=2)
     (loop,) = parallel_loops(kernel)
     assert loop.end.value == 8  # n fused with c: the innermost loop untouched
-    a = np.random.default_rng(4).standard_normal((1, 8, 128, 64)).astype("float32")
+    a = np.random.default_rng(4).standard_normal((1, 8, 256, 256)).astype("float32")
     np.testing.assert_array_equal(run(Executable(kernel, threads=2), [x], {x: a})[0], a * 2)
 
 
@@ -265,7 +269,7 @@ def test_python_threads_calling_at_once_get_their_own_results():
     g = tg.build([x], [tg.compute(x.shape, lambda i, j: x[i, j] * 3.0, name="g")], threads=2)
     assert parallel_loops(f.kernel) and parallel_loops(g.kernel) and not g.kernel.temps
     rng = np.random.default_rng(5)
-    xs = [rng.standard_normal((256, 512)).astype("float32") for _ in range(4)]
+    xs = [rng.standard_normal(BIG).astype("float32") for _ in range(4)]
     want = [(tg.build(inputs, outputs, threads=1)(a)[0], a * np.float32(3.0)) for a in xs]
     errors = []
 
@@ -323,9 +327,9 @@ def test_default_threads_is_every_usable_core():
 def test_a_stage_reading_another_in_the_same_outer_iteration_runs_in_parallel():
     """Fused stages whose reads of each other stay in the iteration of the outer loop
     (at other indices inside it) run that loop in parallel, with the serial bits."""
-    x = tg.placeholder((8, 64, 66), dtype="float32", name="x")
-    a = tg.compute((8, 64, 66), lambda p, i, j: x[p, i, j] * 2.0, name="a")
-    b = tg.compute((8, 64, 64), lambda p, i, j: a[p, i, j + 2] - a[p, i, j], name="b")
+    x = tg.placeholder((8, 256, 130), dtype="float32", name="x")
+    a = tg.compute((8, 256, 130), lambda p, i, j: x[p, i, j] * 2.0, name="a")
+    b = tg.compute((8, 256, 128), lambda p, i, j: a[p, i, j + 2] - a[p, i, j], name="b")
     feed = np.random.default_rng(3).standard_normal(x.shape).astype("float32")
     f = tg.build([x], [b], threads=2)
     outer = [s for s in walk_stmts(f.kernel.body) if type(s) is For]
