@@ -10,6 +10,9 @@ outer loop has fewer iterations than threads (or a count the threads do not divi
 and few), it is first fused with the loop inside it, if that loop holds loops itself
 (fusing an innermost loop would cost its vectorisation).
 
+A scatter with no independent loop (its target rows collide) runs once per thread,
+each thread applying the updates of the rows it owns (:func:`_partition_by_target`).
+
 A stage is left alone when it already has a parallel loop (a schedule given by the user)
 or is not a loop nest (it holds a statement other than the loop IR's). Every loop keeps
 its iterations, so the kernel computes the same values; each iteration of a parallel
@@ -28,15 +31,17 @@ True
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Var
+from tegrad.ir.expr import Binary, Compare, Const, Var
 from tegrad.analysis.intervals import value_range
 
-from tegrad.codegen.loops.mapper import stmt_exprs, walk_expr, walk_stmts
+from tegrad.codegen.loops.mapper import StmtMapper, loads, stmt_exprs, walk_expr, walk_stmts
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel,
                                         Let, Store)
 from tegrad.codegen.llvm.parallel import resolve_threads
-from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, loop_var_range,
-                                            independence_problem, stmt_uses_var)
+from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, fresh,
+                                            independence_problem, loop_var_range, names_in,
+                                            stmt_uses_var)
+from tegrad.codegen.schedule.ifconvert import evaluation_cannot_fail
 from tegrad.codegen.schedule.loops import fuse, parallelize
 
 #: the least work (expression nodes evaluated, see :func:`loop_work`) of a loop run in
@@ -175,6 +180,59 @@ def _choose(stmt, threads, min_work):
     return None
 
 
+def _partition_by_target(stmt, threads, min_work, taken):
+    """``parallel for t < threads: stmt`` where each thread applies only the updates
+    whose target row (an index of the stage's one write that depends on the loops
+    outside, such as a gathered row of an embedding gradient) is ``t`` modulo
+    ``threads``, when no loop of the stage is independent: updates of one element meet
+    in one thread, in their order. None when that does not apply."""
+    if any(type(n) not in _LOOP_IR for n in walk_stmts(stmt)) or \
+            loop_work(stmt) < min_work:
+        return None
+    ws = [n for n in walk_stmts(stmt) if type(n) in (Store, Accumulate)]
+    if len(ws) != 1 or type(ws[0]) is not Accumulate:
+        return None
+    w = ws[0]
+    if any(ld.buffer == w.buffer for n in walk_stmts(stmt) for e in stmt_exprs(n)
+           for ld in loads(e)):
+        return None
+    path, s = [], stmt
+    while type(s) is For and s.kind == "serial":
+        path.append(s)
+        s = s.body
+    names = [loop.var.name for loop in path]
+    inner = {n.var.name for n in walk_stmts(s) if type(n) in (For, Let)}
+    for index in w.indices:
+        used = {n.name for n in walk_expr(index) if type(n) is Var}
+        if used & inner or not used & set(names):
+            continue
+        depth = max(names.index(v) for v in used if v in names) + 1
+        ranges = {}
+        for loop in path[:depth]:
+            r = loop_var_range(loop, ranges)
+            if r is not None:
+                ranges[loop.var.name] = r
+        if evaluation_cannot_fail(index, ranges):
+            break
+    else:
+        return None
+    t = Var(fresh("part", taken), "int64")
+    mine = Compare("eq", Binary("floormod", index, Const(threads, "int64"), "int64"), t)
+    body = If(mine, path[depth - 1].body)
+    for loop in reversed(path[:depth]):
+        body = For(loop.var, loop.begin, loop.end, body, loop.kind, loop.step)
+    return For(t, Const(0, "int64"), Const(threads, "int64"), body, "parallel")
+
+
+class _ReplaceStage(StmtMapper):
+    def __init__(self, old, new):
+        super().__init__()
+        self.old, self.new = old, new
+
+    def map_for(self, s):
+        return self.new if s is self.old else super().map_for(s)
+
+
 def parallelize_stages(kernel, *, threads=None, min_work=MIN_PARALLEL_WORK):
     """``kernel`` with, per stage, the loop chosen as the module docstring says marked
     parallel (``threads``: the kernel's thread count, None for every usable core; with
@@ -182,9 +240,15 @@ def parallelize_stages(kernel, *, threads=None, min_work=MIN_PARALLEL_WORK):
     threads = resolve_threads(threads)
     if threads <= 1:
         return kernel
+    taken = names_in(kernel)
     for stmt in _stages(kernel.body):
         loop = _choose(stmt, threads, min_work)
         if loop is None:
+            blocked = None if type(stmt) is not For else \
+                _partition_by_target(stmt, threads, min_work, taken)
+            if blocked is not None:
+                kernel = Kernel(kernel.name, kernel.args, kernel.temps,
+                                _ReplaceStage(stmt, blocked)(kernel.body))
             continue
         try:
             collapsed, loop = _collapse(kernel, loop, threads)
