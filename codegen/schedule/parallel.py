@@ -21,8 +21,8 @@ loop writes its own elements, so the results are the same for any thread count.
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
 >>> from tegrad.codegen.loops.printer import format_kernel
->>> A = tg.placeholder((512, 256), dtype="float32", name="A")
->>> B = tg.compute((512, 256), lambda i, j: A[i, j] * 2.0, name="B")
+>>> A = tg.placeholder((1024, 512), dtype="float32", name="A")
+>>> B = tg.compute((1024, 512), lambda i, j: A[i, j] * 2.0, name="B")
 >>> k = lower_program([A], [B])
 >>> "parallel" in format_kernel(parallelize_stages(k, threads=2))
 True
