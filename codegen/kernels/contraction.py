@@ -916,13 +916,14 @@ def _table(axes, extents, stride_maps, order_by):
     """Offset rows ``(sum(i_v * s[v]) for s in stride_maps)`` for every index of ``axes``
     (row-major, axes ordered by ``order_by``'s strides, descending), or None if too many."""
     axes = sorted(axes, key=lambda v: -abs(order_by.get(v, 0)))
-    rows = [tuple(0 for _ in stride_maps)]
+    if math.prod(extents[v] for v in axes) > MAX_TABLE_ROWS:
+        return None
+    rows = np.zeros((1, len(stride_maps)), dtype=np.int64)
     for v in axes:
-        if len(rows) * extents[v] > MAX_TABLE_ROWS:
-            return None
-        rows = [tuple(r + i * s.get(v, 0) for r, s in zip(row, stride_maps))
-                for row in rows for i in range(extents[v])]
-    return tuple(rows)
+        steps = np.array([s.get(v, 0) for s in stride_maps], dtype=np.int64)
+        rows = (rows[:, None, :] + np.arange(extents[v], dtype=np.int64)[None, :, None]
+                * steps).reshape(-1, len(stride_maps))
+    return tuple(map(tuple, rows.tolist()))
 
 
 #: a product of fewer outputs per call than this (a dot product: one) runs as loops,

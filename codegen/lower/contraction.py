@@ -51,8 +51,7 @@ from tegrad.codegen.kernels.contraction import (ACC, best_gemm_plan, detect_cont
                                                 drop_invariant_axes,
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, If, Load, MatrixProduct,
-                                        Store)
+from tegrad.codegen.loops.nodes import Accumulate, If, Load, MatrixProduct, Store
 from tegrad.codegen.lower.nest import INDEX, const
 from tegrad.codegen.lower.stage import box_loops, lower_compute
 
@@ -154,7 +153,8 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
 
     ``found`` is :func:`contraction_plan`'s result; ``new_temp(base, shape, dtype)``
     returns a fresh ``temp`` buffer of the kernel; ``padded`` (a dict the caller keeps
-    for the kernel) remembers the zero-padded copies made, for later stages to reuse. A
+    for the kernel) remembers the zero-padded copies made and the non-finite counts of
+    the operands checked, for later stages to reuse. A
     residue class is computed into a temp, then copied to its elements of ``buf``
     (``axis == step * q + residue``).
     """
@@ -236,30 +236,32 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
     if not checked:
         return block(stmts + call)
     return block(stmts + [_if_all_finite(checked, block(call), lower_compute(stage, buf, ctx),
-                                         ctx)])
+                                         ctx, new_temp, padded)])
 
 
-def _if_all_finite(buffers, then, otherwise, ctx):
+def _if_all_finite(buffers, then, otherwise, ctx, new_temp, cache):
     """``then`` if every element of ``buffers`` is finite, else ``otherwise``.
 
-    A local counts the elements that are not (``abs(x) < inf`` is false for inf and NaN).
+    A scalar temp counts the elements of a buffer that are not (``abs(x) < inf`` is false
+    for inf and NaN), computed where the first product needing it runs and kept in
+    ``cache`` for the later ones (a buffer a product reads is final: stages run in
+    topological order, and a buffer a scatter accumulates into in place is read by
+    nothing else).
     """
-    stmts, cond, flags = [], None, []
+    stmts, cond = [], None
     for b in buffers:
-        flag = Buffer(ctx.names.fresh(f"{b.name}_nonfinite"), (), b.dtype, "local")
-        flags.append(flag)
-        variables = [Var(ctx.names.fresh(f"f{d}"), INDEX) for d in range(len(b.shape))]
-        x = Load(b, tuple(variables), b.dtype)
-        bad = select(Compare("lt", _abs(x), Const(float("inf"), b.dtype)),
-                     Const(0, b.dtype), Const(1, b.dtype))
-        stmts += [Store(flag, (), Const(0, b.dtype)),
-                  box_loops(variables, b.shape, Accumulate(flag, (), bad, _red.sum))]
-        term = Compare("eq", Load(flag, (), b.dtype), Const(0, b.dtype))
+        key = ("non-finite count", b)
+        if key not in cache:
+            flag = cache[key] = new_temp(f"{b.name}_nonfinite", (), b.dtype)
+            variables = [Var(ctx.names.fresh(f"f{d}"), INDEX) for d in range(len(b.shape))]
+            x = Load(b, tuple(variables), b.dtype)
+            bad = select(Compare("lt", _abs(x), Const(float("inf"), b.dtype)),
+                         Const(0, b.dtype), Const(1, b.dtype))
+            stmts += [Store(flag, (), Const(0, b.dtype)),
+                      box_loops(variables, b.shape, Accumulate(flag, (), bad, _red.sum))]
+        term = Compare("eq", Load(cache[key], (), b.dtype), Const(0, b.dtype))
         cond = term if cond is None else And(cond, term)
-    stmt = block(stmts + [If(cond, then, otherwise, likely=True)])
-    for flag in reversed(flags):
-        stmt = Allocate(flag, stmt)
-    return stmt
+    return block(stmts + [If(cond, then, otherwise, likely=True)])
 
 
 def _ones(tensor, padding, stmts, ctx, new_temp, padded):

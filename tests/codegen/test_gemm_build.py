@@ -13,7 +13,7 @@ from tegrad.ir.expr import select
 from tegrad.codegen.loops.interpret import run as interpret
 from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
 from tegrad.codegen.llvm.emit import RARE_BRANCH, emit_kernel
-from tegrad.codegen.loops.nodes import MatrixProduct
+from tegrad.codegen.loops.nodes import If, MatrixProduct, Store
 from tegrad.codegen.kernels.contraction import MIN_PRODUCT_OUTPUTS
 from tegrad.codegen.lower import contraction as lower_contraction
 from tegrad.codegen.lower.program import lower_program
@@ -230,6 +230,23 @@ def test_threads_meeting_a_deferred_branch_at_once_all_get_the_exact_result():
     for got in results:
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10, equal_nan=True)
+
+
+def test_each_operand_is_checked_for_non_finite_values_once():
+    # a stride-2 weight gradient is one product per residue class of the window, each
+    # reading the output gradient next to padding: one count of its non-finite values
+    X = tg.placeholder((2, 3, 9, 8), dtype="float64", name="X")
+    W = tg.placeholder((4, 3, 3, 3), dtype="float64", name="W")
+    Y = tg.nn.conv2d(X, W, stride=2, padding=1)
+    H = tg.placeholder(Y.shape, dtype="float64", name="H")
+    f = tg.build([X, W, H], [tg.differentiate(Y, [X, W], head=H)])
+    assert len(products(f)) > 2
+    counts = {b for b in f.kernel.temps if "_nonfinite" in b.name}
+    resets = [s.buffer for s in walk_stmts(f.kernel.body) if type(s) is Store
+              and s.buffer in counts]
+    assert counts and len(resets) == len(counts)  # each computed once
+    checked = [s for s in walk_stmts(f.kernel.body) if type(s) is If and s.likely]
+    assert len(checked) > len(counts)  # and read by several products
 
 
 def test_an_emitted_module_holds_the_rare_branches_unless_deferred():
