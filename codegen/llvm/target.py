@@ -110,9 +110,15 @@ class LoadedModule:
             module_ref.verify()
             if optimise_module:
                 optimise(module_ref)
-            self.optimised_ir = str(module_ref)
+            self._module = module_ref  # owned by the engine, which keeps it alive
             self.engine = llvm.create_mcjit_compiler(module_ref, new_target_machine())
             self.engine.finalize_object()
+
+    @functools.cached_property
+    def optimised_ir(self):
+        """The optimised module as LLVM IR text (printed on first use)."""
+        with _lock:
+            return str(self._module)
 
     @functools.cached_property
     def asm(self):
