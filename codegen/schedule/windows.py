@@ -192,7 +192,8 @@ def _rows(chain, leaf, taps, ranges, taken):
     reading them; None when they would be too large."""
     w = writes(leaf)[0]
     names = {c.var.name for c in chain}
-    tap_names = {t.var.name for t in taps}
+    # what a let of the leaf binds is as unknown ahead of the taps as a tap
+    tap_names = {t.var.name for t in taps} | bound_names(leaf)[0]
     inner = dict(ranges)
     inner.update((c.var.name, (0, c.end.value - 1)) for c in chain)
     parts = [p for p in _invariant_parts(w.value, names, tap_names)

@@ -111,6 +111,22 @@ def test_hoisted_updates_reach_each_element_in_the_original_order():
     _assert_identical(hoisted, plain)
 
 
+def test_a_part_of_the_update_through_a_let_of_the_window_stays_in_the_window():
+    G = Buffer("G", (8,), "float64", "input")
+    D = Buffer("D", (12,), "float64", "output")
+    v, t, z, q = Var("v", I64), Var("t", I64), Var("z", I64), Var("q", "float64")
+    leaf = Let(q, Load(G, (v,)) * Const(2.0, "float64"),
+               Accumulate(D, (v + t * 2,), Const(1.0, "float64") / (q + Load(G, (v,))),
+                          tg.sum))
+    body = Block((_loop(z, 12, Store(D, (z,), Const(0.0, "float64"))),
+                  _loop(v, 8, _loop(t, 3, leaf, "unrolled"))))
+    kernel = Kernel("k", (G, D), (), body)
+    g = np.random.default_rng(3).standard_normal(8)
+    plain, hoisted, k = _run_plain_and_hoisted(kernel, g)
+    assert k.body != kernel.body
+    _assert_identical(hoisted, plain)
+
+
 def test_a_window_with_no_order_keeping_directions_stays_inside():
     # D[v + 2 t0 + t1]: (t0, t1) = (1, 0) must come before (0, 1) and after (0, 2)
     kernel, _, _ = _scatter(lambda v, a, b: v + a * 2 + b, taps=(3, 3))
