@@ -80,6 +80,27 @@ class RangedStmtMapper(StmtMapper):
                 self.ranges[name] = saved
 
 
+def sole_accumulation(s):
+    """The one write of ``s`` when it is an accumulation into a buffer ``s`` does not
+    load (each update then depends on no other), else None."""
+    ws = writes(s)
+    if len(ws) != 1 or type(ws[0]) is not Accumulate:
+        return None
+    if any(ld.buffer == ws[0].buffer for node in walk_stmts(s) for e in stmt_exprs(node)
+           for ld in walk_expr(e) if type(ld) is Load):
+        return None
+    return ws[0]
+
+
+def run_noting(mapper, s, changed):
+    """``mapper(s)``, the names the mapper listed in its ``changed`` attribute appended
+    to the list ``changed`` when given (what a pass reports to the schedule's notes)."""
+    out = mapper(s)
+    if changed is not None:
+        changed.extend(mapper.changed)
+    return out
+
+
 def uses_var(e, name):
     return any(getattr(n, "name", None) == name and type(n).__name__ == "Var"
                for n in walk_expr(e))

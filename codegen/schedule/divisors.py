@@ -32,7 +32,7 @@ from tegrad.ir.expr import Binary, Const, Var
 from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, stmt_exprs, walk_expr,
                                          walk_stmts)
 from tegrad.codegen.loops.nodes import For
-from tegrad.codegen.schedule.common import constant_trip_count, fresh
+from tegrad.codegen.schedule.common import constant_trip_count, fresh, run_noting
 
 INDEX = "int64"
 
@@ -116,11 +116,7 @@ class _SplitAll(StmtMapper):
 def split_divided_loops(s, *, taken, changed=None):
     """``s`` with :func:`split_by_divisor` applied to each of its loops, innermost first
     (the names of the loops split appended to the list ``changed`` when given)."""
-    mapper = _SplitAll(taken)
-    out = mapper(s)
-    if changed is not None:
-        changed.extend(mapper.changed)
-    return out
+    return run_noting(_SplitAll(taken), s, changed)
 
 
 __all__ = ["split_by_divisor", "split_divided_loops"]

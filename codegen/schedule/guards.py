@@ -28,7 +28,7 @@ from tegrad.ir.expr import And, Binary, Compare, Const
 
 from tegrad.codegen.loops.mapper import StmtMapper, to_affine, walk_stmts
 from tegrad.codegen.loops.nodes import For, If
-from tegrad.codegen.schedule.common import uses_var
+from tegrad.codegen.schedule.common import run_noting, uses_var
 
 INDEX = "int64"
 
@@ -138,11 +138,7 @@ class _Bounds(StmtMapper):
 def innermost_guards_to_bounds(s, *, changed=None):
     """``s`` with :func:`guards_to_bounds` applied to its innermost loops (their names
     appended to the list ``changed`` when given)."""
-    mapper = _Bounds()
-    out = mapper(s)
-    if changed is not None:
-        changed.extend(mapper.changed)
-    return out
+    return run_noting(_Bounds(), s, changed)
 
 
 __all__ = ["guards_to_bounds", "innermost_guards_to_bounds"]

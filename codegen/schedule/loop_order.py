@@ -52,7 +52,7 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, distinct
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Buffer, For, If, Load, Store
 from tegrad.codegen.schedule.common import (constant_trip_count, independence_problem,
-                                            uses_var, writes)
+                                            run_noting, uses_var, writes)
 
 #: reduction loops with at most this many iterations are unrolled, never innermost
 TINY_TRIP = 4
@@ -157,11 +157,7 @@ class _ConstantTiny(_Ranged):
 def constant_tiny_loops(s, *, changed=None):
     """``s`` with its tiny moving-bound reduction loops over constant guarded ranges (their
     names appended to the list ``changed`` when given)."""
-    mapper = _ConstantTiny()
-    out = mapper(s)
-    if changed is not None:
-        changed.extend(mapper.changed)
-    return out
+    return run_noting(_ConstantTiny(), s, changed)
 
 
 #: unrolling stops where the statements emitted for a loop would exceed this many
@@ -366,21 +362,17 @@ def _try_sink(loop):
 class _SinkStrideOne(StmtMapper):
     def __init__(self):
         super().__init__()
-        self.sunk = []
+        self.changed = []
 
     def map_for(self, s):
         sunk = _try_sink(s)
         if sunk is None:
             return super().map_for(s)
-        self.sunk.append(s.var.name)
+        self.changed.append(s.var.name)
         return sunk
 
 
 def sink_stride_one(s, *, moved=None):
     """``s`` with loops over the written stride-1 axis moved innermost (module doc); the
     names of the loops moved are appended to the list ``moved`` when given."""
-    mapper = _SinkStrideOne()
-    out = mapper(s)
-    if moved is not None:
-        moved.extend(mapper.sunk)
-    return out
+    return run_noting(_SinkStrideOne(), s, moved)

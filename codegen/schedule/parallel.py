@@ -34,13 +34,13 @@ from __future__ import annotations
 from tegrad.ir.expr import Binary, Compare, Const, Var
 from tegrad.analysis.intervals import value_range
 
-from tegrad.codegen.loops.mapper import StmtMapper, loads, stmt_exprs, walk_expr, walk_stmts
+from tegrad.codegen.loops.mapper import StmtMapper, stmt_exprs, walk_expr, walk_stmts
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel,
                                         Let, Store)
 from tegrad.codegen.llvm.parallel import resolve_threads
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, fresh,
                                             independence_problem, loop_var_range, names_in,
-                                            stmt_uses_var)
+                                            sole_accumulation, stmt_uses_var)
 from tegrad.codegen.schedule.ifconvert import evaluation_cannot_fail
 from tegrad.codegen.schedule.loops import fuse, parallelize
 
@@ -189,12 +189,8 @@ def _partition_by_target(stmt, threads, min_work, taken):
     if any(type(n) not in _LOOP_IR for n in walk_stmts(stmt)) or \
             loop_work(stmt) < min_work:
         return None
-    ws = [n for n in walk_stmts(stmt) if type(n) in (Store, Accumulate)]
-    if len(ws) != 1 or type(ws[0]) is not Accumulate:
-        return None
-    w = ws[0]
-    if any(ld.buffer == w.buffer for n in walk_stmts(stmt) for e in stmt_exprs(n)
-           for ld in loads(e)):
+    w = sole_accumulation(stmt)
+    if w is None:
         return None
     path, s = [], stmt
     while type(s) is For and s.kind == "serial":

@@ -45,12 +45,13 @@ import math
 
 from tegrad.ir.expr import Binary, Call, Const, Var
 
-from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, expr_children, loads,
-                                         stmt_exprs, substitute_stmt, to_affine, walk_expr,
+from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, expr_children,
+                                         substitute_stmt, to_affine, walk_expr,
                                          walk_stmts)
-from tegrad.codegen.loops.nodes import Accumulate, Allocate, Buffer, For, Load, Store
+from tegrad.codegen.loops.nodes import Allocate, Buffer, For, Load, Store
 from tegrad.codegen.schedule.common import (RangedStmtMapper, bound_names,
-                                            constant_trip_count, fresh, uses_var, writes)
+                                            constant_trip_count, fresh, run_noting,
+                                            sole_accumulation, uses_var)
 from tegrad.codegen.schedule.ifconvert import evaluation_cannot_fail
 
 #: windows of more tap loops than this keep their order (the directions tried grow as
@@ -186,11 +187,10 @@ class _Replace(ExprMapper):
         return self.mapping.get(id(e), out)
 
 
-def _rows(chain, leaf, taps, ranges, taken):
+def _rows(chain, leaf, w, taps, ranges, taken):
     """``(rows, leaf)``: local arrays ``w[v...]`` over the chain's loops holding the costly
     parts of the update that use no tap (with the nests storing them), and the leaf
-    reading them; None when they would be too large."""
-    w = writes(leaf)[0]
+    reading them (``w``: the leaf's accumulation); None when they would be too large."""
     names = {c.var.name for c in chain}
     # what a let of the leaf binds is as unknown ahead of the taps as a tap
     tap_names = {t.var.name for t in taps} | bound_names(leaf)[0]
@@ -219,12 +219,8 @@ def _hoist(loop, ranges, taken):
     chain, taps, leaf = found
     if len(taps) > MAX_TAPS or math.prod(constant_trip_count(t) for t in taps) > MAX_TUPLES:
         return None
-    ws = writes(leaf)
-    if len(ws) != 1 or type(ws[0]) is not Accumulate:
-        return None
-    w = ws[0]
-    if any(ld.buffer == w.buffer for node in walk_stmts(leaf) for e in stmt_exprs(node)
-           for ld in loads(e)):
+    w = sole_accumulation(leaf)
+    if w is None:
         return None
     bound, _ = bound_names(leaf)
     if any(uses_var(i, b) for i in w.indices for b in bound):
@@ -238,7 +234,7 @@ def _hoist(loop, ranges, taken):
     if not moved[0]:
         return None  # no overlap across the outermost loop: tried further in
     flips = _directions(taps, pairs)
-    found = None if flips is None else _rows(chain, leaf, taps, ranges, taken)
+    found = None if flips is None else _rows(chain, leaf, w, taps, ranges, taken)
     if found is None:
         return None
     rows, leaf = found
@@ -261,12 +257,12 @@ def _hoist(loop, ranges, taken):
 class _HoistWindows(RangedStmtMapper):
     def __init__(self, taken):
         super().__init__()
-        self.hoisted, self.taken = [], taken
+        self.changed, self.taken = [], taken
 
     def map_for(self, s):
         out = _hoist(s, self.ranges, self.taken)
         if out is not None:
-            self.hoisted.append(s.var.name)
+            self.changed.append(s.var.name)
             return out
         return super().map_for(s)
 
@@ -275,11 +271,7 @@ def hoist_scatter_windows(s, *, taken, hoisted=None):
     """``s`` with the overlapping tiny windows of its scatters run outside their stride-1
     loop (module doc; ``taken``: the names in use, new row names added); the names of
     those loops are appended to ``hoisted`` when given."""
-    mapper = _HoistWindows(taken)
-    out = mapper(s)
-    if hoisted is not None:
-        hoisted.extend(mapper.hoisted)
-    return out
+    return run_noting(_HoistWindows(taken), s, hoisted)
 
 
 __all__ = ["hoist_scatter_windows", "MAX_TAPS"]
