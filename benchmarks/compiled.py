@@ -6,7 +6,8 @@ benchmarks/zero_elimination.py (all three weight gradients), float32: the time t
 (lower + LLVM; the differentiation and zero elimination before it are shown separately),
 the time of a second build of an equal program from new tensors (the cache), the compiled
 forward + gradient time (median and min over repeats), ``tg.evaluate``'s time on the same
-program and the speed-up. Prints a markdown table.
+program and the speed-up. Prints a markdown table, then the build time of one conv
+layer's forward and gradients and the overhead of a call.
 
     python benchmarks/compiled.py
 """
@@ -17,7 +18,7 @@ import timeit
 import numpy as np
 
 import tegrad as tg
-from tegrad import nn
+from tegrad import nn, ops
 from tegrad.codegen.runtime import clear_cache
 from zero_elimination import cnn_program  # the CNN both benchmarks measure
 
@@ -114,6 +115,29 @@ def call_overhead():
     return 1e6 * fresh, 1e6 * given
 
 
+def conv_layer_builds(repeats=3):
+    """Seconds to build one conv layer's forward and both gradients (8x32x32x32 -> 64,
+    3x3, padding 1; the loss ``sum(conv * head)`` of benchmarks/peers.py) with stride 1,
+    stride 2 and dilation 2, differentiation included; each build from an empty cache,
+    in a process that has compiled the shared gemm routines already."""
+    out = {}
+    for label, stride, dilation in (("stride 1", 1, 1), ("stride 2", 2, 1),
+                                    ("dilation 2", 1, 2)):
+        times = []
+        for _ in range(repeats):
+            clear_cache()
+            start = time.perf_counter()
+            x = tg.placeholder((8, 32, 32, 32), name="x")
+            w = tg.placeholder((64, 32, 3, 3), name="w")
+            y = nn.conv2d(x, w, stride=stride, padding=1, dilation=dilation)
+            head = tg.placeholder(y.shape, name="head")
+            loss = ops.sum(ops.multiply(y, head))
+            tg.build([x, w, head], [loss, tg.differentiate(loss, [x, w])])
+            times.append(time.perf_counter() - start)
+        out[label] = times
+    return out
+
+
 def main():
     clear_cache()
     rows = [measure(label, make) for label, make in CASES.items()]
@@ -125,6 +149,9 @@ def main():
               f"{1e3 * r['rebuild']:.3f} | {1e3 * r['median']:.3f} | {1e3 * r['min']:.3f} | "
               f"{1e3 * r['evaluate']:.2f} | {r['evaluate'] / r['median']:.1f}x | "
               f"{r['error']:.1e} |")
+    print("\nbuild of one conv layer's forward and gradients, s (median / min of 3): " +
+          ", ".join(f"{label} {statistics.median(ts):.2f} / {min(ts):.2f}"
+                    for label, ts in conv_layer_builds().items()))
     fresh, given = call_overhead()
     print(f"\ncall of six arguments (5 inputs, 1 output of 4 floats): {fresh:.1f} us, "
           f"{given:.1f} us with out=")
