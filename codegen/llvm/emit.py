@@ -73,7 +73,7 @@ VECTORIZE_LIMIT = 1000
 RARE_BRANCH = "rare_branch"
 
 _TYPE_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
-_INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2, "llvm.maximum": 2, "llvm.minimum": 2}
+_INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2}
 
 
 @dataclass(frozen=True)
@@ -466,9 +466,7 @@ class _KernelEmitter:
             hit = self.effects.get(id(node))
             if hit is not None and hit[0] is node:
                 return hit[1]
-            out = (type(node) is _n.Load or any(kids) or (
-                type(node) is _ex.Binary and node.op in ("floordiv", "floormod")
-                and not _dt.is_float(node.dtype) and not isinstance(node.b, _ex.Const)))
+            out = type(node) is _n.Load or any(kids) or _ex.may_divide_by_zero(node)
             self.effects[id(node)] = (node, out)
             return out
         return bottom_up(e, children, combine, whole=known)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var)
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var,
+                             may_divide_by_zero)
 from tegrad.ir.mapper import IdentityMapper, fresh_name
 from tegrad.ir.printer import axis_end
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
@@ -106,12 +107,12 @@ class ExprLowering(IdentityMapper):
 
     def map_binary(self, e, *args):
         a, b = yield from self._operands(e)
-        if e.op in ("floordiv", "floormod") and _dt.is_int(a.dtype) and not (
-                type(b) is Const and b.value != 0):
+        out = Binary(e.op, a, b, a.dtype)
+        if may_divide_by_zero(out):
             self.stmts.append(Check(self._guarded(Compare("ne", b, Const(0, b.dtype))),
                                     "division_by_zero", self.data_source(b) or self.ctx.stage,
                                     stage=self.ctx.stage))
-        return Binary(e.op, a, b, a.dtype)
+        return out
 
     def map_neg(self, e, *args):
         a = yield self.visit(e.a)

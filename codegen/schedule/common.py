@@ -6,7 +6,8 @@ from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import Const, Var
 from tegrad.ir.mapper import fresh_name
 
-from tegrad.codegen.loops.mapper import StmtMapper, stmt_exprs, to_affine, walk_expr, walk_stmts
+from tegrad.codegen.loops.mapper import (StmtMapper, buffers_of, free_variables, stmt_exprs,
+                                         to_affine, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, For, Kernel, Let, Load, Store
 from tegrad.codegen.loops.printer import format_expr
 
@@ -118,23 +119,16 @@ def writes(s):
 
 def names_in(kernel):
     """Every loop, let and buffer name of ``kernel`` (fresh names avoid them)."""
-    return {b.name for b in kernel.args + kernel.temps} | names_in_stmt(kernel.body)
+    bound, local = bound_names(kernel.body)
+    return {b.name for b in kernel.args + kernel.temps + tuple(local)} | bound
 
 
 def names_in_stmt(s):
-    """Every loop, let, allocated and accessed buffer name and variable of ``s``."""
-    out = set()
-    for node in walk_stmts(s):
-        if type(node) in (For, Let):
-            out.add(node.var.name)
-        elif type(node) is Allocate:
-            out.add(node.buffer.name)
-        elif type(node) in (Store, Accumulate):
-            out.add(node.buffer.name)
-        for e in stmt_exprs(node):
-            out.update(n.name if type(n) is Var else n.buffer.name
-                       for n in walk_expr(e) if type(n) in (Var, Load))
-    return out
+    """The names of ``s``'s loops, lets and allocated buffers, and of the variables and
+    buffers it uses from outside."""
+    bound, local = bound_names(s)
+    used, _ = buffers_of(s)
+    return bound | {b.name for b in local} | {b.name for b in used} | free_variables(s)
 
 
 def fresh(base, taken):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from tegrad.analysis.intervals import value_range
 from tegrad.ir import dtypes, reduction
-from tegrad.ir.expr import Binary, Const, Select, Var
+from tegrad.ir.expr import Const, Select, Var, may_divide_by_zero
 
 from tegrad.codegen.loops.mapper import loads, to_affine, walk_expr
 from tegrad.codegen.loops.nodes import Accumulate, Let
@@ -50,18 +50,12 @@ def _in_bounds(load, ranges):
     return True
 
 
-def _divides_safely(e):
-    return all(not (type(n) is Binary and n.op in ("floordiv", "floormod")
-                    and not dtypes.is_float(n.dtype)
-                    and not (type(n.b) is Const and n.b.value != 0)) for n in walk_expr(e))
-
-
 def evaluation_cannot_fail(e, ranges, guarded=frozenset()):
     """Evaluating ``e`` anywhere in the inclusive ``ranges`` of the loop variables cannot
     fail: it divides integers by nonzero constants only, and each of its loads is in
     ``guarded`` (``(buffer, indices)`` pairs known valid) or has affine indices inside
     its buffer."""
-    return _divides_safely(e) and all(
+    return not any(may_divide_by_zero(n) for n in walk_expr(e)) and all(
         (ld.buffer, ld.indices) in guarded or _in_bounds(ld, ranges) for ld in loads(e))
 
 

@@ -354,6 +354,17 @@ class Binary(Expr):
     dtype: str
 
 
+def may_divide_by_zero(e):
+    """``e`` is an integer ``//`` or ``%`` whose divisor is not a nonzero constant: its
+    evaluation can fail (the evaluator raises; compiled code checks the divisor).
+
+    >>> may_divide_by_zero(Var("i") // 4), may_divide_by_zero(Var("i") // Var("j"))
+    (False, True)
+    """
+    return (type(e) is Binary and e.op in ("floordiv", "floormod")
+            and not _dt.is_float(e.dtype) and not (type(e.b) is Const and e.b.value != 0))
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Neg(Expr):
     """``-a``."""
