@@ -11,7 +11,7 @@ Independent of the tensor language: terms are :class:`Affine` expressions
 ((), '20*c + x + 5*y')
 """
 
-from .affine import Affine, AffineLike, FloorDiv, Mod, lift, parse_affine
+from .affine import Affine, AffineLike, FloorDiv, Mod, expand_divisions, lift, parse_affine
 from .bounds import Bounds
 from .constraint import Constraint, EQ, FALSE, GE, TRUE, eq, ge, gt, le, lt
 from .domain import Domain, count_union, variable_bounds
@@ -21,7 +21,7 @@ from .smith import smith_normal_form
 from .transform import DomainTransformation
 
 __all__ = [
-    "Affine", "AffineLike", "FloorDiv", "Mod", "lift", "parse_affine",
+    "Affine", "AffineLike", "FloorDiv", "Mod", "expand_divisions", "lift", "parse_affine",
     "Constraint", "EQ", "GE", "TRUE", "FALSE", "eq", "ge", "gt", "le", "lt",
     "Bounds", "Domain", "count_union", "variable_bounds", "DomainTransformation",
     "LinearSolution", "solve_linear_equations", "simplify_domain", "smith_normal_form",

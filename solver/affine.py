@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from math import gcd
 from typing import Iterable, Mapping, Union
 
-__all__ = ["Affine", "FloorDiv", "Mod", "Atom", "AffineLike", "lift", "parse_affine"]
+__all__ = ["Affine", "FloorDiv", "Mod", "Atom", "AffineLike", "expand_divisions", "lift",
+           "parse_affine"]
 
 
 @dataclass(frozen=True)
@@ -405,6 +406,47 @@ def _mod(expr: Affine, c: int) -> Affine:
         inner = Affine._raw({a: k // g for a, k in rest.items()}, rc // g)
         return Affine._raw({Mod(inner, c // g): g}, rc % g)
     return Affine._raw({Mod(Affine._raw(rest, rc), c): 1}, 0)
+
+
+def expand_divisions(expr: AffineLike) -> Affine:
+    """``expr`` with every ``x % m`` written ``x - m*(x // m)`` and every division of a
+    division merged, ``(x // a + y) // c == (x + a*y) // (a*c)`` (``y`` an integer
+    expression, ``a, c > 0``), so that divisions which cancel vanish: the row-major
+    offset of an unravelled index comes out affine. The value is unchanged.
+
+    >>> k = Affine.var("k")
+    >>> str(expand_divisions(676 * (k // 676) + 26 * ((k // 26) % 26) + k % 26))
+    'k'
+    >>> str(expand_divisions((k // 4) % 3))
+    '-3*(k // 12) + k // 4'
+    """
+    expr = lift(expr)
+    if expr.is_linear:
+        return expr
+    merged: dict = {}
+    constant = expr.constant
+    for atom, c in expr.terms:
+        if type(atom) is str:
+            merged[atom] = merged.get(atom, 0) + c
+            continue
+        inner = expand_divisions(atom.expr)
+        quotient = _merged_floordiv(inner, atom.divisor)
+        rep = quotient if type(atom) is FloorDiv else inner - atom.divisor * quotient
+        for b, d in rep.terms:
+            merged[b] = merged.get(b, 0) + c * d
+        constant += c * rep.constant
+    return Affine._raw(merged, constant)
+
+
+def _merged_floordiv(x: Affine, c: int) -> Affine:
+    """``x // c`` for an ``x`` without ``Mod`` atoms, one inner division merged into it."""
+    divisions = [(a, k) for a, k in x.terms if type(a) is FloorDiv]
+    if len(divisions) != 1 or divisions[0][1] != 1:
+        return x // c
+    atom = divisions[0][0]
+    rest = x - Affine._raw({atom: 1}, 0)
+    # x == atom.expr // a + rest with rest integer, so x // c == (atom.expr + a*rest) // (a*c)
+    return _merged_floordiv(atom.expr + atom.divisor * rest, atom.divisor * c)
 
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,

@@ -2,7 +2,10 @@
 
 A stage is a *contraction* when its body is (up to an epilogue of the output's axes, see
 below) a ``sum`` reduction, over rectangular axes, of a product of two reads, possibly
-under casts, whose indices are affine (no ``//`` or ``%``) in the stage's axes. Each axis
+under casts, whose indices are affine (no ``//`` or ``%``) in the stage's axes, or (for a
+reduction without a guard) whose row-major element offset is, every index staying inside
+its dimension: a reshape's unravelled index ``x[n, k // 676, (k // 26) % 26, k % 26]``
+is element ``6760 n + k``. Each axis
 then has a role, read off the element strides of the two reads (a read's stride for an
 axis is the sum over its index dimensions of the axis's coefficient times that
 dimension's row-major stride):
@@ -47,6 +50,7 @@ import numpy as np
 
 from tegrad import solver
 from tegrad.analysis.affine import conjunction, conjuncts, from_affine, to_affine
+from tegrad.analysis.intervals import value_range
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
 from tegrad.ir.expr import (Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var,
@@ -172,6 +176,10 @@ def detect_contraction(tensor):
     if type(guard) is Const and guard.value is True:
         guard = None
     ranges = [_index_ranges(read, extents, lows) for read, _ in factors]
+    # Without a guard, an operand may be read through its row-major offset alone.
+    flat = [rng is None and guard is None for rng in ranges]
+    ranges = [_flat_range(read, extents, lows) if f else rng
+              for (read, _), rng, f in zip(factors, ranges, flat)]
     if None in ranges:
         return None
     paddings = [None, None]
@@ -181,9 +189,9 @@ def detect_contraction(tensor):
             which, pads = found
             paddings[which] = pads
     operands = []
-    for (read, dtype), rng, pads in zip(factors, ranges, paddings):
+    for (read, dtype), rng, pads, f in zip(factors, ranges, paddings, flat):
         # Under a guard (conv2d's padding) a read may leave its tensor where it fails.
-        operand = _operand(read, dtype, rng, lows, pads, guarded=guard is not None)
+        operand = _operand(read, dtype, rng, lows, pads, guarded=guard is not None, flat=f)
         if operand is None:
             return None
         operands.append(operand)
@@ -587,25 +595,51 @@ def _index_ranges(read, extents, lows):
     when an index is not linear in the stage's axes."""
     out = []
     for index in read.indices:
-        aff = to_affine(index)
-        if aff is None or not aff.is_linear or not set(aff.as_dict()) <= set(extents):
+        found = _affine_range(to_affine(index), extents, lows)
+        if found is None:
             return None
-        lo = hi = aff.constant
-        for name, coeff in aff.as_dict().items():
-            first, last = lows[name], lows[name] + extents[name] - 1
-            lo += min(coeff * first, coeff * last)
-            hi += max(coeff * first, coeff * last)
-        out.append((aff, lo, hi))
+        out.append(found)
     return out
 
 
-def _operand(read, dtype, ranges, lows, padding, *, guarded):
+def _affine_range(aff, extents, lows):
+    """``(aff, lowest, highest)`` over the domain, or None when ``aff`` is None or not
+    linear in the stage's axes."""
+    if aff is None or not aff.is_linear or not set(aff.as_dict()) <= set(extents):
+        return None
+    lo = hi = aff.constant
+    for name, coeff in aff.as_dict().items():
+        first, last = lows[name], lows[name] + extents[name] - 1
+        lo += min(coeff * first, coeff * last)
+        hi += max(coeff * first, coeff * last)
+    return aff, lo, hi
+
+
+def _flat_range(read, extents, lows):
+    """``[(affine, lowest, highest)]``, the row-major element offset of ``read`` when that
+    is linear in the stage's axes though its indices are not (a reshape's unravelled
+    index read through: ``676*(k//676) + 26*((k//26)%26) + k%26 == k``) and every index
+    provably stays inside its dimension; else None."""
+    box = {name: (lows[name], lows[name] + extents[name] - 1) for name in extents}
+    offset = 0
+    for index, size, step in zip(read.indices, read.tensor.shape,
+                                 row_major_strides(read.tensor.shape)):
+        aff, bounds = to_affine(index), value_range(index, box)
+        if aff is None or bounds is None or bounds[0] < 0 or bounds[1] >= size:
+            return None
+        offset = aff * step + offset
+    found = _affine_range(solver.expand_divisions(offset), extents, lows)
+    return None if found is None else [found]
+
+
+def _operand(read, dtype, ranges, lows, padding, *, guarded, flat=False):
     """The :class:`Operand` of ``read`` (over its zero-padded array when ``padding``);
-    None if an index can leave the (padded) array, unless ``guarded``."""
+    None if an index can leave the (padded) array, unless ``guarded``. ``flat``:
+    ``ranges`` is the one range of :func:`_flat_range`."""
     tensor = read.tensor
     padding = tuple(padding) if padding else ()
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(tensor.shape, padding)) if padding \
-        else tensor.shape
+        else (tensor.size,) if flat else tensor.shape
     shifts = [lo for lo, _ in padding] if padding else [0] * len(shape)
     strides, offset = {}, 0
     for (aff, lo, hi), size, step, shift in zip(ranges, shape, row_major_strides(shape),

@@ -130,6 +130,13 @@ def _flops(found):
     return sum(c.flops for _, _, c, plan in found if plan is not None)
 
 
+def runs_as_products(found):
+    """Every part of the :func:`contraction_plan` ``found`` is a product (none loops)."""
+    if isinstance(found, Broadcast):
+        return runs_as_products(found.found)
+    return found is not None and all(plan is not None for _, _, _, plan in found)
+
+
 def _whole_plan(t):
     """:func:`contraction_plan` of ``t`` with all its output axes."""
     found = _plan_of(t)

@@ -1,4 +1,5 @@
-"""Elementwise stages read once are computed where they are read.
+"""Elementwise stages read once are computed where they are read, and copies are read
+through by the contractions that read them.
 
 A compute stage without a reduction, not an output, that the program reads at exactly
 one place (and not as a scatter's ``init``) is substituted into its reader: no buffer,
@@ -6,13 +7,21 @@ no loop, no work repeated unless the one read is inside a reduction that visits 
 element several times, which is allowed only for bodies of at most one float operation
 (as zero elimination's inlining, :mod:`tegrad.zero_elim.inline`).
 
-``inline_read_once(outputs)[k]`` computes the same values as ``outputs[k]``; the cost
-model counts the lowered loops of the returned program.
+A *copy* stage (a reshape, a transpose, a slice: a body that is one read of another
+tensor, every index of it inside that tensor) whose readers all still run on the gemm
+kernel with it substituted is substituted into them (:func:`read_through_copies`): a
+product reads any operand whose row-major element offset is affine, so the copy's
+buffer and its pass over memory go.
+
+``inline_read_once(outputs)[k]`` and ``read_through_copies(outputs, ...)[k]`` compute
+the same values as ``outputs[k]``; the cost model counts the lowered loops of the
+returned program.
 """
 from __future__ import annotations
 
 from tegrad.analysis.cost import local_flops
-from tegrad.ir.expr import Reduce
+from tegrad.analysis.intervals import value_range
+from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import walk
 from tegrad.ir.stages import StageMapper, compute_body, stage_exprs
@@ -81,3 +90,40 @@ def inline_read_once(outputs, *, keep_inputs_of=None):
     one of a read and an inlined product would not)."""
     outputs = list(outputs)
     return inline_stages(outputs, _inlinable(outputs, keep_inputs_of), simplified=False)
+
+
+def _is_copy(t):
+    """``t``'s stage only copies elements of another tensor, each read inside it."""
+    body = compute_body(t)
+    if type(body) is not Read or body.dtype != t.dtype or body.tensor is t:
+        return False
+    box = {ax.name: (0, n - 1) for ax, n in zip(t.op.axes, t.shape)}
+    for index, size in zip(body.indices, body.tensor.shape):
+        bounds = value_range(index, box)
+        if bounds is None or bounds[0] < 0 or bounds[1] >= size:
+            return False
+    return True
+
+
+def read_through_copies(outputs, runs_as_product):
+    """The outputs with each copy stage substituted into its readers when every reader
+    ``r``, so rewritten, still ``runs_as_product(r)``; the copy is then computed by no
+    stage."""
+    outputs = list(outputs)
+    order = topological_order(outputs)
+    sites = _read_sites(order)
+    wanted = {id(t) for t in outputs}
+    chosen = set()
+    for t in order:
+        if id(t) in wanted or not _is_copy(t):
+            continue
+        readers = list({id(r): r for r, _ in sites.get(id(t), [])}.values())
+        if readers and all(runs_as_product(_with_copy_inlined(r, t)) for r in readers):
+            chosen.add(id(t))
+    return inline_stages(outputs, chosen, simplified=False)
+
+
+def _with_copy_inlined(reader, copy):
+    """``reader`` with ``copy`` substituted, the stages before them left as they are."""
+    keep = [t for t in topological_order([reader]) if t is not reader and t is not copy]
+    return inline_stages([reader], {id(copy)}, keep=keep, simplified=False)[0]

@@ -29,9 +29,10 @@ from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
 from tegrad.ir.tensor import Tensor
 
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
-from tegrad.codegen.lower.contraction import contraction_plan, lower_contraction
+from tegrad.codegen.lower.contraction import (contraction_plan, lower_contraction,
+                                              runs_as_products)
 from tegrad.codegen.lower.expr import Names, StageContext
-from tegrad.codegen.lower.inline import inline_read_once
+from tegrad.codegen.lower.inline import inline_read_once, read_through_copies
 from tegrad.codegen.lower.stage import copy_loops, lower_stage
 
 
@@ -45,9 +46,14 @@ def _tensor_list(tensors, what):
 
 def prepare(outputs, contractions=False):
     """The program as it is lowered: elementwise stages read once inlined (with
-    ``contractions``, not into a stage that has a gemm plan)."""
+    ``contractions``, not into a stage that has a gemm plan, and copies read through by
+    the products that read them)."""
     keep = (lambda t: contraction_plan(t) is not None) if contractions else None
-    return inline_read_once(_tensor_list(outputs, "outputs"), keep_inputs_of=keep)
+    prepared = inline_read_once(_tensor_list(outputs, "outputs"), keep_inputs_of=keep)
+    if contractions:
+        prepared = read_through_copies(
+            prepared, lambda t: runs_as_products(contraction_plan(t)))
+    return prepared
 
 
 def lower_program(inputs, outputs, *, name="kernel", contractions=False):

@@ -1,7 +1,8 @@
 import pytest
+from hypothesis import given, strategies as st
 
-from tegrad.solver import (FALSE, TRUE, Affine, Constraint, EQ, FloorDiv, GE, Mod, eq, ge, gt, le,
-                           lt, parse_affine)
+from tegrad.solver import (FALSE, TRUE, Affine, Constraint, EQ, FloorDiv, GE, Mod, eq,
+                           expand_divisions, ge, gt, le, lt, parse_affine)
 
 x, y, i, k, p = (Affine.var(n) for n in ("x", "y", "i", "k", "p"))
 
@@ -111,3 +112,42 @@ def test_constraint_normalisation():
     assert Constraint(Affine.const(0), EQ).normalized() == TRUE
     assert Constraint(Affine.const(2), EQ).normalized() == FALSE
     assert ge(x, 0).negated() == lt(x, 0)
+
+
+def _unravelled_offset(flat, shape):
+    """The row-major offset of ``unravel(flat, shape)``, written with ``//`` and ``%``."""
+    offset, step = Affine.const(0), 1
+    for d in reversed(range(len(shape))):
+        index = flat // step if d == 0 else (flat // step) % shape[d]
+        offset = offset + index * step
+        step *= shape[d]
+    return offset
+
+
+@pytest.mark.parametrize("shape", [(10, 26, 26), (2, 3, 4), (5,), (7, 1, 3), (4, 4, 4, 4)])
+def test_expand_divisions_finds_the_offset_of_an_unravelled_index(shape):
+    flat = 13 * x + 2 * y + 1
+    offset = _unravelled_offset(flat, shape)
+    assert not offset.is_linear or len(shape) == 1
+    assert expand_divisions(offset) == flat
+
+
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-3, 3), st.integers(-4, 4),
+                          st.integers(1, 6), st.sampled_from(["div", "mod"])),
+                min_size=1, max_size=4),
+       st.integers(-30, 30), st.integers(-30, 30))
+def test_property_expand_divisions_keeps_the_value(parts, vx, vy):
+    e = Affine.const(0)
+    for cx, cy, scale, divisor, kind in parts:
+        inner = cx * x + cy * y + e  # nest the expression built so far
+        e = scale * (inner // divisor if kind == "div" else inner % divisor) + cx * x
+    expanded = expand_divisions(e)
+    assert not any(type(a) is Mod for a in expanded.atoms())
+    assert expanded.evaluate({"x": vx, "y": vy}) == e.evaluate({"x": vx, "y": vy})
+
+
+def test_expand_divisions_leaves_divisions_that_do_not_cancel():
+    assert expand_divisions(x // 3) == x // 3
+    assert expand_divisions(x % 3) == x - 3 * (x // 3)
+    assert expand_divisions(((x // 2) + y) // 5) == (x + 2 * y) // 10
+    assert expand_divisions(2 * (x // 2) + x % 2) == x
