@@ -206,6 +206,9 @@ def check_message(error, tensor, indexed="", stage=""):
     to index ``indexed``, in ``stage``); see :class:`Check`."""
     read = stage != tensor  # else the values come from no other tensor
     where = f" (in stage {stage!r})" if stage and read else ""
+    if error == "index_out_of_range" and indexed == tensor:
+        return (f"{tensor!r}: index out of range: a read of it is outside its shape"
+                f"{f' (in stage {stage!r})' if stage else ''}")
     if error == "index_out_of_range":
         target = repr(indexed) if indexed else "a tensor"
         return f"{tensor!r}: index out of range: a value read from it indexes {target}{where}"

@@ -16,7 +16,9 @@ from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, O
                              may_divide_by_zero)
 from tegrad.ir.mapper import IdentityMapper, fresh_name
 from tegrad.ir.printer import axis_end
-from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
+from tegrad.analysis.affine import conjunction, conjuncts, to_affine, to_constraint
+from tegrad.analysis.intervals import value_range
+from tegrad.solver.isl_bridge import is_implied
 
 from tegrad.codegen.loops.mapper import block, walk_expr
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Buffer, Check, If, Load, Store
@@ -72,6 +74,7 @@ class ExprLowering(IdentityMapper):
 
     def __init__(self, ctx, context, renames, guard=()):
         self.ctx, self.context, self.guard = ctx, list(context), list(guard)
+        self._box = None
         self.renames = renames
         self.stmts, self.allocs = [], []
 
@@ -168,18 +171,44 @@ class ExprLowering(IdentityMapper):
         return None
 
     def check_indices(self, buf, indices, name):
-        """Checks ``0 <= index < extent`` for every index that depends on loaded data;
-        the check names the tensor whose values were used as the index, then ``name``
-        (the tensor indexed) and the stage."""
-        conds, source = [], None
+        """Checks ``0 <= index < extent`` for every index that depends on loaded data (the
+        check names the tensor whose values were used as the index, then ``name``, the
+        tensor indexed, and the stage), and for every other index not proved inside its
+        dimension where the read is evaluated (the check names ``name``)."""
+        conds, source, unproved = [], None, []
         for idx, extent in zip(indices, buf.shape):
+            inside = And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent)))
             found = self.data_source(idx)
             if found is not None:
                 source = source or found
-                conds.append(And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent))))
+                conds.append(inside)
+            elif not self._proved_inside(idx, extent):
+                unproved.append(inside)
         if conds:
             self.stmts.append(Check(self._guarded(conjunction(conds)), "index_out_of_range",
                                     source, indexed=name, stage=self.ctx.stage))
+        if unproved:
+            self.stmts.append(Check(self._guarded(conjunction(unproved)),
+                                    "index_out_of_range", name, indexed=name,
+                                    stage=self.ctx.stage))
+
+    def _proved_inside(self, idx, extent):
+        """``0 <= idx < extent`` wherever the read is evaluated: over the box of the
+        context's one-variable bounds, else (exactly) under the context and the affine
+        part of the guard."""
+        if self._box is None:
+            self._box = _variable_box(self.context)
+        found = value_range(idx, self._box)
+        if found is not None and found[0] >= 0 and found[1] < extent:
+            return True
+        aff = to_affine(idx)
+        if aff is None:
+            return False
+        known = self.context + split_guard(self.guard)[0]
+        names = set(aff.variables()).union(*(c.variables() for c in known))
+        names = sorted(names)
+        return (is_implied(names, (), known, aff)
+                and is_implied(names, (), known, extent - 1 - aff))
 
     def map_reduce(self, e, *args):
         # the evaluator's order: reduce from the identity, then combine with init
@@ -200,6 +229,27 @@ class ExprLowering(IdentityMapper):
         self.allocs.append(acc)
         result = Load(acc, (), e.dtype)
         return result if init is None else e.reducer.combine(init, result)
+
+
+def _variable_box(constraints):
+    """``{name: (lo, hi)}`` from the constraints on one variable with coefficient +-1."""
+    box = {}
+    for c in constraints:
+        terms = c.expr.as_dict()
+        if len(terms) != 1:
+            continue
+        (name, coeff), = terms.items()
+        if type(name) is not str or coeff not in (1, -1):
+            continue
+        lo, hi = box.get(name, (None, None))
+        # coeff * v + k >= 0 (or == 0)
+        k = c.expr.constant
+        if coeff == 1 or c.is_equality:
+            lo = -k * coeff if lo is None else max(lo, -k * coeff)
+        if coeff == -1 or c.is_equality:
+            hi = k * -coeff if hi is None else min(hi, k * -coeff)
+        box[name] = (lo, hi)
+    return {n: b for n, b in box.items() if None not in b}
 
 
 def split_guard(conds, rename=None):

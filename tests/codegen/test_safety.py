@@ -222,3 +222,45 @@ def test_crash_prone_calls_raise_in_a_subprocess():
     assert out.strip().endswith("done")
     assert out.count("raised OutOfBoundsError") == 8
     assert out.count("raised TegradError") == 5
+
+
+def _raises_out_of_bounds_like_the_evaluator(inputs, output, arrays, name):
+    with pytest.raises(tg.OutOfBoundsError):
+        tg.evaluate(output, dict(zip(inputs, arrays)))
+    f = tg.build(inputs, [output])
+    with pytest.raises(tg.OutOfBoundsError, match=name):
+        f(*arrays)
+
+
+def test_a_read_outside_its_tensor_at_fixed_indices_raises_like_the_evaluator():
+    x = tg.placeholder((10, 8), dtype="float64", name="x")
+    arrays = [np.ones((10, 8))]
+    shifted = tg.compute((10, 8), lambda i, j: x[i + 1, j] * 2.0, name="shifted")
+    _raises_out_of_bounds_like_the_evaluator([x], shifted, arrays, "'x'.*'shifted'")
+    # inside a reduction, and in a matrix product's operand
+    r = tg.reduce_axis((0, 9), name="r")
+    wide = tg.compute((10,), lambda i: tg.sum(x[i, r], axis=r), name="wide")
+    _raises_out_of_bounds_like_the_evaluator([x], wide, arrays, "'x'.*'wide'")
+    w = tg.placeholder((8, 20), dtype="float64", name="w")
+    product = tg.ops.matmul(shifted, w)
+    _raises_out_of_bounds_like_the_evaluator([x, w], product, arrays + [np.ones((8, 20))],
+                                             "'x'")
+
+
+def test_a_guarded_read_is_checked_only_where_its_guard_holds():
+    x = tg.placeholder((10,), dtype="float64", name="x")
+    xv = np.arange(10.0)
+    # proved inside under its affine guard: no check, and the evaluator's values
+    padded = tg.compute((12,), lambda i: tg.if_then_else(tg.all(i >= 1, i <= 10), x[i - 1], 0.0),
+                        name="padded")
+    f = tg.build([x], [padded])
+    assert "check(" not in f.loops
+    np.testing.assert_array_equal(f(xv)[0], tg.evaluate(padded, {x: xv}))
+    # a guard that depends on data: checked where it holds, and only there
+    flag = tg.placeholder((12,), dtype="float64", name="flag")
+    maybe = tg.compute((12,), lambda i: tg.if_then_else(flag[i] > 0, x[i - 1], 0.0), name="maybe")
+    g = tg.build([x, flag], [maybe])
+    safe = np.where(np.arange(12) % 11 == 0, -1.0, 1.0)  # off at 0 and 11
+    np.testing.assert_array_equal(g(xv, safe)[0], tg.evaluate(maybe, {x: xv, flag: safe}))
+    _raises_out_of_bounds_like_the_evaluator([x, flag], maybe, [xv, np.ones(12)],
+                                             "'x'.*'maybe'")
