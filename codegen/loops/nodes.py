@@ -207,7 +207,7 @@ def check_message(error, tensor, indexed="", stage=""):
     read = stage != tensor  # else the values come from no other tensor
     where = f" (in stage {stage!r})" if stage and read else ""
     if error == "index_out_of_range" and indexed == tensor:
-        return (f"{tensor!r}: index out of range: a read of it is outside its shape"
+        return (f"{tensor!r}: index out of range: an index into it is outside its shape"
                 f"{f' (in stage {stage!r})' if stage else ''}")
     if error == "index_out_of_range":
         target = repr(indexed) if indexed else "a tensor"

@@ -264,3 +264,15 @@ def test_a_guarded_read_is_checked_only_where_its_guard_holds():
     np.testing.assert_array_equal(g(xv, safe)[0], tg.evaluate(maybe, {x: xv, flag: safe}))
     _raises_out_of_bounds_like_the_evaluator([x, flag], maybe, [xv, np.ones(12)],
                                              "'x'.*'maybe'")
+
+
+def test_a_scatter_writing_outside_its_output_at_fixed_indices_raises():
+    v = tg.placeholder((4,), dtype="float32", name="v")
+    spread = tg.scatter_add((8,), (4,), lambda i: (i * 3,), lambda i: v[i], name="spread")
+    _raises_out_of_bounds_like_the_evaluator([v], spread, [np.ones(4, "float32")],
+                                             "'spread'")
+    inside = tg.scatter_add((10,), (4,), lambda i: (i * 3,), lambda i: v[i], name="inside")
+    f = tg.build([v], [inside])
+    assert "check(" not in f.loops
+    np.testing.assert_array_equal(f(np.ones(4, "float32"))[0],
+                                  tg.evaluate(inside, {v: np.ones(4, "float32")}))
