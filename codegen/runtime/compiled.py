@@ -1,6 +1,8 @@
 """The function :func:`tegrad.build` returns."""
 from __future__ import annotations
 
+from sys import getrefcount
+
 import numpy as np
 
 from tegrad.ir.errors import TegradError
@@ -14,9 +16,11 @@ class CompiledFunction:
     """A tegrad program compiled to native code.
 
     ``f(*arrays)`` takes one array per input placeholder (in the order given to
-    :func:`tegrad.build`) and returns a list with one new numpy array per output (a list
+    :func:`tegrad.build`) and returns a list with one numpy array per output (a list
     even for one output); ``f(*arrays, out=[...])`` writes the outputs into the given
-    arrays instead and returns them. Arguments and ``out`` arrays are checked (see
+    arrays instead and returns them. An array is new, or one this function returned
+    before and that nothing references any more (it is written over: no allocation and
+    no page faults, and its memory is likely still in cache). Arguments and ``out`` arrays are checked (see
     :mod:`tegrad.codegen.runtime.arguments`). Calls from several threads at once are safe.
 
     ``f.loops`` is the loop nest (pseudo-C), ``f.schedule`` the schedule chosen per stage
@@ -36,6 +40,8 @@ class CompiledFunction:
         self._in_kinds = tuple((s.dtype, s.shape) for s in self._in_specs)
         self._empty = [(s.shape, s.dtype) for s in self._out_specs]
         self._run = executable.run
+        # the outputs of earlier calls, each set reused once nothing else references it
+        self._spares = []
 
     def __call__(self, *arrays, out=None):
         if len(arrays) != self._n_in:
@@ -50,7 +56,11 @@ class CompiledFunction:
                 arrays = tuple(spec.argument(a) for spec, a in zip(self._in_specs, arrays))
                 break
         if out is None:
-            outs = [np.empty(shape, dtype) for shape, dtype in self._empty]
+            outs = self._unreferenced_spare() or [np.empty(shape, dtype)
+                                                  for shape, dtype in self._empty]
+            self._run(arrays + tuple(outs))
+            self._spares.append(tuple(outs))
+            return outs
         else:
             if not isinstance(out, (list, tuple)):
                 raise TegradError(f"out must be a list of {len(self._out_specs)} arrays, got "
@@ -66,6 +76,19 @@ class CompiledFunction:
                     break
         self._run(arrays + tuple(outs))
         return outs
+
+    def _unreferenced_spare(self):
+        """The outputs of an earlier call when nothing but this function references them
+        (a view, a list holding them or a buffer export would), else None. ``pop`` is
+        atomic, so two threads never get the same set."""
+        try:
+            spare = self._spares.pop()
+        except IndexError:
+            return None
+        if all(n == _UNREFERENCED for n in _reference_counts(spare)):
+            return list(spare)
+        return None
+
 
     @property
     def kernel(self):
@@ -107,3 +130,12 @@ class CompiledFunction:
 
 
 __all__ = ["CompiledFunction"]
+
+
+def _reference_counts(arrays):
+    return [getrefcount(a) for a in arrays]
+
+
+#: what :func:`_reference_counts` gives for an array referenced only by its tuple (measured,
+#: as what the interpreter counts varies between versions)
+_UNREFERENCED = _reference_counts((np.empty(0),))[0]

@@ -276,3 +276,63 @@ def test_a_scatter_writing_outside_its_output_at_fixed_indices_raises():
     assert "check(" not in f.loops
     np.testing.assert_array_equal(f(np.ones(4, "float32"))[0],
                                   tg.evaluate(inside, {v: np.ones(4, "float32")}))
+
+
+def _doubling():
+    x = tg.placeholder((1000,), dtype="float64", name="x")
+    y = tg.compute((1000,), lambda i: x[i] * 2.0, name="y")
+    return x, tg.build([x], [y])
+
+
+def test_an_output_nothing_references_is_reused_with_new_values():
+    x, f = _doubling()
+    first = f(np.ones(1000))[0]
+    address = first.ctypes.data
+    del first
+    blocker = np.empty(1000)  # takes the memory, were the array freed
+    again = f(np.full(1000, 3.0))[0]
+    assert again.ctypes.data == address != blocker.ctypes.data  # written over
+    np.testing.assert_array_equal(again, np.full(1000, 6.0))
+
+
+def test_an_output_still_referenced_is_never_written_over():
+    x, f = _doubling()
+    held = []
+    kept = f(np.full(1000, 1.0))[0]                    # the array itself
+    view = f(np.full(1000, 2.0))[0][10:20]             # a view of it
+    result = f(np.full(1000, 3.0))                     # the list holding it
+    exported = memoryview(f(np.full(1000, 4.0))[0])    # a buffer export
+    fed = f(np.full(1000, 5.0))[0]
+    held.append(f(fed)[0])                             # an input of the next call
+    for k in range(6, 20):
+        f(np.full(1000, float(k)))                     # results dropped: reused
+    np.testing.assert_array_equal(kept, 2.0)
+    np.testing.assert_array_equal(view, 4.0)
+    np.testing.assert_array_equal(result[0], 6.0)
+    np.testing.assert_array_equal(np.asarray(exported), 8.0)
+    np.testing.assert_array_equal(fed, 10.0)
+    np.testing.assert_array_equal(held[0], 20.0)
+
+
+def test_threads_dropping_and_keeping_outputs_get_their_own_arrays():
+    x, f = _doubling()
+    errors, kept = [], [[] for _ in range(4)]
+
+    def worker(t):
+        for k in range(300):
+            value = float(t * 1000 + k)
+            got = f(np.full(1000, value))[0]
+            if not (got == 2 * value).all():
+                errors.append((t, k))
+            if k % 3 == 0:
+                kept[t].append((value, got))  # held: must keep its values
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for results in kept:
+        for value, got in results:
+            assert (got == 2 * value).all()
