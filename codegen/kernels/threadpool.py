@@ -13,8 +13,8 @@ and returns when every range is done. The caller runs range 0 itself; ``T <= 1``
 Workers are created with ``pthread_create`` on first use (as many as a call needs, up to
 ``MAX_THREADS - 1``) and live until the process exits. Each worker owns a word, 64 bytes
 from its neighbours': idle, work offered, asleep or running. An idle worker spins on its
-word (with the CPU's pause hint) for ``SPIN_ITERATIONS`` checks, then marks it asleep and
-waits in ``futex`` through ``syscall``; the caller offers a range by setting the word and
+word (with the CPU's pause hint, yielding the core now and then) for ``SPIN_ITERATIONS``
+checks, then marks it asleep and waits in ``futex`` through ``syscall``; the caller offers a range by setting the word and
 wakes the worker only if it was asleep. A worker claims an offered range (offered ->
 running) before running it; after its own range the caller takes back and runs every
 range still unclaimed, so a worker the OS has not scheduled delays nothing. The caller
@@ -57,6 +57,8 @@ MAX_THREADS = 64
 SPIN_ITERATIONS = 1 << 14
 #: the caller's checks of the pending count before it sleeps
 CALLER_SPIN_ITERATIONS = 1 << 16
+#: a spinning thread yields its core (``sched_yield``) once per this many checks
+YIELD_EVERY = 1 << 7
 
 _FUTEX_WAIT_PRIVATE = 128
 _FUTEX_WAKE_PRIVATE = 129
@@ -114,6 +116,7 @@ class _Emitter:
             I32, [I64.as_pointer(), VOIDPTR, ir.FunctionType(VOIDPTR, [VOIDPTR]).as_pointer(),
                   VOIDPTR]))
         self.pthread_detach = _declare(module, "pthread_detach", ir.FunctionType(I32, [I64]))
+        self.sched_yield = _declare(module, "sched_yield", ir.FunctionType(I32, []))
         g = functools.partial(_global, module)
         self.mutex = g("tegrad_pool_mutex", ir.ArrayType(I32, _SLOT_WORDS))
         self.slots = g("tegrad_pool_slots", ir.ArrayType(I32, MAX_THREADS * _SLOT_WORDS))
@@ -162,12 +165,15 @@ class _Emitter:
         b.store_atomic(value, ptr, ordering, 4 if ptr.type.pointee == I32 else 8)
 
     def spin_until(self, b, fn, ptr, done, iterations):
-        """Spin ``iterations`` times on ``*ptr`` until ``done(b, value)``; returns the
-        block that continues (``done`` reached: branch target ``ok``; else ``timeout``)."""
+        """Spin ``iterations`` times on ``*ptr`` until ``done(b, value)``, yielding the
+        core every :data:`YIELD_EVERY` checks; returns the block that continues (``done``
+        reached: branch target ``ok``; else ``timeout``)."""
         entry = b.block
         loop = fn.append_basic_block("spin")
         ok = fn.append_basic_block("spin.ok")
         step = fn.append_basic_block("spin.step")
+        give = fn.append_basic_block("spin.yield")
+        again = fn.append_basic_block("spin.again")
         timeout = fn.append_basic_block("spin.timeout")
         b.branch(loop)
         b.position_at_end(loop)
@@ -178,7 +184,15 @@ class _Emitter:
         b.position_at_end(step)
         self.pause(b)
         nxt = b.add(i, ir.Constant(I32, 1))
-        i.add_incoming(nxt, step)
+        # A thread this one waits for may be runnable on this very core (the OS put it
+        # there while another process's thread spins on the other): let it run.
+        b.cbranch(b.icmp_unsigned("==", b.and_(nxt, ir.Constant(I32, YIELD_EVERY - 1)),
+                                  ir.Constant(I32, 0)), give, again)
+        b.position_at_end(give)
+        b.call(self.sched_yield, [])
+        b.branch(again)
+        b.position_at_end(again)
+        i.add_incoming(nxt, again)
         b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I32, iterations)), loop, timeout)
         return ok, timeout
 
