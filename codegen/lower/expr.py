@@ -5,8 +5,11 @@ Reads become loads of the tensors' buffers; axis variables become int64 loop var
 do; a sub-expression without variables keeps its dtype); each reduction becomes a
 shape-() accumulator computed by a loop nest before the statement that uses it, under
 the conditions of the selects around it (affine ones restrict its domain, others guard
-it). A read whose index depends on loaded data, and an integer ``//``/``%`` by a
-non-constant, is preceded by a :class:`Check` (under the same conditions).
+it). A read whose index depends on loaded data, a read whose index is not proved
+inside its dimension where it is evaluated (over the loops' bounds and the affine part
+of its guard: a program that reads outside a tensor raises, as the evaluator does), and
+an integer ``//``/``%`` by a non-constant, is preceded by a :class:`Check` (under the
+same conditions).
 """
 from __future__ import annotations
 
