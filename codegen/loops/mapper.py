@@ -17,7 +17,10 @@ True
 """
 from __future__ import annotations
 
+import math
+
 from tegrad.analysis.affine import AffineForm
+from tegrad.analysis.intervals import RangeForm
 from tegrad.ir.expr import Var
 from tegrad.ir.mapper import ChildrenMapper, Dispatcher, IdentityMapper, Substitutor
 
@@ -56,6 +59,30 @@ def to_affine(e):
     ('2*i + 1', None)
     """
     return _LoadAffineForm()(e)
+
+
+class _ClampedRange(RangeForm):
+    _method_names = {Load: "map_load"}
+    children_of = LOAD_CHILDREN
+
+    def map_load(self, e, *indices):
+        return -math.inf, math.inf  # any value at all
+
+
+def clamped_range(e, ranges):
+    """Inclusive ``(lo, hi)`` of the integer expression ``e`` of the loop IR over
+    ``ranges`` (name -> ``(lo, hi)``) when every value it loads may be anything: finite
+    only where ``min``/``max`` clamp it (``take``'s indices); None, or a bound that is
+    not a finite number, when it is not bounded.
+
+    >>> from tegrad.ir.expr import Binary, Const, Var
+    >>> from tegrad.codegen.loops.nodes import Buffer, Load
+    >>> i, L = Var("i", "int64"), Buffer("L", (4,), "int64", "input")
+    >>> low = Binary("max", Load(L, (i,)), Const(0, "int64"), "int64")
+    >>> clamped_range(Binary("min", low, Const(9, "int64"), "int64"), {"i": (0, 3)})
+    (0, 9)
+    """
+    return _ClampedRange(ranges)(e)
 
 
 class ExprMapper(IdentityMapper):

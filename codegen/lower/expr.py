@@ -23,7 +23,7 @@ from tegrad.analysis.affine import conjunction, conjuncts, to_affine, to_constra
 from tegrad.analysis.intervals import value_range
 from tegrad.solver.isl_bridge import is_implied
 
-from tegrad.codegen.loops.mapper import block, walk_expr
+from tegrad.codegen.loops.mapper import block, clamped_range, walk_expr
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Buffer, Check, If, Load, Store
 from tegrad.codegen.lower.nest import INDEX, bound_constraints, const, domain_nest
 
@@ -183,6 +183,8 @@ class ExprLowering(IdentityMapper):
             inside = And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent)))
             found = self.data_source(idx)
             if found is not None:
+                if self._clamped_inside(idx, extent):
+                    continue
                 source = source or found
                 conds.append(inside)
             elif not self._proved_inside(idx, extent):
@@ -194,6 +196,14 @@ class ExprLowering(IdentityMapper):
             self.stmts.append(Check(self._guarded(conjunction(unproved)),
                                     "index_out_of_range", name, indexed=name,
                                     stage=self.ctx.stage))
+
+    def _clamped_inside(self, idx, extent):
+        """``0 <= idx < extent`` whatever the values ``idx`` loads (clamped by ``min``
+        and ``max``, as ``take``'s default mode does)."""
+        if self._box is None:
+            self._box = _variable_box(self.context)
+        found = clamped_range(idx, self._box)
+        return found is not None and found[0] >= 0 and found[1] < extent
 
     def _proved_inside(self, idx, extent):
         """``0 <= idx < extent`` wherever the read is evaluated: over the box of the

@@ -16,7 +16,7 @@ from tegrad.analysis.integer_forms import IntegerForm
 
 def value_range(e, ranges):
     """Inclusive ``(lo, hi)`` of integer expression ``e`` over ``ranges``, or None."""
-    return _Range(ranges)(e)
+    return RangeForm(ranges)(e)
 
 
 def _extremes(op):
@@ -36,8 +36,9 @@ _BINARY_RANGE = {
 }
 
 
-class _Range(IntegerForm):
-    """The range of each integer node (None: unknown)."""
+class RangeForm(IntegerForm):
+    """The range of each integer node (None: unknown). A code generator with node kinds
+    of its own subclasses it, as :class:`.affine.AffineForm`."""
 
     def __init__(self, ranges):
         self.ranges = ranges

@@ -336,3 +336,25 @@ def test_threads_dropping_and_keeping_outputs_get_their_own_arrays():
     for results in kept:
         for value, got in results:
             assert (got == 2 * value).all()
+
+
+@pytest.mark.parametrize("mode", ["clip", "wrap"])
+def test_indices_clamped_or_wrapped_into_range_need_no_check(mode):
+    table = tg.placeholder((50, 8), dtype="float32", name="table")
+    idx = tg.placeholder((30,), dtype="int64", name="idx")
+    out = tg.ops.take(table, idx, axis=0, mode=mode)
+    f = tg.build([table, idx], [out])
+    assert "check(" not in f.loops
+    t = np.random.default_rng(3).standard_normal((50, 8)).astype("float32")
+    i = np.array([0, 49, 50, -1, -51, 10**12, -(10**12), 7] * 3 + [3] * 6, dtype="int64")
+    np.testing.assert_array_equal(f(t, i)[0], tg.evaluate(out, {table: t, idx: i}))
+
+
+def test_an_index_loaded_and_only_partly_clamped_is_still_checked():
+    table = tg.placeholder((50,), dtype="float32", name="table")
+    idx = tg.placeholder((4,), dtype="int64", name="idx")
+    low = tg.compute((4,), lambda k: table[tg.max(idx[k], 0)], name="low")
+    f = tg.build([table, idx], [low])
+    assert "check(" in f.loops
+    with pytest.raises(tg.OutOfBoundsError, match="idx"):
+        f(np.zeros(50, "float32"), np.array([0, 1, 50, 2]))
