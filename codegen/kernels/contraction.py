@@ -50,7 +50,7 @@ import numpy as np
 
 from tegrad import solver
 from tegrad.analysis.affine import conjunction, conjuncts, from_affine, to_affine
-from tegrad.analysis.intervals import value_range
+from tegrad.analysis.intervals import indices_inside
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
 from tegrad.ir.expr import (Binary, Cast, Compare, Const, IterVar, Read, Reduce, Var,
@@ -621,11 +621,12 @@ def _flat_range(read, extents, lows):
     index read through: ``676*(k//676) + 26*((k//26)%26) + k%26 == k``) and every index
     provably stays inside its dimension; else None."""
     box = {name: (lows[name], lows[name] + extents[name] - 1) for name in extents}
+    if not indices_inside(read.indices, read.tensor.shape, box):
+        return None
     offset = 0
-    for index, size, step in zip(read.indices, read.tensor.shape,
-                                 row_major_strides(read.tensor.shape)):
-        aff, bounds = to_affine(index), value_range(index, box)
-        if aff is None or bounds is None or bounds[0] < 0 or bounds[1] >= size:
+    for index, step in zip(read.indices, row_major_strides(read.tensor.shape)):
+        aff = to_affine(index)
+        if aff is None:
             return None
         offset = aff * step + offset
     found = _affine_range(solver.expand_divisions(offset), extents, lows)

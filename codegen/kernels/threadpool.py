@@ -14,11 +14,12 @@ Workers are created with ``pthread_create`` on first use (as many as a call need
 ``MAX_THREADS - 1``) and live until the process exits. Each worker owns a word, 64 bytes
 from its neighbours': idle, work offered, asleep or running. An idle worker spins on its
 word (with the CPU's pause hint, yielding the core now and then) for ``SPIN_ITERATIONS``
-checks, then marks it asleep and waits in ``futex`` through ``syscall``; the caller offers a range by setting the word and
-wakes the worker only if it was asleep. A worker claims an offered range (offered ->
-running) before running it; after its own range the caller takes back and runs every
-range still unclaimed, so a worker the OS has not scheduled delays nothing. The caller
-waits for the count of pending ranges by spinning, then in ``futex``. So a fork-join
+checks, then marks it asleep and waits in ``futex`` through ``syscall``; the caller offers
+a range by setting the word and wakes the worker only if it was asleep. A worker claims an
+offered range (offered -> running) before running it; after its own range the caller
+takes back and runs every range still unclaimed, so a worker the OS has not scheduled
+delays nothing. The caller waits for the count of pending ranges by spinning, then in
+``futex``. So a fork-join
 between busy threads costs no system call, and the child of a ``fork()``, which has the
 pool's state but not its threads, still completes its fork-joins.
 

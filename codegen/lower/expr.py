@@ -13,6 +13,8 @@ same conditions).
 """
 from __future__ import annotations
 
+import functools
+
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var,
@@ -20,7 +22,6 @@ from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, O
 from tegrad.ir.mapper import IdentityMapper, fresh_name
 from tegrad.ir.printer import axis_end
 from tegrad.analysis.affine import conjunction, conjuncts, to_affine, to_constraint
-from tegrad.analysis.intervals import value_range
 from tegrad.solver.isl_bridge import is_implied
 
 from tegrad.codegen.loops.mapper import block, clamped_range, walk_expr
@@ -77,7 +78,6 @@ class ExprLowering(IdentityMapper):
 
     def __init__(self, ctx, context, renames, guard=()):
         self.ctx, self.context, self.guard = ctx, list(context), list(guard)
-        self._box = None
         self.renames = renames
         self.stmts, self.allocs = [], []
 
@@ -180,14 +180,15 @@ class ExprLowering(IdentityMapper):
         dimension where the read is evaluated (the check names ``name``)."""
         conds, source, unproved = [], None, []
         for idx, extent in zip(indices, buf.shape):
+            found = clamped_range(idx, self._box)
+            if found is not None and found[0] >= 0 and found[1] < extent:
+                continue  # inside over the loops' box, whatever values it loads
             inside = And(Compare("ge", idx, const(0)), Compare("lt", idx, const(extent)))
             found = self.data_source(idx)
             if found is not None:
-                if self._clamped_inside(idx, extent):
-                    continue
                 source = source or found
                 conds.append(inside)
-            elif not self._proved_inside(idx, extent):
+            elif not self._implied_inside(idx, extent):
                 unproved.append(inside)
         if conds:
             self.stmts.append(Check(self._guarded(conjunction(conds)), "index_out_of_range",
@@ -197,29 +198,19 @@ class ExprLowering(IdentityMapper):
                                     "index_out_of_range", name, indexed=name,
                                     stage=self.ctx.stage))
 
-    def _clamped_inside(self, idx, extent):
-        """``0 <= idx < extent`` whatever the values ``idx`` loads (clamped by ``min``
-        and ``max``, as ``take``'s default mode does)."""
-        if self._box is None:
-            self._box = _variable_box(self.context)
-        found = clamped_range(idx, self._box)
-        return found is not None and found[0] >= 0 and found[1] < extent
+    @functools.cached_property
+    def _box(self):
+        """The ranges of the loop variables from the context's one-variable bounds."""
+        return _variable_box(self.context)
 
-    def _proved_inside(self, idx, extent):
-        """``0 <= idx < extent`` wherever the read is evaluated: over the box of the
-        context's one-variable bounds, else (exactly) under the context and the affine
-        part of the guard."""
-        if self._box is None:
-            self._box = _variable_box(self.context)
-        found = value_range(idx, self._box)
-        if found is not None and found[0] >= 0 and found[1] < extent:
-            return True
+    def _implied_inside(self, idx, extent):
+        """``0 <= idx < extent`` follows (exactly) from the context and the affine part
+        of the guard."""
         aff = to_affine(idx)
         if aff is None:
             return False
         known = self.context + split_guard(self.guard)[0]
-        names = set(aff.variables()).union(*(c.variables() for c in known))
-        names = sorted(names)
+        names = sorted(set(aff.variables()).union(*(c.variables() for c in known)))
         return (is_implied(names, (), known, aff)
                 and is_implied(names, (), known, extent - 1 - aff))
 

@@ -20,7 +20,7 @@ returned program.
 from __future__ import annotations
 
 from tegrad.analysis.cost import local_flops
-from tegrad.analysis.intervals import value_range
+from tegrad.analysis.intervals import indices_inside
 from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import walk
@@ -98,11 +98,7 @@ def _is_copy(t):
     if type(body) is not Read or body.dtype != t.dtype or body.tensor is t:
         return False
     box = {ax.name: (0, n - 1) for ax, n in zip(t.op.axes, t.shape)}
-    for index, size in zip(body.indices, body.tensor.shape):
-        bounds = value_range(index, box)
-        if bounds is None or bounds[0] < 0 or bounds[1] >= size:
-            return False
-    return True
+    return indices_inside(body.indices, body.tensor.shape, box)
 
 
 def read_through_copies(outputs, runs_as_product):

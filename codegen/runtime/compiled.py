@@ -12,16 +12,26 @@ from tegrad.codegen.runtime.arguments import ArraySpec, check_count
 from tegrad.codegen.schedule.describe import describe_schedule
 
 
+def _reference_counts(arrays):
+    return [getrefcount(a) for a in arrays]
+
+
+#: what :func:`_reference_counts` gives for an array referenced only by its tuple (measured,
+#: as what the interpreter counts varies between versions)
+_UNREFERENCED = _reference_counts((np.empty(0),))[0]
+
+
 class CompiledFunction:
     """A tegrad program compiled to native code.
 
     ``f(*arrays)`` takes one array per input placeholder (in the order given to
     :func:`tegrad.build`) and returns a list with one numpy array per output (a list
     even for one output); ``f(*arrays, out=[...])`` writes the outputs into the given
-    arrays instead and returns them. An array is new, or one this function returned
-    before and that nothing references any more (it is written over: no allocation and
-    no page faults, and its memory is likely still in cache). Arguments and ``out`` arrays are checked (see
-    :mod:`tegrad.codegen.runtime.arguments`). Calls from several threads at once are safe.
+    arrays instead and returns them. A returned array is new, or one this function
+    returned before that nothing references any more (written over: no allocation, no
+    page faults, and its memory likely still in cache). Arguments and ``out`` arrays are
+    checked (see :mod:`tegrad.codegen.runtime.arguments`). Calls from several threads at
+    once are safe.
 
     ``f.loops`` is the loop nest (pseudo-C), ``f.schedule`` the schedule chosen per stage
     (loop order, splits, vector, unrolled and parallel loops, fused stages), ``f.llvm_ir``
@@ -58,9 +68,6 @@ class CompiledFunction:
         if out is None:
             outs = self._unreferenced_spare() or [np.empty(shape, dtype)
                                                   for shape, dtype in self._empty]
-            self._run(arrays + tuple(outs))
-            self._spares.append(tuple(outs))
-            return outs
         else:
             if not isinstance(out, (list, tuple)):
                 raise TegradError(f"out must be a list of {len(self._out_specs)} arrays, got "
@@ -75,6 +82,8 @@ class CompiledFunction:
                     outs = [spec.out(o) for spec, o in zip(self._out_specs, out)]
                     break
         self._run(arrays + tuple(outs))
+        if out is None:
+            self._spares.append(tuple(outs))
         return outs
 
     def _unreferenced_spare(self):
@@ -88,7 +97,6 @@ class CompiledFunction:
         if all(n == _UNREFERENCED for n in _reference_counts(spare)):
             return list(spare)
         return None
-
 
     @property
     def kernel(self):
@@ -130,12 +138,3 @@ class CompiledFunction:
 
 
 __all__ = ["CompiledFunction"]
-
-
-def _reference_counts(arrays):
-    return [getrefcount(a) for a in arrays]
-
-
-#: what :func:`_reference_counts` gives for an array referenced only by its tuple (measured,
-#: as what the interpreter counts varies between versions)
-_UNREFERENCED = _reference_counts((np.empty(0),))[0]

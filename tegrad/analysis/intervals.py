@@ -19,6 +19,21 @@ def value_range(e, ranges):
     return RangeForm(ranges)(e)
 
 
+def indices_inside(indices, shape, ranges):
+    """Every index of ``indices`` provably stays in ``[0, extent)`` of its dimension of
+    ``shape`` over ``ranges``.
+
+    >>> from tegrad.ir.expr import Var
+    >>> indices_inside([Var("i") + 1, Var("i") // 2], (5, 2), {"i": (0, 3)})
+    True
+    """
+    for index, extent in zip(indices, shape):
+        found = value_range(index, ranges)
+        if found is None or found[0] < 0 or found[1] >= extent:
+            return False
+    return True
+
+
 def _extremes(op):
     def fn(a, b):
         products = [op(x, y) for x in a for y in b]

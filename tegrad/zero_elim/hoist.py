@@ -20,7 +20,7 @@ from tegrad.ir.expr import Read, Reduce, Select, structural_equal
 from tegrad.ir.mapper import IdentityMapper, children, free_var_names, walk
 from tegrad.ir.tensor import compute_stage
 from tegrad.analysis.affine import conjuncts, to_constraint
-from tegrad.analysis.intervals import axis_range, value_range
+from tegrad.analysis.intervals import axis_range, indices_inside
 
 
 def _maximal_reductions(body):
@@ -52,13 +52,8 @@ def _reads_in_bounds(red, ranges):
                     return False
                 old = ranges.get(ax.name)
                 ranges[ax.name] = r if old is None else (min(old[0], r[0]), max(old[1], r[1]))
-    for node in walk(red):
-        if type(node) is Read:
-            for index, extent in zip(node.indices, node.tensor.shape):
-                r = value_range(index, ranges)
-                if r is None or r[0] < 0 or r[1] >= extent:
-                    return False
-    return True
+    return all(indices_inside(node.indices, node.tensor.shape, ranges)
+               for node in walk(red) if type(node) is Read)
 
 
 class _Replace(IdentityMapper):
