@@ -57,7 +57,8 @@ from tegrad.ir.expr import (Binary, Cast, Compare, Const, IterVar, Read, Reduce,
                              structural_equal)
 from tegrad.ir.mapper import IdentityMapper, free_var_names, substitute, walk
 from tegrad.reference.evaluator import ExprEvaluator
-from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
+from tegrad.ir.tensor import (ComputeOp, ScatterOp, ScatterTarget, compute_stage,
+                               placeholder, scatter_stage)
 
 from tegrad.codegen.kernels.gemm import GemmSpec
 
@@ -367,7 +368,7 @@ def _bound_dims(ax, extents):
             continue
         at = dict(zip(used, point))
         for k, aff in enumerate(loose):
-            top = max(_eval_affine(aff, dict(at, **{ax.name: x})) for x in (lo, hi - 1))
+            top = max(aff.evaluate(dict(at, **{ax.name: x})) for x in (lo, hi - 1))
             most[k] = top if most[k] is None else max(most[k], top)
     if None in most or min(most) < 0:
         return []
@@ -409,13 +410,16 @@ def constant_bounds(reduce_, extents):
     Zero elimination leaves a gradient's reductions with bounds depending on the output
     axes (conv2d's data gradient: ``yy in [max(0, i2 - 1), min(H, i2 + 2))``). Each such
     variable ``v`` is replaced by ``r``, either ``v`` itself or an index ``r == c * v +
-    rest(out)`` (``c`` = +-1) of one operand's read; ``r`` runs over the smallest
-    constant range holding every value it takes, and the bounds become a ``where`` guard
-    saying that the reads indexed by ``r`` are inside their tensors. The identity
-    preserved: ``lo(out) <= v < hi(out)`` holds exactly where that guard does, checked by
-    enumerating every output-axis value the bounds use and every ``r`` in the range
-    (refused above :data:`MAX_CHECKED_POINTS` points). The candidate with the fewest
-    values of ``r`` wins. ``extents`` gives the output axes' extents.
+    rest(out)`` (``c`` = +-1) of one operand's read, ``rest`` quasi-affine (a strided
+    weight gradient's ``yy_s + (-i2) // 2 + 1``: ``r`` is the output position ``yy``
+    that zero elimination shifted); ``r`` runs over the smallest constant range holding
+    every value it takes, and the bounds become a ``where`` guard saying that the reads
+    indexed by ``r`` are inside their tensors. The identity preserved: ``lo(out) <= v <
+    hi(out)`` holds exactly where that guard does, checked by enumerating every
+    output-axis value the bounds use and every ``r`` in the range (refused above
+    :data:`MAX_CHECKED_POINTS` points). A candidate after which every index is affine
+    wins over one leaving divisions in them, then the one with the fewest values of
+    ``r``. ``extents`` gives the output axes' extents.
 
     >>> import tegrad as tg
     >>> X = tg.placeholder((1, 1, 5, 5), name="X"); W = tg.placeholder((1, 1, 3, 3), name="W")
@@ -458,78 +462,79 @@ def constant_bounds(reduce_, extents):
 def _rebox_axis(ax, reads, reduce_axes, extents):
     """``(IterVar r, v as an expression of r, [guard conjuncts])`` for the reduction
     variable ``ax`` (see :func:`constant_bounds`), or None."""
-    # the index dimensions that use v, as affine forms; each is a candidate r
+    # the index dimensions that use v, as affine forms; each is a candidate r. Divisions
+    # of output axes may appear beside v (zero elimination's shift of a strided
+    # gradient's v: ``yy + (-i2) // 2 + 1``), v itself only as a plain term.
     dims = []
     for read in reads:
         for index, size in zip(read.indices, read.tensor.shape):
             aff = to_affine(index)
-            if aff is None or not aff.is_linear:
+            if aff is None:
                 return None
-            coeffs = aff.as_dict()
-            if coeffs.get(ax.name, 0) == 0:
+            names = aff.variables()
+            if ax.name not in names:
                 continue
-            if any(name in reduce_axes and name != ax.name for name in coeffs):
+            if any(ax.name in atom.variables() for atom in aff.atoms()):
+                return None
+            if any(name in reduce_axes and name != ax.name for name in names):
                 return None
             dims.append((aff, size))
     # every output axis the bounds or those indices use takes every value in the check
     hi_expr = ax.lo + ax.extent
     used = free_var_names(ax.lo) | free_var_names(hi_expr)
     for aff, _ in dims:
-        used |= set(aff.as_dict()) - {ax.name}
+        used |= aff.variables() - {ax.name}
     used = sorted(used)
     if not set(used) <= set(extents):
         return None
-    points = _points([extents[u] for u in used])
-    if points is None:
+    grid = _grid([extents[u] for u in used])
+    if grid is None:
         return None
-    grid = [dict(zip(used, point)) for point in points]
+    # one column per output axis, a row per point; then arrays of values over the grid
+    cols = {u: grid[:, k:k + 1] for k, u in enumerate(used)}
+    size = len(grid)
     evaluator = ExprEvaluator({})
-    env = lambda point: {k: np.array(v, dtype=np.int64) for k, v in point.items()}
-    bounds = [(int(evaluator.at_point(ax.lo, env(p))), int(evaluator.at_point(hi_expr, env(p))))
-              for p in grid]
-    candidates = [(1, {})] + [(aff.as_dict()[ax.name], aff) for aff, _ in dims
-                              if abs(aff.as_dict()[ax.name]) == 1]
+    lo, hi = (np.broadcast_to(np.asarray(evaluator.at_point(e, cols), np.int64), (size, 1))
+              for e in (ax.lo, hi_expr))
+    nonempty = hi > lo
+    if not nonempty.any():
+        return None
+    v = solver.Affine.var(ax.name)
+    # r == c * v + rest(out)
+    candidates = [(1, solver.Affine.const(0))] + [
+        (aff.coeff(ax.name), aff - v * aff.coeff(ax.name)) for aff, _ in dims
+        if abs(aff.coeff(ax.name)) == 1]
     best = None
-    for c, aff in candidates:
-        rest = {} if not aff else {k: v for k, v in aff.as_dict().items() if k != ax.name}
-        const = 0 if not aff else aff.constant
-
-        def r_of(v, point, c=c, rest=rest, const=const):
-            return c * v + const + sum(k * point[n] for n, k in rest.items())
-
-        if not set(rest) <= set(used) and rest:
+    for c, rest in candidates:
+        offsets = np.broadcast_to(np.asarray(rest.evaluate(cols), np.int64), (size, 1))
+        values = np.concatenate([(c * lo + offsets)[nonempty], (c * (hi - 1) + offsets)[nonempty]])
+        r_lo, r_hi = int(values.min()), int(values.max())
+        # a candidate leaving divisions in the indices does not make a contraction
+        v_aff = (v - rest) * c
+        rank = (not all(aff.substitute({ax.name: v_aff}).is_linear for aff, _ in dims),
+                r_hi - r_lo + 1)
+        if best is not None and rank >= best[0]:
             continue
-        values = [r_of(v, p) for p, (lo, hi) in zip(grid, bounds) for v in (lo, hi - 1)
-                  if hi > lo]
-        if not values:
-            return None
-        r_lo, r_hi = min(values), max(values)
-        if best is not None and r_hi - r_lo + 1 >= best[0]:
+        if size * (r_hi - r_lo + 1) > MAX_CHECKED_POINTS:
             continue
-        if len(grid) * (r_hi - r_lo + 1) > MAX_CHECKED_POINTS:
-            continue
-        ok, needed = True, set()
-        for p, (lo, hi) in zip(grid, bounds):
-            for r in range(r_lo, r_hi + 1):
-                v = c * (r - r_of(0, p))  # c == 1/c
-                inside = lo <= v < hi
-                at = dict(p, **{ax.name: v})
-                dims_in = [0 <= _eval_affine(d, at) < size for d, size in dims]
-                if inside != all(dims_in):
-                    ok = False
-                    break
-                needed |= {k for k, good in enumerate(dims_in) if not good}
-            if not ok:
-                break
-        if ok:
-            best = (r_hi - r_lo + 1, c, rest, const, r_lo, sorted(needed))
+        # every (point, r): v = c * (r - rest) inside its bounds iff every read is inside
+        x = c * (np.arange(r_lo, r_hi + 1)[None, :] - offsets)  # c == 1/c
+        at = {u: np.broadcast_to(col, x.shape) for u, col in cols.items()}
+        at[ax.name] = x
+        dims_in = []
+        for d, extent in dims:
+            index = d.evaluate(at)
+            dims_in.append(np.broadcast_to((0 <= index) & (index < extent), x.shape))
+        inside = (lo <= x) & (x < hi)
+        if np.array_equal(inside, np.logical_and.reduce(dims_in) if dims_in else
+                          np.ones_like(inside)):
+            best = (rank, c, rest, r_lo, [k for k, d in enumerate(dims_in) if not d.all()])
     if best is None:
         return None
-    extent, c, rest, const, r_lo, needed = best
+    (_, extent), c, rest, r_lo, needed = best
     dtype = ax.var.dtype
-    # v == c * (r - rest - const), r keeping v's name
-    v_aff = (solver.Affine.var(ax.name) - const
-             - sum((solver.Affine.var(n) * k for n, k in rest.items()), solver.Affine.const(0))) * c
+    # v == c * (r - rest), r keeping v's name
+    v_aff = (v - rest) * c
     value = from_affine(v_aff, dtype)
     guards = []
     for k in needed:
@@ -542,6 +547,16 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
     return axis, value, guards
 
 
+def _grid(extents):
+    """Every point of the box ``extents`` as a row of an int64 array (one column per
+    dimension), or None above :data:`MAX_CHECKED_POINTS` points."""
+    if math.prod(extents) > MAX_CHECKED_POINTS:
+        return None
+    if not extents:
+        return np.zeros((1, 0), dtype=np.int64)
+    return np.indices(extents, dtype=np.int64).reshape(len(extents), -1).T
+
+
 def _points(extents):
     points = [()]
     for n in extents:
@@ -549,10 +564,6 @@ def _points(extents):
             return None
         points = [p + (i,) for p in points for i in range(n)]
     return points
-
-
-def _eval_affine(aff, at):
-    return aff.constant + sum(k * at[n] for n, k in aff.as_dict().items())
 
 
 class _CanonicalIndices(IdentityMapper):
@@ -734,6 +745,54 @@ def drop_invariant_axes(tensor):
     if len(kept) == len(op.axes):
         return None
     return compute_stage(f"{tensor.name}_once", [op.axes[k] for k in kept], op.body), kept
+
+
+def drop_invariant_scatter_axes(tensor):
+    """``(stage, kept)``: the scatter stage ``tensor`` without the axes that only run
+    along an output dimension of their own, and the positions of the output dimensions
+    it keeps; None when there is no such axis.
+
+    An axis ``a`` of the scatter's domain qualifies when every target writes at index
+    ``a`` in one dimension ``d`` (the same for all, of the axis's extent), uses ``a``
+    nowhere else, and the stage has no ``init``: every line along ``d`` then receives
+    the same sums. The gradient of ``take`` for a head of ones adds ``1.0`` along whole
+    rows (``dx[idx[i], j] += 1.0``): it counts each row's takes once, then copies the
+    count along the row. The identity preserved: ``tensor[x] == stage[x[kept]]``.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((5, 3), name="x")
+    >>> idx = tg.placeholder((4,), dtype="int64", name="idx")
+    >>> dx = tg.differentiate(tg.ops.take(x, idx, axis=0), [x]).result[0]
+    >>> s, kept = drop_invariant_scatter_axes(dx); s.shape, kept
+    ((5,), (0,))
+    """
+    op = tensor.op
+    if not isinstance(op, ScatterOp) or op.init is not None:
+        return None
+    dropped = {}  # axis position -> output dimension
+    for k, ax in enumerate(op.axes):
+        dims = set()
+        for target in op.targets:
+            at = [d for d, index in enumerate(target.indices)
+                  if type(index) is Var and index.name == ax.name]
+            others = [e for d, e in enumerate(target.exprs()) if d not in at]
+            if len(at) != 1 or any(ax.name in free_var_names(e) for e in others):
+                break
+            dims.add(at[0])
+        else:
+            if len(dims) == 1 and tensor.shape[next(iter(dims))] == ax.extent.value \
+                    and type(ax.lo) is Const and ax.lo.value == 0 \
+                    and next(iter(dims)) not in dropped.values():
+                dropped[k] = dims.pop()
+    if not dropped:
+        return None
+    lost = set(dropped.values())
+    kept = tuple(d for d in range(len(tensor.shape)) if d not in lost)
+    targets = [ScatterTarget([target.indices[d] for d in kept], target.value, target.where)
+               for target in op.targets]
+    axes = [ax for k, ax in enumerate(op.axes) if k not in dropped]
+    return scatter_stage(f"{tensor.name}_once", [tensor.shape[d] for d in kept], axes,
+                         targets), kept
 
 
 # -- residue classes of strided output axes --------------------------------------------

@@ -49,11 +49,12 @@ from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
 
 from tegrad.codegen.kernels.contraction import (ACC, best_gemm_plan, detect_contraction,
                                                 drop_invariant_axes,
+                                                drop_invariant_scatter_axes,
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import Accumulate, If, Load, MatrixProduct, Store
 from tegrad.codegen.lower.nest import INDEX, const
-from tegrad.codegen.lower.stage import box_loops, lower_compute
+from tegrad.codegen.lower.stage import box_loops, lower_compute, lower_stage
 
 
 def _plan_of(t):
@@ -90,7 +91,12 @@ def contraction_plan(t):
     (:func:`~tegrad.codegen.kernels.contraction.residue_classes`, a strided
     convolution's data gradient) when one has a plan (the others' contraction and plan
     are None: they run as loops); or a :class:`Broadcast` when the stage's reduction
-    does not use some of its output axes (computed once, then copied)."""
+    does not use some of its output axes, or it is a scatter adding the same along some
+    (computed once, then copied:
+    :func:`~tegrad.codegen.kernels.contraction.drop_invariant_scatter_axes`)."""
+    dropped = drop_invariant_scatter_axes(t)
+    if dropped is not None:
+        return Broadcast(dropped[0], dropped[1], None)
     if not _sums(t):
         return None  # every plan computes a sum of products
     dropped = drop_invariant_axes(t)
@@ -138,21 +144,42 @@ def runs_as_products(found):
 
 
 def _whole_plan(t):
-    """:func:`contraction_plan` of ``t`` with all its output axes."""
+    """:func:`contraction_plan` of ``t`` with all its output axes: the stage as one
+    product, or seen with split axes, or its residue classes when they cost less (a
+    strided convolution's data gradient as one product sums over every output position
+    each input element's window could meet, most of them zeros)."""
     found = _plan_of(t)
-    if found is not None:
-        return [(t, ()) + found]
-    split = split_axes(t)
-    found = None if split is None else _plan_of(split)
-    if found is not None and found[0].epilogue is None and found[0].dtype == t.dtype:
-        # the same memory, seen with the split axes: the product writes it directly
-        return [(split, ()) + found]
+    whole = None if found is None else [(t, ()) + found]
+    if whole is not None and _cost(whole) > LOOP_COST * stage_cost(t).iterations:
+        whole = None  # its bounds made constant, mostly zeros: the loops cost less
+    if whole is None:
+        split = split_axes(t)
+        found = None if split is None else _plan_of(split)
+        if found is not None and found[0].epilogue is None and found[0].dtype == t.dtype:
+            # the same memory, seen with the split axes: the product writes it directly
+            return [(split, ()) + found]
     parts = residue_classes(t)
     if not parts:
-        return None
+        return whole
     out = [(part.stage, part.splits) + (_plan_of(part.stage) or (None, None))
            for part in parts]
-    return out if any(plan is not None for _, _, _, plan in out) else None
+    if not any(plan is not None for _, _, _, plan in out):
+        return whole
+    if whole is not None and _cost(whole) <= MAX_WHOLE_EXCESS * _cost(out):
+        return whole
+    return out
+
+
+#: one product may do this much more work than the residue classes of its stage and
+#: still be chosen: it saves their temps, copies and calls
+MAX_WHOLE_EXCESS = 1.25
+
+
+def _cost(found):
+    """The work of a :func:`contraction_plan`'s parts in floating-point operations of the
+    gemm kernel: a product's own, :data:`LOOP_COST` per iteration of a part's loops."""
+    return sum(c.flops if plan is not None else LOOP_COST * stage_cost(stage).iterations
+               for stage, _, c, plan in found)
 
 
 def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
@@ -189,7 +216,7 @@ def _lower_broadcast(t, buf, ctx, found, new_temp, padded):
     """``once[x[kept]]`` computed into a temp, then ``buf[x] = once[x[kept]]``."""
     stage = found.stage
     once = new_temp(stage.name, stage.shape, buf.dtype)
-    inner = lower_compute(stage, once, ctx) if found.found is None else \
+    inner = lower_stage(stage, once, ctx) if found.found is None else \
         lower_contraction(stage, once, ctx, found.found, new_temp, padded)
     variables = [Var(ctx.names.fresh(f"b{d}"), INDEX) for d in range(len(t.shape))]
     copy = Store(buf, tuple(variables), Load(once, tuple(variables[k] for k in found.kept)))

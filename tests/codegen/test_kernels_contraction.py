@@ -138,6 +138,24 @@ def test_padded_conv2d_reads_a_zero_padded_input(stride, dilation, padding):
     assert plan.rhs is x and plan.rhs_padding == c.a.padding and not plan.lhs_padding
 
 
+@pytest.mark.parametrize("stride, dilation, padding", [(2, 1, 1), (3, 1, 1), (2, 2, 2),
+                                                       (2, 1, 0), (3, 2, 2)])
+def test_strided_weight_gradient_sums_over_every_output_position(stride, dilation, padding):
+    """Zero elimination shifts a strided weight gradient's output positions by a division
+    of the window offset (``yy_s + (-ry) // 2 + 1``, the bounds of ``yy_s`` depending on
+    it); undone, the sum runs over every output position against the zero-padded input."""
+    x, w = tg.placeholder((2, 3, 13, 11), name="x"), tg.placeholder((4, 3, 3, 3), name="w")
+    y = tg.nn.conv2d(x, w, padding=padding, stride=stride, dilation=dilation)
+    head = tg.placeholder(y.shape, name="head")
+    dw = tg.differentiate(y, [w], head=head).result[0]
+    c = detect_contraction(dw)
+    assert c is not None
+    assert c.n_axes == ("i0",) or c.m_axes == ("i0",)
+    k = {name: c.extents[name] for name in c.k_axes}
+    assert sorted(k.values()) == sorted((2,) + y.shape[2:])
+    check_plan(dw, feeds(x, head, seed=stride), 1e-4)
+
+
 def test_guards_other_than_bounds_checks_are_kept_and_refused():
     a, b = tg.placeholder((6, 6), name="a"), tg.placeholder((6, 5), name="b")
     k = tg.reduce_axis((0, 6), name="k")
