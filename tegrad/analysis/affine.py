@@ -132,12 +132,27 @@ def to_constraint(c):
     op = c.op
     if negate:
         op = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}[op]
-    if op == "ne":
-        return None
     a, b = to_affine(c.a), to_affine(c.b)
     if a is None or b is None:
         return None
+    if op == "ne":
+        return _residue_differs(a - b)
     return _CONSTRAINT_OF[op](a, b)
+
+
+def _residue_differs(d):
+    """The constraint ``d != 0`` when ``d`` is ``s * (e % m) + k`` (``s`` = +-1): ``e % m``
+    is not the one residue ``c = -s * k``, so ``(e - c) % m >= 1``; true or false for a
+    constant ``d``; None for any other ``d`` (``!=`` is then a disjunction)."""
+    if d.is_constant:
+        return solver.ge(solver.Affine.const(0), 0 if d.constant else 1)
+    (atom, coeff), = d.terms if len(d.terms) == 1 else ((None, 0),)
+    if type(atom) is not Mod or abs(coeff) != 1:
+        return None
+    residue = -coeff * d.constant
+    if not 0 <= residue < atom.divisor:
+        return solver.ge(solver.Affine.const(0), 0)  # always true
+    return solver.ge((atom.expr - residue) % atom.divisor, 1)
 
 
 def from_constraint(con, dtype=INDEX_DTYPE):

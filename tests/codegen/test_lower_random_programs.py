@@ -7,7 +7,9 @@ Where a reduction's loops sit under a condition that reads data (a select on a l
 value holding the reduction), the lowering runs them only where the condition holds,
 which a count made without the data cannot know: ``tg.cost`` counts them as if it held,
 so there the points visited are at most the count, and equal to it once every such
-condition is taken as true (:func:`open_data_guards`).
+condition is taken as true (:func:`open_data_guards`). A loop by a step above one may
+visit the points of two pieces of a domain per iteration (``i`` and ``i + 1``): the
+count is then at most ``tg.cost``'s.
 """
 import importlib.util
 import os
@@ -64,6 +66,11 @@ def open_data_guards(kernel):
     return Kernel(kernel.name, kernel.args, kernel.temps, _OpenDataGuards()(kernel.body))
 
 
+def _shifted_pieces(kernel):
+    """A loop by a step above one: isl's loop over several residues of a stride."""
+    return any(type(s) is For and s.step > 1 for s in walk_stmts(kernel.body))
+
+
 #: programs per run (each is interpreted in Python); set it higher for a long run
 EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_LOWERED", "50"))
 
@@ -80,7 +87,10 @@ def test_lowered_random_program_matches_evaluator_and_cost(program, seed):
     prepared = prepare(outputs)
     counted = tg.cost(prepared).iterations + scatter_fill(inputs, prepared)
     if not _data_guards(kernel):
-        assert iterations == counted
+        # isl may visit two pieces of a domain in one loop iteration (the even points at
+        # ``i`` and the odd ones at ``i + 1`` of a loop by 2), which counts as one
+        assert iterations <= counted
+        assert iterations == counted or _shifted_pieces(kernel)
     else:
         assert iterations <= counted
         _, opened = run(open_data_guards(kernel), [feed[t] for t in inputs])
