@@ -8,7 +8,9 @@ Prints markdown tables: the gemm kernel planned by contraction detection (1 and 
 threads, through the native pool) against numpy and PyTorch on dense 512^3 and a 3x3
 conv2d; the native pool's fork-join time; then per case the median and min ms of numpy, PyTorch and
 tegrad (``tegrad.build``, when the package has it), ratios to PyTorch and GFLOP/s; then the
-gradient/forward time ratios. Every case's results are checked to agree across columns
+gradient/forward time ratios, twice: from the medians of that table, and with each
+contender's forward and forward + gradient alternated with each other only (both then
+follow the same calls). Every case's results are checked to agree across columns
 (float32 tolerance) before it is timed.
 """
 from __future__ import annotations
@@ -532,6 +534,47 @@ def tegrad_contender(case, arrays, threads):
     return (lambda: f(*arrays)), compile_s
 
 
+@dataclass
+class RatioRun:
+    """A case of the gradient/forward table: each contender's median seconds in the
+    alternated run, and its callable (for :func:`paired_ratio`)."""
+
+    medians: dict
+    calls: dict
+
+
+def ratio_table(ratio_rows, ratio):
+    """``[(case, tegrad, numpy, PyTorch), ...]``: gradient/forward time per case measured
+    forward and forward + gradient, each cell ``ratio(forward, both, contender)`` (two
+    :class:`RatioRun`), "n/a" for a contender missing from either."""
+    out = []
+    for base, by_kind in ratio_rows.items():
+        if True not in by_kind or False not in by_kind:
+            continue
+        forward, both = by_kind[True], by_kind[False]
+        out.append((base, *(ratio(forward, both, column)
+                             if column in forward.calls and column in both.calls else "n/a"
+                             for column in ("tegrad", "numpy", "torch"))))
+    return out
+
+
+def median_ratio(forward, both, column):
+    """Gradient/forward time from the medians of the run of every contender alternated."""
+    return f"{both.medians[column] / forward.medians[column]:.2f}"
+
+
+def paired_ratio(repeats):
+    """Gradient/forward time with the contender's forward and forward + gradient alternated
+    with each other only, so both follow the same calls (in the run of every contender
+    alternated, a forward follows the others' forwards and a gradient their gradients,
+    which leave the caches and the other core in other states)."""
+    def ratio(forward, both, column):
+        times = alternate({"forward": forward.calls[column], "both": both.calls[column]},
+                          repeats)
+        return f"{np.median(times['both']) / np.median(times['forward']):.2f}"
+    return ratio
+
+
 def run_cases(cases, threads, repeats):
     import torch
     torch.set_num_threads(threads)
@@ -544,8 +587,9 @@ def run_cases(cases, threads, repeats):
         reference = case.numpy(*arrays)
         check_agree(case.name, reference, _as_numpy(case.torch(*tensors)), case.tolerance,
                     "PyTorch")
-        contenders = {"numpy": lambda: case.numpy(*arrays),
-                      "torch": lambda: case.torch(*tensors)}
+        # (bound now: the gradient/forward table calls them after the loop)
+        contenders = {"numpy": lambda case=case, arrays=arrays: case.numpy(*arrays),
+                      "torch": lambda case=case, tensors=tensors: case.torch(*tensors)}
         tegrad_fn, tegrad_info = tegrad_contender(case, arrays, threads)
         if tegrad_fn is not None:
             check_agree(case.name, reference, _as_numpy(tegrad_fn()), case.tolerance, "tegrad")
@@ -564,8 +608,8 @@ def run_cases(cases, threads, repeats):
                      _gflops(case.flops, times["torch"]), compile_cell))
         if "ratio" in case.tags:
             base = case.name.rsplit(" (", 1)[0]
-            ratio_rows.setdefault(base, {})[case.forward_only] = {
-                k: np.median(v) for k, v in times.items()}
+            ratio_rows.setdefault(base, {})[case.forward_only] = RatioRun(
+                {k: np.median(v) for k, v in times.items()}, contenders)
         print(f"  measured {case.name}", file=sys.stderr, flush=True)
     return rows, ratio_rows
 
@@ -751,19 +795,13 @@ def main(args):
     print(_table(["case", "tegrad ms", "numpy ms", "PyTorch ms", "tegrad / PyTorch",
                   "numpy / PyTorch", "tegrad GFLOP/s", "PyTorch GFLOP/s", "compile s"], rows))
     if ratio_rows:
-        print("\n## gradient / forward time\n")
-        out = []
-        for base, by_kind in ratio_rows.items():
-            if True not in by_kind or False not in by_kind:
-                continue
-            cells = []
-            for column in ("tegrad", "numpy", "torch"):
-                if column in by_kind[True] and column in by_kind[False]:
-                    cells.append(f"{by_kind[False][column] / by_kind[True][column]:.2f}")
-                else:
-                    cells.append("n/a")
-            out.append((base, *cells))
-        print(_table(["case", "tegrad", "numpy", "PyTorch"], out))
+        print("\n## gradient / forward time (medians of the table above)\n")
+        print(_table(["case", "tegrad", "numpy", "PyTorch"],
+                     ratio_table(ratio_rows, median_ratio)))
+        print("\n## gradient / forward time, each contender's two programs alternated with "
+              "each other only\n")
+        print(_table(["case", "tegrad", "numpy", "PyTorch"],
+                     ratio_table(ratio_rows, paired_ratio(args.repeats))))
 
 
 if __name__ == "__main__":
