@@ -57,10 +57,11 @@ from tegrad.codegen.lower.nest import INDEX, const
 from tegrad.codegen.lower.stage import box_loops, lower_compute, lower_stage
 
 
-def _plan_of(t):
-    """``(contraction, plan)`` of the stage ``t``, or None."""
+def _plan_of(t, most_flops=None):
+    """``(contraction, plan)`` of the stage ``t``, or None (also when its product would
+    take more than ``most_flops``)."""
     c = detect_contraction(t)
-    if c is None:
+    if c is None or (most_flops is not None and c.flops > most_flops):
         return None
     plan, order = best_gemm_plan(c)
     return None if plan is None else (c, _Transposed(plan, order) if order else plan)
@@ -148,10 +149,12 @@ def _whole_plan(t):
     product, or seen with split axes, or its residue classes when they cost less (a
     strided convolution's data gradient as one product sums over every output position
     each input element's window could meet, most of them zeros)."""
-    found = _plan_of(t)
+    iterations = stage_cost(t).iterations
+    # (a product whose bounds made constant hold mostly zeros costs more than the loops)
+    found = _plan_of(t, most_flops=LOOP_COST * iterations)
     whole = None if found is None else [(t, ()) + found]
-    if whole is not None and _cost(whole) > LOOP_COST * stage_cost(t).iterations:
-        whole = None  # its bounds made constant, mostly zeros: the loops cost less
+    if whole is not None and _cost(whole) <= MAX_WHOLE_EXCESS * 2 * iterations:
+        return whole  # residue classes do at least the stage's own work (2 flops a term)
     if whole is None:
         split = split_axes(t)
         found = None if split is None else _plan_of(split)
