@@ -558,12 +558,9 @@ def _grid(extents):
 
 
 def _points(extents):
-    points = [()]
-    for n in extents:
-        if len(points) * n > MAX_CHECKED_POINTS:
-            return None
-        points = [p + (i,) for p in points for i in range(n)]
-    return points
+    """The rows of :func:`_grid` as tuples of ints, or None."""
+    grid = _grid(extents)
+    return None if grid is None else [tuple(int(v) for v in row) for row in grid]
 
 
 class _CanonicalIndices(IdentityMapper):
