@@ -41,7 +41,6 @@ from llvmlite import ir
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import bottom_up, children, run
-from tegrad.ir.reduction import sum as _SUM
 from tegrad.codegen.kernels.gemm import emit_gemm
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_expr, walk_stmts
@@ -808,12 +807,6 @@ def _accumulate(em, s):
         value = em.expr(s.value, s.buffer.dtype)
         address = em.address(s.buffer, s.indices)
         old = em.load(s.buffer, address)
-        if s.reducer is _SUM and _dt.is_float(s.buffer.dtype):
-            # reassociation lets LLVM vectorise the sum (different rounding only)
-            total = em.builder.fadd(old.ir, value.ir)
-            total.flags.append("reassoc")
-            em.store(s.buffer, address, Value(total, s.buffer.dtype))
-            return
         x, y, combined = s.reducer.combiner(s.buffer.dtype)
         saved = em.env.get(x.name), em.env.get(y.name)
         em.env[x.name], em.env[y.name] = old, value

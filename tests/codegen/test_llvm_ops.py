@@ -313,16 +313,19 @@ def test_integer_index_arithmetic_wraps_like_the_evaluator():
     assert_matches(outs, [], [])
 
 
-# -- the one fast-math flag: reassociation of float sums ---------------------------------
+# -- reassociation of float sums: vector accumulators only -------------------------------
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_reassociated_sums_differ_only_by_rounding(dtype):
+    """A sum along the stride-1 axis runs in vector accumulators (the schedule's lanes,
+    no fast-math flag): it differs from the evaluator's by rounding only."""
     X = tg.placeholder((1003,), dtype=dtype, name="X")
     k = tg.reduce_axis((0, 1003), name="k")
     S = tg.compute((), lambda: tg.sum(X[k], axis=k), name="S")
     f = tg.build([X], [S])
-    assert re.search(r"fadd reassoc <\d+ x", f.llvm_ir)  # it vectorised
+    assert re.search(r"fadd <\d+ x", f.llvm_ir)  # it vectorised
+    assert "reassoc" not in f.llvm_ir
     rng = np.random.default_rng(3)
     base = rng.standard_normal(1003)
     specials = {"none": {}, "nan": {500: np.nan}, "inf": {7: np.inf},
