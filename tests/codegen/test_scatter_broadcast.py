@@ -3,6 +3,8 @@ head of ones: ``dx[idx[i], j] += 1.0``) is computed once without that dimension,
 copied along it (:func:`drop_invariant_scatter_axes`); results equal the evaluator's."""
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad import ops
@@ -88,4 +90,69 @@ def test_a_users_scatter_with_a_guard(threads):
     feed = [rng.integers(-2, 10, (50,)), rng.standard_normal(50).astype(np.float32)]
     (got,) = f(*feed)
     want = tg.evaluate(s, dict(zip([idx, g], feed)))
+    np.testing.assert_array_equal(got, want)
+
+
+@st.composite
+def scatters(draw):
+    """A random scatter over a 3-d domain ``(i, j, k)`` into a 3-d output: each target
+    writes each output dimension at a plain axis, a data-dependent row, or a shifted
+    axis; values and guards use a random subset of the axes."""
+    n_rows = draw(st.integers(1, 6))
+    extents = [draw(st.integers(1, 5)) for _ in range(3)]
+    idx = tg.placeholder((extents[0],), dtype="int64", name="idx")
+    g = tg.placeholder(tuple(extents), name="g")
+    # output dimension d of the extent of the axis it may hold plainly
+    out_shape = (n_rows, extents[1], extents[2])
+    n_targets = draw(st.integers(1, 3))
+    specs = []
+    for _ in range(n_targets):
+        dims = [draw(st.sampled_from(["row", "plain"])),
+                draw(st.sampled_from(["plain", "plain", "shifted"])),
+                draw(st.sampled_from(["plain", "plain", "zero"]))]
+        uses = draw(st.sets(st.sampled_from("ijk")))
+        guarded = draw(st.booleans())
+        specs.append((dims, uses, guarded))
+
+    def clamp_row(e):
+        return tg.max(tg.min(e, n_rows - 1), 0)
+
+    def index(dims, i, j, k):
+        row = clamp_row(idx[i]) if dims[0] == "row" else clamp_row(i)
+        second = j if dims[1] == "plain" else (j + 1) % extents[1]
+        third = k if dims[2] == "plain" else k * 0
+        return (row, second, third)
+
+    def value(uses, i, j, k):
+        pick = {"i": i, "j": j, "k": k}
+        at = [pick[name] if name in uses else 0 for name in "ijk"]
+        return g[at[0], at[1], at[2]] * 0.5 + 1.0
+
+    targets = []
+    for dims, uses, guarded in specs:
+        targets.append((dims, uses, guarded))
+    out = None
+    for dims, uses, guarded in targets:
+        t = tg.scatter_add(
+            out_shape, tuple(extents),
+            lambda i, j, k, dims=dims: index(dims, i, j, k),
+            lambda i, j, k, uses=uses: value(uses, i, j, k),
+            where=(lambda i, j, k: g[i, 0, 0] > -0.5) if guarded else None,
+            init=out, name="s")
+        out = t
+    return [idx, g], out, extents, n_rows
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scatters(), st.integers(1, 2), st.integers(0, 2**31 - 1))
+def test_random_scatters_equal_evaluator(program, threads, seed):
+    """Compiled scatters, broadcast or not, equal the evaluator bit for bit (each element
+    receives the same updates in the same order)."""
+    inputs, out, extents, n_rows = program
+    f = tg.build(inputs, [out], threads=threads)
+    rng = np.random.default_rng(seed)
+    feed = [rng.integers(-2, n_rows + 2, (extents[0],)),
+            rng.standard_normal(tuple(extents)).astype(np.float32)]
+    (got,) = f(*feed)
+    want = tg.evaluate(out, dict(zip(inputs, feed)))
     np.testing.assert_array_equal(got, want)
