@@ -351,26 +351,21 @@ def _bound_dims(ax, extents):
     loose += [high - 1 - v for high in highs]
     if not loose:
         return dims
-    hi_expr = ax.lo + ax.extent
-    used = sorted(free_var_names(ax.lo) | free_var_names(hi_expr)
-                  | {n for aff in loose for n in aff.as_dict() if n != ax.name})
-    if not set(used) <= set(extents):
+    found = _bounds_over(ax, {n for aff in loose for n in aff.as_dict() if n != ax.name},
+                         extents)
+    if found is None:
         return []
-    points = _points([extents[u] for u in used])
-    if points is None:
+    cols, lo, hi = found
+    nonempty = hi > lo
+    if not nonempty.any():
         return []
-    evaluator = ExprEvaluator({})
-    most = [None] * len(loose)
-    for point in points:
-        env = {k: np.array(x, dtype=np.int64) for k, x in zip(used, point)}
-        lo, hi = int(evaluator.at_point(ax.lo, env)), int(evaluator.at_point(hi_expr, env))
-        if hi <= lo:
-            continue
-        at = dict(zip(used, point))
-        for k, aff in enumerate(loose):
-            top = max(aff.evaluate(dict(at, **{ax.name: x})) for x in (lo, hi - 1))
-            most[k] = top if most[k] is None else max(most[k], top)
-    if None in most or min(most) < 0:
+    most = []
+    for aff in loose:
+        # (the most of an affine form over [lo, hi) is at one end)
+        ends = [np.broadcast_to(aff.evaluate(dict(cols, **{ax.name: x})), x.shape)
+                for x in (lo, hi - 1)]
+        most.append(int(np.maximum(*ends)[nonempty].max()))
+    if min(most) < 0:
         return []
     return dims + [(aff, top + 1) for aff, top in zip(loose, most)]
 
@@ -381,22 +376,32 @@ def _bounding_range(ax, extents):
     anything else or there are too many."""
     if type(ax.lo) is Const and type(ax.extent) is Const:
         return ax.lo.value, ax.lo.value + max(ax.extent.value, 0)
+    found = _bounds_over(ax, (), extents)
+    if found is None:
+        return None
+    _, lo, hi = found
+    nonempty = hi > lo
+    return (int(lo[nonempty].min()), int(hi[nonempty].max())) if nonempty.any() else None
+
+
+def _bounds_over(ax, names, extents):
+    """``(columns, lo, hi)``: every point of the output axes ``names`` and of those the
+    bounds of the reduction variable ``ax`` use, as ``{name: column}`` (int64 arrays of
+    one column, a row per point), and the bounds ``lo <= ax < hi`` at each (columns of
+    the same rows); None when those axes are not all output axes (``extents``) or have
+    more than :data:`MAX_CHECKED_POINTS` points."""
     hi_expr = ax.lo + ax.extent
-    used = sorted(free_var_names(ax.lo) | free_var_names(hi_expr))
+    used = sorted(set(names) | free_var_names(ax.lo) | free_var_names(hi_expr))
     if not set(used) <= set(extents):
         return None
-    points = _points([extents[u] for u in used])
-    if points is None:
+    grid = _grid([extents[u] for u in used])
+    if grid is None:
         return None
+    cols = {u: grid[:, k:k + 1] for k, u in enumerate(used)}
     evaluator = ExprEvaluator({})
-    lows, highs = [], []
-    for point in points:
-        env = {k: np.array(v, dtype=np.int64) for k, v in zip(used, point)}
-        lo, hi = int(evaluator.at_point(ax.lo, env)), int(evaluator.at_point(hi_expr, env))
-        if hi > lo:
-            lows.append(lo)
-            highs.append(hi)
-    return (min(lows), max(highs)) if lows else None
+    lo, hi = (np.broadcast_to(np.asarray(evaluator.at_point(e, cols), np.int64),
+                              (len(grid), 1)) for e in (ax.lo, hi_expr))
+    return cols, lo, hi
 
 
 #: the most points (output-axis values times reduction-variable values) enumerated to
@@ -480,22 +485,12 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
                 return None
             dims.append((aff, size))
     # every output axis the bounds or those indices use takes every value in the check
-    hi_expr = ax.lo + ax.extent
-    used = free_var_names(ax.lo) | free_var_names(hi_expr)
-    for aff, _ in dims:
-        used |= aff.variables() - {ax.name}
-    used = sorted(used)
-    if not set(used) <= set(extents):
+    found = _bounds_over(ax, set().union(*(aff.variables() for aff, _ in dims)) - {ax.name},
+                         extents)
+    if found is None:
         return None
-    grid = _grid([extents[u] for u in used])
-    if grid is None:
-        return None
-    # one column per output axis, a row per point; then arrays of values over the grid
-    cols = {u: grid[:, k:k + 1] for k, u in enumerate(used)}
-    size = len(grid)
-    evaluator = ExprEvaluator({})
-    lo, hi = (np.broadcast_to(np.asarray(evaluator.at_point(e, cols), np.int64), (size, 1))
-              for e in (ax.lo, hi_expr))
+    cols, lo, hi = found
+    size = len(lo)
     nonempty = hi > lo
     if not nonempty.any():
         return None
@@ -509,7 +504,8 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
         offsets = np.broadcast_to(np.asarray(rest.evaluate(cols), np.int64), (size, 1))
         values = np.concatenate([(c * lo + offsets)[nonempty], (c * (hi - 1) + offsets)[nonempty]])
         r_lo, r_hi = int(values.min()), int(values.max())
-        # a candidate leaving divisions in the indices does not make a contraction
+        # v == c * (r - rest), r keeping v's name; a candidate leaving divisions in the
+        # indices does not make a contraction
         v_aff = (v - rest) * c
         rank = (not all(aff.substitute({ax.name: v_aff}).is_linear for aff, _ in dims),
                 r_hi - r_lo + 1)
@@ -528,13 +524,11 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
         inside = (lo <= x) & (x < hi)
         if np.array_equal(inside, np.logical_and.reduce(dims_in) if dims_in else
                           np.ones_like(inside)):
-            best = (rank, c, rest, r_lo, [k for k, d in enumerate(dims_in) if not d.all()])
+            best = (rank, v_aff, r_lo, [k for k, d in enumerate(dims_in) if not d.all()])
     if best is None:
         return None
-    (_, extent), c, rest, r_lo, needed = best
+    (_, extent), v_aff, r_lo, needed = best
     dtype = ax.var.dtype
-    # v == c * (r - rest), r keeping v's name
-    v_aff = (v - rest) * c
     value = from_affine(v_aff, dtype)
     guards = []
     for k in needed:
@@ -555,12 +549,6 @@ def _grid(extents):
     if not extents:
         return np.zeros((1, 0), dtype=np.int64)
     return np.indices(extents, dtype=np.int64).reshape(len(extents), -1).T
-
-
-def _points(extents):
-    """The rows of :func:`_grid` as tuples of ints, or None."""
-    grid = _grid(extents)
-    return None if grid is None else [tuple(int(v) for v in row) for row in grid]
 
 
 class _CanonicalIndices(IdentityMapper):
@@ -777,10 +765,10 @@ def drop_invariant_scatter_axes(tensor):
                 break
             dims.add(at[0])
         else:
-            if len(dims) == 1 and tensor.shape[next(iter(dims))] == ax.extent.value \
-                    and type(ax.lo) is Const and ax.lo.value == 0 \
-                    and next(iter(dims)) not in dropped.values():
-                dropped[k] = dims.pop()
+            d = dims.pop() if len(dims) == 1 else None
+            if d is not None and tensor.shape[d] == ax.extent.value and \
+                    type(ax.lo) is Const and ax.lo.value == 0 and d not in dropped.values():
+                dropped[k] = d
     if not dropped:
         return None
     lost = set(dropped.values())

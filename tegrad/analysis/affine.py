@@ -145,13 +145,15 @@ def _residue_differs(d):
     is not the one residue ``c = -s * k``, so ``(e - c) % m >= 1``; true or false for a
     constant ``d``; None for any other ``d`` (``!=`` is then a disjunction)."""
     if d.is_constant:
-        return solver.ge(solver.Affine.const(0), 0 if d.constant else 1)
-    (atom, coeff), = d.terms if len(d.terms) == 1 else ((None, 0),)
+        return solver.TRUE if d.constant else solver.FALSE
+    if len(d.terms) != 1:
+        return None
+    (atom, coeff), = d.terms
     if type(atom) is not Mod or abs(coeff) != 1:
         return None
     residue = -coeff * d.constant
     if not 0 <= residue < atom.divisor:
-        return solver.ge(solver.Affine.const(0), 0)  # always true
+        return solver.TRUE
     return solver.ge((atom.expr - residue) % atom.divisor, 1)
 
 
