@@ -124,8 +124,9 @@ class LoadedModule:
     def asm(self):
         """The machine code as assembly (generated on first use: it costs as much as
         compiling)."""
+        ir_text = self.optimised_ir  # takes the lock itself, which is not reentrant
         with _lock:
-            return target_machine().emit_assembly(llvm.parse_assembly(self.optimised_ir))
+            return target_machine().emit_assembly(llvm.parse_assembly(ir_text))
 
     def address(self, name):
         """The address of the function ``name``."""

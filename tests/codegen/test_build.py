@@ -1,5 +1,7 @@
 """``tg.build``: what it accepts, what the compiled function returns and shows, and the
 cache of compiled programs."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,17 @@ def test_loops_llvm_ir_and_asm_are_shown():
     assert "define" in f.llvm_ir and "tegrad.mlp_loss" in f.llvm_ir
     assert "ret" in f.asm
     assert "mlp_loss" in repr(f)
+
+
+def test_asm_first_does_not_wait_for_itself():
+    # the assembly is made from the optimised IR, printed under the same lock
+    x, w, loss = mlp()
+    f = tg.build([x, w], [loss], name="asm first")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(f.asm), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert got and "ret" in got[0] and "define" in f.llvm_ir
 
 
 def test_bad_inputs_and_options_are_errors():
