@@ -97,4 +97,34 @@ def check_count(in_specs, got, what="arguments"):
                         f"got {got}")
 
 
-__all__ = ["ArraySpec", "check_count"]
+def by_name(in_specs, arrays, named):
+    """The arguments in input order, from positional ``arrays`` followed by ``named``
+    ones (keyed by their placeholders' names).
+
+    >>> specs = [ArraySpec("x", (2,), np.dtype("float32")),
+    ...          ArraySpec("w", (2,), np.dtype("float32"))]
+    >>> by_name(specs, (1,), {"w": 2})
+    (1, 2)
+    """
+    order = [s.name for s in in_specs]
+    if len(arrays) > len(order):
+        check_count(in_specs, len(arrays) + len(named))
+    if len(set(order)) != len(order):
+        raise FeedError("the compiled function's inputs share names "
+                        f"({', '.join(order)}): pass its arguments by position")
+    given = dict(zip(order, arrays))
+    for name, a in named.items():
+        if name not in order:
+            raise FeedError(f"the compiled function has no input named {name!r} (its inputs: "
+                            f"{', '.join(order)})")
+        if name in given:
+            raise FeedError(f"the input {name!r} is given twice, by position and by name")
+        given[name] = a
+    missing = [n for n in order if n not in given]
+    if missing:
+        raise FeedError(f"the compiled function's input(s) {', '.join(map(repr, missing))} "
+                        f"are not given (its inputs: {', '.join(order)})")
+    return tuple(given[n] for n in order)
+
+
+__all__ = ["ArraySpec", "by_name", "check_count"]

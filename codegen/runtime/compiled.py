@@ -8,7 +8,7 @@ import numpy as np
 from tegrad.ir.errors import TegradError
 from tegrad.codegen.export.program import export_kernel
 from tegrad.codegen.loops.printer import format_kernel
-from tegrad.codegen.runtime.arguments import ArraySpec, check_count
+from tegrad.codegen.runtime.arguments import ArraySpec, by_name, check_count
 from tegrad.codegen.schedule.describe import describe_schedule
 
 
@@ -25,7 +25,8 @@ class CompiledFunction:
     """A tegrad program compiled to native code.
 
     ``f(*arrays)`` takes one array per input placeholder (in the order given to
-    :func:`tegrad.build`) and returns a list with one numpy array per output (a list
+    :func:`tegrad.build`; ``f(x=a, w=b)`` names them by their placeholders' names instead,
+    or names the ones after those given by position) and returns a list with one numpy array per output (a list
     even for one output); ``f(*arrays, out=[...])`` writes the outputs into the given
     arrays instead and returns them. A returned array is new, or one this function
     returned before that nothing references any more (written over: no allocation, no
@@ -53,7 +54,9 @@ class CompiledFunction:
         # the outputs of earlier calls, each set reused once nothing else references it
         self._spares = []
 
-    def __call__(self, *arrays, out=None):
+    def __call__(self, *arrays, out=None, **named):
+        if named:
+            arrays = by_name(self._in_specs, arrays, named)
         if len(arrays) != self._n_in:
             check_count(self._in_specs, len(arrays))
         ndarray = np.ndarray

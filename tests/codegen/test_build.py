@@ -60,6 +60,28 @@ def test_asm_first_does_not_wait_for_itself():
     assert got and "ret" in got[0] and "define" in f.llvm_ir
 
 
+def test_arguments_by_name():
+    x, w, loss = mlp()
+    f = tg.build([x, w], [loss])
+    a, b = np.arange(12.).reshape(4, 3), np.arange(15.).reshape(3, 5) / 7
+    want = f(a, b)[0]
+    assert f(x=a, w=b)[0] == want and f(w=b, x=a)[0] == want and f(a, w=b)[0] == want
+    got = np.empty(())
+    assert f(w=b, x=a, out=[got])[0] is got and got == want
+    with pytest.raises(tg.FeedError, match="no input named 'v'"):
+        f(a, v=b)
+    with pytest.raises(tg.FeedError, match="'w' are not given"):
+        f(x=a)
+    with pytest.raises(tg.FeedError, match="given twice"):
+        f(a, b, x=a)
+    with pytest.raises(tg.FeedError, match="takes 2 arguments"):
+        f(a, b, a, w=b)
+    twin = tg.placeholder((4, 3), dtype=x.dtype, name="x")
+    g = tg.build([x, twin], [tg.compute((4, 3), lambda i, j: x[i, j] - twin[i, j])])
+    with pytest.raises(tg.FeedError, match="share names"):
+        g(x=a)
+
+
 def test_bad_inputs_and_options_are_errors():
     x, w, loss = mlp()
     with pytest.raises(tg.FeedError, match="'w'"):
