@@ -1,8 +1,9 @@
 """One LLVM lowering per tegrad intrinsic (:data:`tegrad.ir.intrinsics.INTRINSICS`).
 
 Float intrinsics of float16 operands are computed in float32 and rounded, as numpy does.
-``exp`` (and so ``sigmoid``) is computed inline, without a library call, so that loops
-containing it vectorise (within 1 ulp of numpy's in float64, 2 in float32).
+``exp`` (and so ``sigmoid``), and ``log`` and ``tanh`` of float32, are computed inline,
+without a library call, so that loops containing them vectorise (``exp`` within 1 ulp
+of numpy's in float64, 2 in float32; ``log`` and ``tanh`` within a few ulp).
 Semantics follow the evaluator's numpy implementations: ``round`` ties to even
 (``llvm.roundeven``); ``sigmoid`` is ``1 / (1 + e)`` or ``e / (1 + e)`` with
 ``e = exp(-|x|)`` (no overflow); ``erf`` is the C library's double ``erf`` (what Python's
@@ -186,6 +187,103 @@ def _sigmoid(em, args, dtype):
     return bld.select(nonnegative, bld.fdiv(one, denominator), bld.fdiv(e, denominator))
 
 
+def _horner(bld, x, coefficients):
+    """``sum(c * x**k)`` for ``coefficients`` highest degree first (fusable)."""
+    poly = ir.Constant(x.type, coefficients[0])
+    for coefficient in coefficients[1:]:
+        poly = _contract(bld.fadd(_contract(bld.fmul(poly, x)),
+                                  ir.Constant(x.type, coefficient)))
+    return poly
+
+
+#: Cephes' coefficients of ``(tanh(x) - x) / x**3`` in ``x**2`` on ``|x| < 0.625``, float32
+_CEPHES_TANHF = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+                 -3.33332819422e-1)
+
+
+def tanh_float32(em, x):
+    """``tanh`` of a float32 value in float32 arithmetic, without a library call (loops
+    containing it vectorise): ``x + x**3 * P(x**2)`` (Cephes) for ``|x| < 0.625``,
+    ``copysign(1 - 2 / (exp(2|x|) + 1), x)`` above, ``+-1`` beyond ``|x| > 44``
+    (where it rounds to 1). Both branches are computed and one selected; NaN gives NaN
+    and a zero keeps its sign. Within a few ulp of numpy's ``tanh``."""
+    bld = em.builder
+    ft = x.type
+
+    def c(v):
+        return ir.Constant(ft, v)
+
+    ax = bld.call(em.intrinsic("llvm.fabs", ft), [x])
+    square = bld.fmul(x, x)
+    small = _contract(bld.fadd(_contract(bld.fmul(bld.fmul(_horner(bld, square, _CEPHES_TANHF),
+                                                             square), x)), x))
+    # |x| <= 44 here, so exp(2|x|) stays finite
+    clamped = bld.select(bld.fcmp_ordered(">", ax, c(44.0)), c(44.0), ax)
+    e = exp_float32(em, bld.fadd(clamped, clamped))
+    large = bld.call(em.intrinsic("llvm.copysign", ft, 2),
+                     [bld.fsub(c(1.0), bld.fdiv(c(2.0), bld.fadd(e, c(1.0)))), x])
+    y = bld.select(bld.fcmp_ordered(">=", ax, c(0.625)), large, small)
+    return bld.select(bld.fcmp_ordered("==", x, c(0.0)), x, y)
+
+
+#: Cephes' coefficients of ``(log(1 + z) - z + z**2 / 2) / z**3`` on ``[sqrt(1/2) - 1,
+#: sqrt(2) - 1]``, float32, highest first
+_CEPHES_LOGF = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+                1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+                3.3333331174e-1)
+
+
+def log_float32(em, x):
+    """``log`` of a float32 value in float32 arithmetic, without a library call (loops
+    containing it vectorise): ``x = m * 2**e`` with ``m`` in ``[sqrt(1/2), sqrt(2))``
+    (subnormals scaled by ``2**23`` first), ``log(m) = z - z**2 / 2 + z**3 * P(z)`` with
+    ``z = m - 1`` (Cephes), ``e * ln 2`` added in two parts. ``log(0) = -inf``, a
+    negative ``x`` gives NaN, ``log(inf) = inf`` and NaN stays NaN. Within a few ulp of
+    numpy's ``log``."""
+    bld = em.builder
+    ft, it = x.type, ir.IntType(32)
+
+    def c(v):
+        return ir.Constant(ft, v)
+
+    def i(v):
+        return ir.Constant(it, v)
+
+    subnormal = bld.fcmp_ordered("<", x, c(1.1754943508222875e-38))
+    scaled = bld.select(subnormal, bld.fmul(x, c(8388608.0)), x)
+    bits = bld.bitcast(scaled, it)
+    exponent = bld.sub(bld.and_(bld.lshr(bits, i(23)), i(0xff)),
+                       bld.select(subnormal, i(126 + 23), i(126)))
+    # m in [0.5, 1): the mantissa under the exponent of 0.5
+    m = bld.bitcast(bld.or_(bld.and_(bits, i(0x007fffff)), i(0x3f000000)), ft)
+    low = bld.fcmp_ordered("<", m, c(0.7071067811865476))
+    exponent = bld.sub(exponent, bld.zext(low, it))
+    z = bld.fsub(bld.select(low, bld.fadd(m, m), m), c(1.0))
+    fe = bld.sitofp(exponent, ft)
+    square = bld.fmul(z, z)
+    y = bld.fmul(bld.fmul(_horner(bld, z, _CEPHES_LOGF), z), square)
+    y = _contract(bld.fadd(y, _contract(bld.fmul(fe, c(-2.12194440e-4)))))
+    y = _contract(bld.fadd(y, _contract(bld.fmul(square, c(-0.5)))))
+    y = _contract(bld.fadd(_contract(bld.fadd(z, y)), _contract(bld.fmul(fe, c(0.693359375)))))
+    y = bld.select(bld.fcmp_ordered("==", x, c(float("inf"))), x, y)
+    y = bld.select(bld.fcmp_ordered("==", x, c(0.0)), c(float("-inf")), y)
+    # NaN for a negative x (and a NaN x stays itself)
+    y = bld.select(bld.fcmp_ordered("<", x, c(0.0)), c(float("nan")), y)
+    return bld.select(bld.fcmp_unordered("uno", x, x), x, y)
+
+
+def _float32_inline(inline, name):
+    """``inline(em, x)`` for float32, the library's ``llvm.<name>`` for other dtypes
+    (float16 through float32 exactly as numpy rounds it)."""
+    library = _llvm_unary(name)
+
+    def lower(em, args, dtype):
+        if dtype == "float32":
+            return inline(em, args[0])
+        return library(em, args, dtype)
+    return lower
+
+
 def _erf(em, args, dtype):
     (x,) = args
     bld = em.builder
@@ -276,9 +374,9 @@ def _identity(em, args, dtype):
 
 INTRINSIC_LOWERINGS = {
     "exp": _exp,
-    "log": _llvm_unary("log"),
+    "log": _float32_inline(log_float32, "log"),
     "sqrt": _llvm_unary("sqrt"),
-    "tanh": _llvm_unary("tanh"),
+    "tanh": _float32_inline(tanh_float32, "tanh"),
     "sin": _llvm_unary("sin"),
     "cos": _llvm_unary("cos"),
     "floor": _llvm_unary("floor"),
