@@ -20,8 +20,9 @@ returned program.
 from __future__ import annotations
 
 from tegrad.analysis.cost import local_flops
+from tegrad.analysis.simplify import simplify_exact
 from tegrad.analysis.intervals import indices_inside
-from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.expr import Read, Reduce, Var
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import walk
 from tegrad.ir.stages import StageMapper, compute_body, stage_exprs
@@ -83,13 +84,32 @@ def _inlinable(outputs, keep_inputs_of):
 
 
 def inline_read_once(outputs, *, keep_inputs_of=None):
-    """The outputs with their elementwise stages read once computed inline.
+    """The outputs with their elementwise stages read once computed inline, and then
+    the stages that are another tensor under a new name (:func:`_is_alias`, such as
+    ``dy[i, j] = 1.0 * head[i, j]`` once a stage of ones is inlined) read through by
+    all their readers.
 
     A stage read inside a reduction of a stage ``r`` for which ``keep_inputs_of(r)``
     holds keeps its own buffer (a contraction of two reads runs on the gemm kernel,
-    one of a read and an inlined product would not)."""
+    one of a read and an inlined product would not). Inlined expressions are simplified
+    by the rules that hold for every value only (:func:`simplify_exact`)."""
     outputs = list(outputs)
-    return inline_stages(outputs, _inlinable(outputs, keep_inputs_of), simplified=False)
+    outputs = inline_stages(outputs, _inlinable(outputs, keep_inputs_of),
+                            simplifier=simplify_exact)
+    wanted = {id(t) for t in outputs}
+    aliases = {id(t) for t in topological_order(outputs)
+               if id(t) not in wanted and _is_alias(t)}
+    return inline_stages(outputs, aliases, simplifier=None)
+
+
+def _is_alias(t):
+    """``t[i, j, ...] = u[i, j, ...]``: a stage reading another tensor of its shape and
+    dtype at its own axes, in order (its readers can read ``u`` instead, at no cost)."""
+    body = compute_body(t)
+    return (type(body) is Read and body.tensor is not t and body.dtype == t.dtype
+            and body.tensor.shape == t.shape
+            and all(type(i) is Var and i.name == ax.name
+                    for i, ax in zip(body.indices, t.op.axes)))
 
 
 def _is_copy(t):
@@ -116,10 +136,10 @@ def read_through_copies(outputs, runs_as_product):
         readers = list({id(r): r for r, _ in sites.get(id(t), [])}.values())
         if readers and all(runs_as_product(_with_copy_inlined(r, t)) for r in readers):
             chosen.add(id(t))
-    return inline_stages(outputs, chosen, simplified=False)
+    return inline_stages(outputs, chosen, simplifier=None)
 
 
 def _with_copy_inlined(reader, copy):
     """``reader`` with ``copy`` substituted, the stages before them left as they are."""
     keep = [t for t in topological_order([reader]) if t is not reader and t is not copy]
-    return inline_stages([reader], {id(copy)}, keep=keep, simplified=False)[0]
+    return inline_stages([reader], {id(copy)}, keep=keep, simplifier=None)[0]

@@ -88,9 +88,14 @@ def _candidate(loop, lanes_of):
     n = constant_trip_count(loop)
     if loop.kind != "serial" or loop.step != 1:
         return None
-    if any(type(m) in (For, Allocate, Check, Store) for m in walk_stmts(loop.body)):
+    if any(type(m) in (For, Allocate, Check) for m in walk_stmts(loop.body)):
         return None
     accs = [m for m in walk_stmts(loop.body) if type(m) is Accumulate]
+    # stores fused into the loop (an elementwise stage over the reduction's range) run
+    # in the same order after the rewrite; only the accumulations move to lanes
+    stored = {m.buffer for m in walk_stmts(loop.body) if type(m) is Store}
+    if stored & {a.buffer for a in accs}:
+        return None
     outside = free_variables(loop)  # the combination runs after the loop: no let of its body
     if not accs or any(a.reducer not in REASSOCIATED or uses_var_any(a.indices, loop.var.name)
                        or not _index_vars(a.indices) <= outside for a in accs):

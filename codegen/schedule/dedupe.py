@@ -98,7 +98,7 @@ def computed_once(outputs):
             same = seen.find(new)
             inner = _wrapped_reduction(new) if same is None else None
             if inner is not None:
-                same = seen.find(inline_stages([new], {id(inner)}, simplified=False)[0])
+                same = seen.find(inline_stages([new], {id(inner)}, simplifier=None)[0])
             if same is not None:
                 mapping[id(t)] = same
                 continue

@@ -34,6 +34,8 @@ _FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
 def _fold_binary(op, a, b, dtype):
     if op in ("div", "floordiv", "floormod") and b == 0:
         return None
+    if op in ("min", "max") and any(isinstance(v, float) and math.isnan(v) for v in (a, b)):
+        return Const(math.nan, dtype)  # NaN propagates, as np.minimum and np.maximum
     v = _FOLD[op](a, b)
     if _dt.is_int(dtype) and not (_dt.min_value(dtype) <= v <= _dt.max_value(dtype)):
         return None
@@ -46,14 +48,21 @@ def _zero(dtype):
 
 #: ``{node class or (Binary, op): (rule, ...)}``; the first rule that applies wins
 REWRITE_RULES = {}
+#: the same for the rules that hold for every value, NaN, infinities and signed zeros
+#: included (``x * 1 -> x`` but not ``x + 0 -> x``): compiled code, which must give the
+#: evaluator's values exactly, is simplified with these only
+EXACT_RULES = {}
 
 
-def rewrite(*keys):
+def rewrite(*keys, exact=False):
     """Register a rule (a function of a node returning a simpler node, or None) for node
-    classes or ``(Binary, op)`` keys; its docstring states the rewrite."""
+    classes or ``(Binary, op)`` keys; its docstring states the rewrite. ``exact``: the
+    rewrite holds for every value (see :data:`EXACT_RULES`)."""
     def register(fn):
         for key in keys:
             REWRITE_RULES[key] = REWRITE_RULES.get(key, ()) + (fn,)
+            if exact:
+                EXACT_RULES[key] = EXACT_RULES.get(key, ()) + (fn,)
         return fn
     return register
 
@@ -82,13 +91,13 @@ def zero_add(e):
     return e.b if _is_const(e.a, 0) else None
 
 
-@rewrite(*_binary_keys("add"))
+@rewrite(*_binary_keys("add"), exact=True)
 def add_neg(e):
     """x + -y -> x - y"""
     return Binary("sub", e.a, e.b.a, e.dtype) if type(e.b) is Neg else None
 
 
-@rewrite(*_binary_keys("add"))
+@rewrite(*_binary_keys("add"), exact=True)
 def add_selects(e):
     """(c ? a1 : b1) + (c ? a2 : b2) -> c ? a1 + a2 : b1 + b2"""
     a, b = e.a, e.b
@@ -110,13 +119,15 @@ def sub_self(e):
     return _zero(e.dtype) if structural_equal(e.a, e.b) else None
 
 
-@rewrite(*_binary_keys("mul", "div", "floordiv"))
+@rewrite(*_binary_keys("mul", "div", "floordiv"), exact=True)
 def times_one(e):
-    """x * 1 -> x; x / 1 -> x; x // 1 -> x"""
+    """x * 1 -> x; x / 1 -> x; x // 1 -> x (integers: a float's is its floor)"""
+    if e.op == "floordiv" and not _dt.is_int(e.dtype):
+        return None
     return e.a if _is_const(e.b, 1) else None
 
 
-@rewrite(*_binary_keys("mul"))
+@rewrite(*_binary_keys("mul"), exact=True)
 def one_times(e):
     """1 * x -> x"""
     return e.b if _is_const(e.a, 1) else None
@@ -128,7 +139,7 @@ def times_zero(e):
     return _zero(e.dtype) if _is_const(e.a, 0) or _is_const(e.b, 0) else None
 
 
-@rewrite(*_binary_keys("mul"))
+@rewrite(*_binary_keys("mul"), exact=True)
 def times_minus_one(e):
     """x * -1 -> -x; -1 * x -> -x"""
     if _is_const(e.b, -1):
@@ -142,13 +153,13 @@ def zero_over(e):
     return _zero(e.dtype) if _is_const(e.a, 0) else None
 
 
-@rewrite(*_binary_keys("floormod"))
+@rewrite(*_binary_keys("floormod"), exact=True)
 def mod_one(e):
     """x % 1 -> 0 (integers)"""
     return _zero(e.dtype) if _is_const(e.b, 1) and _dt.is_int(e.dtype) else None
 
 
-@rewrite(*_binary_keys("min", "max"))
+@rewrite(*_binary_keys("min", "max"), exact=True)
 def extremum_self(e):
     """min(x, x) -> x; max(x, x) -> x"""
     return e.a if structural_equal(e.a, e.b) else None
@@ -160,7 +171,7 @@ def neg_const(e):
     return Const(-e.a.value, e.dtype) if _is_const(e.a) else None
 
 
-@rewrite(Neg)
+@rewrite(Neg, exact=True)
 def neg_neg(e):
     """-(-x) -> x"""
     return e.a.a if type(e.a) is Neg else None
@@ -171,7 +182,7 @@ _COMPARE_FOLD = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
                  "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 
 
-@rewrite(Compare)
+@rewrite(Compare, exact=True)
 def fold_compare(e):
     """c1 < c2 -> true/false"""
     if _is_const(e.a) and _is_const(e.b):
@@ -179,7 +190,7 @@ def fold_compare(e):
     return None
 
 
-@rewrite(Compare)
+@rewrite(Compare, exact=True)
 def compare_self(e):
     """x == x -> true; x < x -> false (not for floats: NaN)"""
     if structural_equal(e.a, e.b) and not _dt.is_float(e.a.dtype):
@@ -187,49 +198,49 @@ def compare_self(e):
     return None
 
 
-@rewrite(And)
+@rewrite(And, exact=True)
 def and_const_left(e):
     """true && x -> x; false && x -> false"""
     return (e.b if e.a.value else e.a) if _is_const(e.a) else None
 
 
-@rewrite(And)
+@rewrite(And, exact=True)
 def and_const_right(e):
     """x && true -> x; x && false -> false"""
     return (e.a if e.b.value else e.b) if _is_const(e.b) else None
 
 
-@rewrite(Or)
+@rewrite(Or, exact=True)
 def or_const_left(e):
     """true || x -> true; false || x -> x"""
     return (e.a if e.a.value else e.b) if _is_const(e.a) else None
 
 
-@rewrite(Or)
+@rewrite(Or, exact=True)
 def or_const_right(e):
     """x || true -> true; x || false -> x"""
     return (e.b if e.b.value else e.a) if _is_const(e.b) else None
 
 
-@rewrite(And, Or)
+@rewrite(And, Or, exact=True)
 def logical_self(e):
     """x && x -> x; x || x -> x"""
     return e.a if structural_equal(e.a, e.b) else None
 
 
-@rewrite(Not)
+@rewrite(Not, exact=True)
 def not_const(e):
     """!c -> c'"""
     return Const(not e.a.value, "bool") if _is_const(e.a) else None
 
 
-@rewrite(Not)
+@rewrite(Not, exact=True)
 def not_not(e):
     """!!x -> x"""
     return e.a.a if type(e.a) is Not else None
 
 
-@rewrite(Select)
+@rewrite(Select, exact=True)
 def select_const(e):
     """true ? a : b -> a; false ? a : b -> b"""
     if _is_const(e.cond):
@@ -237,13 +248,13 @@ def select_const(e):
     return None
 
 
-@rewrite(Select)
+@rewrite(Select, exact=True)
 def select_same(e):
     """c ? a : a -> a"""
     return e.true_value if structural_equal(e.true_value, e.false_value) else None
 
 
-@rewrite(Select)
+@rewrite(Select, exact=True)
 def select_not(e):
     """!c ? a : b -> c ? b : a"""
     if type(e.cond) is Not:
@@ -251,7 +262,7 @@ def select_not(e):
     return None
 
 
-@rewrite(Cast)
+@rewrite(Cast, exact=True)
 def cast_same(e):
     """cast to its own dtype -> x"""
     return e.a if e.a.dtype == e.dtype else None
@@ -270,7 +281,7 @@ def cast_const(e):
     return Const(value, e.dtype)
 
 
-@rewrite(Reduce)
+@rewrite(Reduce, exact=True)
 def where_true(e):
     """reduce(..., where true) -> reduce(...)"""
     if e.where is not None and _is_const(e.where, True):
@@ -278,7 +289,7 @@ def where_true(e):
     return None
 
 
-@rewrite(Reduce)
+@rewrite(Reduce, exact=True)
 def reduce_empty(e):
     """a reduction over nothing (where false, an empty axis) -> init or the identity"""
     empty = (e.where is not None and _is_const(e.where, False)) or any(
@@ -296,10 +307,10 @@ def sum_of_zeros(e):
     return None
 
 
-def _rewritten(e):
-    """The first rule of ``e``'s kind that applies, or None."""
+def _rewritten(e, rules):
+    """The first rule of ``e``'s kind in ``rules`` that applies, or None."""
     key = (Binary, e.op) if type(e) is Binary else type(e)
-    for rule in REWRITE_RULES.get(key, ()):
+    for rule in rules.get(key, ()):
         out = rule(e)
         if out is not None:
             return out
@@ -307,11 +318,16 @@ def _rewritten(e):
 
 
 class Simplifier(IdentityMapper):
-    """Bottom-up application of ``REWRITE_RULES`` until no rule applies at a node."""
+    """Bottom-up application of a rule table (``REWRITE_RULES`` by default) until no rule
+    applies at a node."""
+
+    def __init__(self, rules=None):
+        super().__init__()
+        self.rules = REWRITE_RULES if rules is None else rules
 
     def finish(self, e, out):
         for _ in range(64):
-            new = _rewritten(out)
+            new = _rewritten(out, self.rules)
             if new is None:
                 break
             out = new if new is out else self(new)
@@ -323,4 +339,15 @@ def simplify(e):
     return Simplifier()(e)
 
 
-__all__ = ["simplify", "Simplifier", "REWRITE_RULES"]
+def simplify_exact(e):
+    """Apply the rules that hold for every value (:data:`EXACT_RULES`) to ``e``.
+
+    >>> from tegrad.ir.expr import Var
+    >>> x = Var("x", "float32")
+    >>> str(simplify_exact(x * 1.0 + 0.0))
+    'x + 0.0'
+    """
+    return Simplifier(EXACT_RULES)(e)
+
+
+__all__ = ["simplify", "simplify_exact", "Simplifier", "EXACT_RULES", "REWRITE_RULES"]

@@ -101,12 +101,17 @@ class _Inliner(IdentityMapper):
         return (yield self.visit(substitute(stage.op.body, axes)))
 
 
-def _inline_into(t, inliner):
-    return map_stage(t, lambda e: _simplified_if_changed(e, inliner(e)))
+def _inline_into(t, inliner, simplifier):
+    return map_stage(t, lambda e: _simplified_if_changed(e, inliner(e), simplifier))
 
 
-def _simplified_if_changed(old, new):
-    return new if new is old else simplify(normalize_indices(new))
+def _simplified_if_changed(old, new, simplifier):
+    return new if new is old else simplifier(new)
+
+
+def simplify_normalized(e):
+    """``e`` simplified, its indices normalised (what zero elimination inlines with)."""
+    return simplify(normalize_indices(e))
 
 
 def inline_elementwise(tensors, keep=()):
@@ -115,13 +120,13 @@ def inline_elementwise(tensors, keep=()):
     return inline_stages(tensors, _inlinable(tensors, keep), keep=keep)
 
 
-def inline_stages(tensors, ids, *, keep=(), simplified=True):
+def inline_stages(tensors, ids, *, keep=(), simplifier=simplify_normalized):
     """The tensors with each compute stage whose id is in ``ids`` (elementwise, no
     reduction) substituted into the stages that read it: a read ``S[e]`` becomes
     ``S``'s body at ``e``, so ``inline_stages(ts, ids)[k]`` computes ``ts[k]``'s values.
 
-    The stages in ``keep`` are left as they are; a rewritten expression is simplified
-    unless ``simplified`` is false.
+    The stages in ``keep`` are left as they are; a rewritten expression is passed through
+    ``simplifier`` (None: left as it is).
 
     >>> import tegrad as tg
     >>> x = tg.placeholder((4,), name="x")
@@ -148,6 +153,6 @@ def inline_stages(tensors, ids, *, keep=(), simplified=True):
             # rebuild a chain of n stages n times)
             mapping[id(t)] = inlined[id(t_new)] = t_new
             continue
-        mapping[id(t)] = _inline_into(t_new, inliner) if simplified \
+        mapping[id(t)] = _inline_into(t_new, inliner, simplifier) if simplifier \
             else map_stage(t_new, inliner)
     return [mapping[id(t)] for t in tensors]

@@ -14,7 +14,7 @@ import tegrad as tg
 from tegrad import nn, ops
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import walk_stmts
-from tegrad.codegen.loops.nodes import Allocate, Block, For
+from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, For, Store
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule.auto import auto_schedule
 from tegrad.codegen.schedule.fusion import statements
@@ -147,6 +147,26 @@ def test_vector_accumulators_keep_nan_inf_and_extrema_exact(reducer, special):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         else:
             np.testing.assert_array_equal(got, want)
+
+
+def test_row_sum_keeps_vector_accumulators_beside_a_fused_elementwise_store():
+    # a row sum and an elementwise stage over the same rows share their loops (as the
+    # softmax gradient's row sum and its scaled head did)
+    A = tg.placeholder((5, 70), dtype="float32", name="A")
+    k = tg.reduce_axis((0, 70), name="k")
+    S = tg.compute((5,), lambda i: tg.sum(tg.exp(A[i, k]), axis=k), name="S")
+    B = tg.compute((5, 70), lambda i, j: A[i, j] * 3.0, name="B")
+    C = tg.compute((5, 70), lambda i, j: B[i, j] / S[i] + B[i, 69 - j], name="C")
+    kernel, record = auto_schedule(lower_program([A], [S, C]), lanes_of=lambda d: 8)
+    fused = [m for m in walk_stmts(kernel.body) if type(m) is For and m.kind == "vectorized"
+             and any(type(n) is Store for n in walk_stmts(m.body))
+             and any(type(n) is Accumulate for n in walk_stmts(m.body))]
+    assert fused, "no vectorised loop both accumulates in lanes and stores"
+    a = np.random.default_rng(10).standard_normal((5, 70)).astype("float32")
+    want = tg.evaluate([S, C], {A: a})
+    for got in (run(kernel, [a])[0], tg.build([A], [S, C])(a)):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
 def test_reduction_across_rows_gets_no_vector_accumulators():

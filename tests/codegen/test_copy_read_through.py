@@ -130,3 +130,38 @@ def test_the_read_through_gradient_agrees_with_finite_differences():
             args_m = (minus, wv) if arr is xv else (xv, minus)
             fd = (f(*args_p)[0] - f(*args_m)[0]) / (2 * eps)
             np.testing.assert_allclose(got[idx], fd, rtol=1e-6, atol=1e-9)
+
+
+def test_a_head_times_a_stage_of_ones_is_read_as_the_head():
+    # d sum(y * h) / dy is a stage of ones times h: inlined, 1.0 * h is h (exact for every
+    # value), and the stage that only renames h is read through by both its readers
+    x = tg.placeholder((6, 50), name="x")
+    h = tg.placeholder((6, 50), name="h")
+    y = nn.softmax(x)
+    grads = tg.differentiate(ops.sum(ops.multiply(y, h)), [x])
+    f = tg.build([x, h], [y, *grads])
+    assert "1.0 *" not in f.loops and "dsoftmax" not in stores_to(f)
+    assert "dsoftmax[" not in f.loops
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 50)).astype("float32")
+    head = rng.standard_normal((6, 50)).astype("float32")
+    head[0, :4] = [np.nan, np.inf, -0.0, -np.inf]
+    want = tg.evaluate([y, *grads], {x: a, h: head})
+    for got, w in zip(f(a, head), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_an_alias_of_an_output_or_an_input_keeps_the_values():
+    x = tg.placeholder((4, 5), dtype="float64", name="x")
+    same = tg.compute((4, 5), lambda i, j: x[i, j], name="same")
+    twice = tg.compute((4, 5), lambda i, j: same[i, j] + same[i, 4 - j], name="twice")
+    k = tg.reduce_axis((0, 5), name="k")
+    rows = tg.compute((4,), lambda i: tg.sum(same[i, k] * same[i, k], axis=k), name="rows")
+    f = tg.build([x], [twice, rows, same])
+    a = np.random.default_rng(4).standard_normal((4, 5))
+    for got, w in zip(f(a), tg.evaluate([twice, rows, same], {x: a})):
+        np.testing.assert_allclose(got, w, rtol=1e-12)
+    g = tg.build([x], [twice, rows])
+    assert "same" not in stores_to(g) and "same[" not in g.loops
+    for got, w in zip(g(a), tg.evaluate([twice, rows], {x: a})):
+        np.testing.assert_allclose(got, w, rtol=1e-12)

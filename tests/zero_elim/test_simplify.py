@@ -6,7 +6,7 @@ import pytest
 
 import tegrad as tg
 from tegrad.ir.expr import Binary, Cast, Compare, Const, Neg, Not, Reduce, Select, Var
-from tegrad.analysis.simplify import REWRITE_RULES, simplify
+from tegrad.analysis.simplify import EXACT_RULES, REWRITE_RULES, simplify, simplify_exact
 
 i, j = Var("i"), Var("j")
 x = tg.placeholder((4,), dtype="float64", name="x")
@@ -120,6 +120,21 @@ def test_no_folding_that_would_change_a_value():
     assert isinstance(simplify(Compare("eq", xi, xi)), Compare)
 
 
+def test_float_floor_division_by_one_is_a_floor_and_nan_extrema_fold_to_nan():
+    e = Binary("floordiv", xi, ONE, "float64")
+    assert simplify(e) is e
+    a = tg.placeholder((3,), dtype="float32", name="a")
+    b = tg.compute((3,), lambda q: tg.floordiv(a[q], 1.0) * a[q], name="b")
+    (da,) = tg.differentiate(tg.ops.sum(b), [a])
+    v = np.array([2.5, -1.5, 3.0], np.float32)
+    np.testing.assert_array_equal(tg.evaluate(da, {a: v}), np.floor(v))
+    for op in ("min", "max"):
+        for pair in ((math.nan, 1.0), (1.0, math.nan)):
+            folded = simplify(Binary(op, Const(pair[0], "float64"), Const(pair[1], "float64"),
+                                     "float64"))
+            assert type(folded) is Const and math.isnan(folded.value)
+
+
 def test_simplify_returns_the_same_node_when_nothing_applies():
     e = xi * x[j] + tg.exp(xi)
     assert simplify(e) is e
@@ -135,3 +150,25 @@ def test_simplified_expressions_evaluate_alike():
         after = tg.compute((3, 4), lambda i, j: simplify(expr), name="after")
         a, b = tg.evaluate([before, after], feed)
         np.testing.assert_allclose(a, b)
+
+
+def test_exact_rules_hold_for_nan_infinities_and_signed_zeros():
+    exact = {rule.__name__ for rules in EXACT_RULES.values() for rule in rules}
+    assert exact < set(RULES) and {"times_one", "one_times", "select_same"} <= exact
+    assert not exact & {"add_zero", "zero_add", "times_zero", "sub_self", "zero_sub",
+                        "zero_over"}
+    feed = {x: np.array([np.nan, np.inf, -np.inf, -0.0])}
+    checked = 0
+    for name, expr, _ in CASES:
+        if name not in exact or not isinstance(expr, (Binary, Neg, Select, Cast)):
+            continue
+        out = simplify_exact(expr)
+        assert not tg.structural_equal(out, expr), name
+        before = tg.compute((3, 4), lambda i, j: expr, name="before")
+        after = tg.compute((3, 4), lambda i, j: out, name="after")
+        a, b = tg.evaluate([before, after], feed)
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        numbers = ~np.isnan(a)  # a NaN's sign bit carries no meaning
+        assert (np.signbit(a[numbers]) == np.signbit(b[numbers])).all(), name
+        checked += 1
+    assert checked >= 10
