@@ -417,7 +417,10 @@ def constant_bounds(reduce_, extents):
     variable ``v`` is replaced by ``r``, either ``v`` itself or an index ``r == c * v +
     rest(out)`` (``c`` = +-1) of one operand's read, ``rest`` quasi-affine (a strided
     weight gradient's ``yy_s + (-i2) // 2 + 1``: ``r`` is the output position ``yy``
-    that zero elimination shifted); ``r`` runs over the smallest constant range holding
+    that zero elimination shifted), or ``v`` less a term of its lower bound where that
+    halves the range of another candidate that works (a transposed convolution's input
+    row ``q`` in ``[max(0, o), ...)`` per residue class of the output: ``r = q - o``, a
+    window rather than the whole image); ``r`` runs over the smallest constant range holding
     every value it takes, and the bounds become a ``where`` guard saying that the reads
     indexed by ``r`` are inside their tensors. The identity preserved: ``lo(out) <= v <
     hi(out)`` holds exactly where that guard does, checked by enumerating every
@@ -495,12 +498,18 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
     if not nonempty.any():
         return None
     v = solver.Affine.var(ax.name)
-    # r == c * v + rest(out)
-    candidates = [(1, solver.Affine.const(0))] + [
-        (aff.coeff(ax.name), aff - v * aff.coeff(ax.name)) for aff, _ in dims
-        if abs(aff.coeff(ax.name)) == 1]
+    # r == c * v + rest(out): v itself, an index of v, or v less a term of its lower
+    # bound (a transposed convolution's input row q from max(0, y // s): r = q - y // s)
+    # (one from a bound moves the read of v with the output axes, which an index of v
+    # does not: it only improves on another that works, halving its range at least)
+    candidates = [(1, solver.Affine.const(0), 1)] + [
+        (aff.coeff(ax.name), aff - v * aff.coeff(ax.name), 1) for aff, _ in dims
+        if abs(aff.coeff(ax.name)) == 1] + [
+        (1, -low, 2) for low in _lower_terms(ax) if low.variables() <= set(cols)]
     best = None
-    for c, rest in candidates:
+    for c, rest, weight in candidates:
+        if weight > 1 and best is None:
+            break
         offsets = np.broadcast_to(np.asarray(rest.evaluate(cols), np.int64), (size, 1))
         values = np.concatenate([(c * lo + offsets)[nonempty], (c * (hi - 1) + offsets)[nonempty]])
         r_lo, r_hi = int(values.min()), int(values.max())
@@ -508,7 +517,7 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
         # indices does not make a contraction
         v_aff = (v - rest) * c
         rank = (not all(aff.substitute({ax.name: v_aff}).is_linear for aff, _ in dims),
-                r_hi - r_lo + 1)
+                weight * (r_hi - r_lo + 1))
         if best is not None and rank >= best[0]:
             continue
         if size * (r_hi - r_lo + 1) > MAX_CHECKED_POINTS:
@@ -524,10 +533,11 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
         inside = (lo <= x) & (x < hi)
         if np.array_equal(inside, np.logical_and.reduce(dims_in) if dims_in else
                           np.ones_like(inside)):
-            best = (rank, v_aff, r_lo, [k for k, d in enumerate(dims_in) if not d.all()])
+            best = (rank, v_aff, r_lo, [k for k, d in enumerate(dims_in) if not d.all()],
+                    r_hi - r_lo + 1)
     if best is None:
         return None
-    (_, extent), v_aff, r_lo, needed = best
+    _, v_aff, r_lo, needed, extent = best
     dtype = ax.var.dtype
     value = from_affine(v_aff, dtype)
     guards = []
@@ -539,6 +549,21 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
     axis = IterVar(Var(ax.name, dtype), Const(r_lo, ax.lo.dtype), Const(extent, ax.extent.dtype),
                    ax.kind)
     return axis, value, guards
+
+
+def _lower_terms(ax):
+    """The non-constant terms of the lower bound ``max(a, b, ...)`` of the reduction
+    variable ``ax`` that are affine forms of other variables (divisions allowed)."""
+    terms, stack = [], [ax.lo]
+    while stack:
+        e = stack.pop()
+        if type(e) is Binary and e.op == "max":
+            stack += [e.a, e.b]
+            continue
+        aff = to_affine(e)
+        if aff is not None and aff.as_dict() and ax.name not in aff.variables():
+            terms.append(aff)
+    return terms
 
 
 def _grid(extents):

@@ -157,7 +157,7 @@ def _whole_plan(t):
         return whole  # residue classes do at least the stage's own work (2 flops a term)
     if whole is None:
         split = split_axes(t)
-        found = None if split is None else _plan_of(split)
+        found = None if split is None else _plan_of(split, most_flops=LOOP_COST * iterations)
         if found is not None and found[0].epilogue is None and found[0].dtype == t.dtype:
             # the same memory, seen with the split axes: the product writes it directly
             return [(split, ()) + found]

@@ -33,6 +33,7 @@ from tegrad.codegen.lower.contraction import (contraction_plan, lower_contractio
                                               runs_as_products)
 from tegrad.codegen.lower.expr import Names, StageContext
 from tegrad.codegen.lower.inline import inline_read_once, read_through_copies
+from tegrad.codegen.lower.residues import drop_residue_masks
 from tegrad.codegen.lower.stage import copy_loops, lower_stage
 
 
@@ -45,11 +46,13 @@ def _tensor_list(tensors, what):
 
 
 def prepare(outputs, contractions=False):
-    """The program as it is lowered: elementwise stages read once inlined (with
+    """The program as it is lowered: sums masked by residues rewritten by zero
+    elimination (:mod:`.residues`), elementwise stages read once inlined (with
     ``contractions``, not into a stage that has a gemm plan, and copies read through by
     the products that read them)."""
     keep = (lambda t: contraction_plan(t) is not None) if contractions else None
-    prepared = inline_read_once(_tensor_list(outputs, "outputs"), keep_inputs_of=keep)
+    prepared = drop_residue_masks(_tensor_list(outputs, "outputs"))
+    prepared = inline_read_once(prepared, keep_inputs_of=keep)
     if contractions:
         prepared = read_through_copies(
             prepared, lambda t: runs_as_products(contraction_plan(t)))
