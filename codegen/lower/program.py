@@ -46,12 +46,15 @@ def _tensor_list(tensors, what):
 
 
 def prepare(outputs, contractions=False):
-    """The program as it is lowered: sums masked by residues rewritten by zero
-    elimination (:mod:`.residues`), elementwise stages read once inlined (with
+    """The program as it is lowered: (with ``contractions``) sums masked by residues
+    rewritten by zero elimination where they then run on products (:mod:`.residues`),
+    elementwise stages read once inlined (with
     ``contractions``, not into a stage that has a gemm plan, and copies read through by
     the products that read them)."""
     keep = (lambda t: contraction_plan(t) is not None) if contractions else None
-    prepared = drop_residue_masks(_tensor_list(outputs, "outputs"))
+    prepared = _tensor_list(outputs, "outputs")
+    if contractions:
+        prepared = drop_residue_masks(prepared, keep)
     prepared = inline_read_once(prepared, keep_inputs_of=keep)
     if contractions:
         prepared = read_through_copies(

@@ -36,7 +36,7 @@ def _residue_masked(t):
                for n in walk(body))
 
 
-def _unmasked(t):
+def _unmasked(t, wanted):
     if not _residue_masked(t):
         return t
     new = optimize_stage(t)
@@ -44,16 +44,17 @@ def _unmasked(t):
         return t
     try:
         # the masked loops already step over the residues that count (isl solves the
-        # masks as strides); the new sum is taken unless it visits more points
+        # masks as strides): the new sum must not visit more points
         worse = stage_cost(new).iterations > stage_cost(t).iterations
     except CountError:
         return t
-    return t if worse else new
+    return t if worse or not wanted(new) else new
 
 
-def drop_residue_masks(outputs):
+def drop_residue_masks(outputs, wanted=lambda t: True):
     """The outputs with each stage whose sum is masked by residues rewritten by zero
-    elimination unless that visits more points (module doc).
+    elimination where that visits no more points and ``wanted(rewritten stage)`` holds
+    (the lowering asks for one with a gemm plan) (module doc).
 
     >>> import tegrad as tg
     >>> x = tg.placeholder((1, 1, 3, 3), name="x")
@@ -63,7 +64,7 @@ def drop_residue_masks(outputs):
     (True, False)
     """
     outputs = list(outputs)
-    mapping = rewrite_program(outputs, _unmasked)
+    mapping = rewrite_program(outputs, lambda t: _unmasked(t, wanted))
     return [mapping[id(t)] for t in outputs]
 
 
