@@ -310,13 +310,14 @@ def times_ones(reduce_, extents, *, with_bounds=False):
                   reduce_.dtype), ones
 
 
-def _bound_terms(e, op):
-    """The affine terms of ``e`` as nested ``op`` (``max``/``min``) of them, or None."""
+def _bound_terms(e, op, linear=True):
+    """The affine terms of ``e`` as nested ``op`` (``max``/``min``) of them, or None
+    (``linear``: without divisions)."""
     if type(e) is Binary and e.op == op:
-        a, b = _bound_terms(e.a, op), _bound_terms(e.b, op)
+        a, b = _bound_terms(e.a, op, linear), _bound_terms(e.b, op, linear)
         return None if a is None or b is None else a + b
     aff = to_affine(e)
-    return [aff] if aff is not None and aff.is_linear else None
+    return [aff] if aff is not None and (aff.is_linear or not linear) else None
 
 
 def _bound_dims(ax, extents):
@@ -505,7 +506,8 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
     candidates = [(1, solver.Affine.const(0), 1)] + [
         (aff.coeff(ax.name), aff - v * aff.coeff(ax.name), 1) for aff, _ in dims
         if abs(aff.coeff(ax.name)) == 1] + [
-        (1, -low, 2) for low in _lower_terms(ax) if low.variables() <= set(cols)]
+        (1, -low, 2) for low in _bound_terms(ax.lo, "max", linear=False) or ()
+        if low.as_dict() and low.variables() <= set(cols)]
     best = None
     for c, rest, weight in candidates:
         if weight > 1 and best is None:
@@ -549,21 +551,6 @@ def _rebox_axis(ax, reads, reduce_axes, extents):
     axis = IterVar(Var(ax.name, dtype), Const(r_lo, ax.lo.dtype), Const(extent, ax.extent.dtype),
                    ax.kind)
     return axis, value, guards
-
-
-def _lower_terms(ax):
-    """The non-constant terms of the lower bound ``max(a, b, ...)`` of the reduction
-    variable ``ax`` that are affine forms of other variables (divisions allowed)."""
-    terms, stack = [], [ax.lo]
-    while stack:
-        e = stack.pop()
-        if type(e) is Binary and e.op == "max":
-            stack += [e.a, e.b]
-            continue
-        aff = to_affine(e)
-        if aff is not None and aff.as_dict() and ax.name not in aff.variables():
-            terms.append(aff)
-    return terms
 
 
 def _grid(extents):

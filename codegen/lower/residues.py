@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from tegrad.analysis.cost import CountError, stage_cost
 from tegrad.ir.expr import Binary, Reduce
+from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import walk
 from tegrad.ir.rewrite import rewrite_program
 from tegrad.ir.stages import compute_body
@@ -64,6 +65,8 @@ def drop_residue_masks(outputs, wanted=lambda t: True):
     (True, False)
     """
     outputs = list(outputs)
+    if not any(_residue_masked(t) for t in topological_order(outputs)):
+        return outputs  # (no walk of every stage's expressions to rebuild nothing)
     mapping = rewrite_program(outputs, lambda t: _unmasked(t, wanted))
     return [mapping[id(t)] for t in outputs]
 

@@ -25,9 +25,9 @@ class CompiledFunction:
     """A tegrad program compiled to native code.
 
     ``f(*arrays)`` takes one array per input placeholder (in the order given to
-    :func:`tegrad.build`; ``f(x=a, w=b)`` names them by their placeholders' names instead,
-    or names the ones after those given by position) and returns a list with one numpy array per output (a list
-    even for one output); ``f(*arrays, out=[...])`` writes the outputs into the given
+    :func:`tegrad.build`; ``f(x=a, w=b)`` names them by their placeholders' names
+    instead, or names the ones after those given by position) and returns a list with
+    one numpy array per output (a list even for one output); ``f(*arrays, out=[...])`` writes the outputs into the given
     arrays instead and returns them. A returned array is new, or one this function
     returned before that nothing references any more (written over: no allocation, no
     page faults, and its memory likely still in cache). Arguments and ``out`` arrays are
