@@ -35,7 +35,7 @@ import contextvars
 
 from tegrad.ir import reduction as _red
 from tegrad.ir.errors import DifferentiationError
-from tegrad.ir.expr import (And, Binary, Const, IterVar, Or, Read, Reduce, Var, as_expr,
+from tegrad.ir.expr import (And, Binary, Const, IterVar, Or, Read, Reduce, Var, as_expr, cast,
                             compare, select)
 from tegrad.ir.stages import compute_body
 from tegrad.ir.tensor import compute_stage, scan_stage
@@ -107,15 +107,16 @@ def sum_rule(fd, e):
     return add(_sum_k(e, df), di)
 
 
-def _stage_statistic(fd, e, kind, source_fn, reducer):
-    """A per-element statistic of the reduction ``e``, e.g. its count of ties.
+def _stage_statistic(fd, e, kind, source_fn, reducer, dtype=None):
+    """A per-element statistic of the reduction ``e``, e.g. its count of ties, of
+    ``dtype`` (default: ``e``'s).
 
     When ``e`` is the whole body of a stage ``Y`` (``fd.answer(e)`` reads ``Y[y]``),
     the statistic is a stage of its own over ``Y``'s axes, built once per stage and
     read at ``y``: a gradient then does not recompute a reduction per input element.
     Otherwise it is the inline reduction ``reducer_k(source_fn(source, value))``.
     """
-    y = fd.answer(e)
+    y, dtype = fd.answer(e), dtype or e.dtype
     if type(y) is Read and type(compute_body(y.tensor)) is Reduce \
             and y.tensor.op.body.reducer is e.reducer:
         Y = y.tensor
@@ -125,11 +126,11 @@ def _stage_statistic(fd, e, kind, source_fn, reducer):
             body = Y.op.body
             own = Read(Y, tuple(ax.var for ax in Y.op.axes), Y.dtype)
             stat = Reduce(reducer, source_fn(body.source, own), body.axes, body.where, None,
-                          Y.dtype)
+                          dtype)
             name = f"{Y.name}_{kind}"
             cache[kind] = compute_stage(name, Y.op.axes, stat)
-        return Read(cache[kind], y.indices, Y.dtype)
-    return Reduce(reducer, source_fn(e.source, _value(fd, e)), e.axes, e.where, None, e.dtype)
+        return Read(cache[kind], y.indices, dtype)
+    return Reduce(reducer, source_fn(e.source, _value(fd, e)), e.axes, e.where, None, dtype)
 
 
 #: the statistics stages built during one differentiation, keyed by id of their stage
@@ -180,21 +181,25 @@ def prod_rule(fd, e):
     return out
 
 
+#: the dtype of a count of ties: exact, and cheaper to accumulate than floats
+COUNT = "int32"
+
+
 def _extremum_rule(fd, e):
     df, di = _tangents(fd, e)
     if df is ZERO and di is ZERO:
         return ZERO
     y = _value(fd, e)
-    one, zero = Const(1, e.dtype), Const(0, e.dtype)
+    one, zero = Const(1, COUNT), Const(0, COUNT)
     hit = compare("eq", e.source, y)
     count = _stage_statistic(fd, e, "ties",
-                             lambda f, v: _indicator(compare("eq", f, v), e.dtype), SUM)
+                             lambda f, v: _indicator(compare("eq", f, v), COUNT), SUM, COUNT)
     total = _sum_k(e, choose(hit, df, ZERO, e.dtype))
     if e.init is not None:
         init_hit = compare("eq", e.init, y)
         count = add(count, select(init_hit, one, zero))
         total = add(total, choose(init_hit, di, ZERO, e.dtype))
-    return div(total, Binary("max", count, one, e.dtype))
+    return div(total, cast(Binary("max", count, one, COUNT), e.dtype))
 
 
 REDUCER_RULES[_red.BUILTIN_REDUCERS["max"]] = _extremum_rule

@@ -133,6 +133,21 @@ def test_extremum_reduction_tie_with_init_counts_init():
     assert got[0].tolist() == [0.0, 0.5, 0.0] and float(got[1]) == 0.5
 
 
+def test_extremum_ties_are_counted_in_int32():
+    # a count is exact and cheap in integers (float adds are a slower chain)
+    A = tg.placeholder((3, 4), name="A")
+    k = tg.reduce_axis((0, 4), name="k")
+    y = tg.compute((3,), lambda i: tg.max(A[i, k], axis=k), name="y")
+    (dA,) = tg.differentiate(y, [A])
+    ties = [t for t in tg.topological_order([dA]) if t.name == "y_ties"]
+    assert len(ties) == 1 and ties[0].dtype == "int32"
+    a = np.array([[1, 2, 2, 0], [5, 5, 5, 5], [0, 0, 0, 1]], np.float32)
+    expected = (a == a.max(axis=1, keepdims=True)) / (a == a.max(axis=1, keepdims=True)).sum(
+        axis=1, keepdims=True)
+    assert np.array_equal(tg.evaluate(dA, {A: a}), expected.astype(np.float32))
+    assert np.array_equal(tg.build([A], [dA])(a)[0], expected.astype(np.float32))
+
+
 def test_nested_reductions_are_hoisted_and_differentiated():
     A = tg.placeholder((2, 3, 4), dtype=F64, name="A")
     k = tg.reduce_axis((0, 3), name="k")
