@@ -4,7 +4,8 @@
 plain loops', see its module):
 
 1. an expert's overrides (:mod:`.manual`), whose stages are left alone afterwards;
-2. loop fusion of consecutive nests over the same range (:mod:`.fusion`);
+2. loop fusion of consecutive nests over the same range (:mod:`.fusion`), then values
+   a loop stored read back where a later one computes them again (:mod:`.stored`);
 3. per top-level statement: loops divided by a small constant split by it
    (:mod:`.divisors`), tiny moving-bound reductions over constant guarded ranges,
    the written stride-1 axis moved innermost, tiny reductions unrolled
@@ -46,6 +47,7 @@ from tegrad.codegen.schedule.loop_order import (constant_tiny_loops, is_reductio
                                                 sink_stride_one, stride_one,
                                                 unroll_tiny_reductions)
 from tegrad.codegen.schedule.manual import apply_overrides
+from tegrad.codegen.schedule.stored import reuse_stored_values
 from tegrad.codegen.schedule.windows import hoist_scatter_windows
 
 
@@ -113,6 +115,7 @@ def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes):
     instead."""
     kernel, manual = apply_overrides(kernel, overrides or {})
     kernel, fused = fuse_stages(kernel, keep=manual)
+    kernel = Kernel(kernel.name, kernel.args, kernel.temps, reuse_stored_values(kernel.body))
     taken = names_in(kernel)
     stmts, notes = statements(kernel.body), {}
     for k, s in enumerate(stmts):
