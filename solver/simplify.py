@@ -7,8 +7,9 @@ Steps (each keeps a bijection between the integer points):
 2. the equalities are solved over the integers (Smith normal form, see
    :mod:`solver.linear_equations`) and the solution substituted; the
    solvability conditions are conditions on the parameters;
-3. implicit equalities — opposite inequalities, and variables pinned by the
-   integer affine hull (isl) — go back to step 2;
+3. implicit equalities — opposite inequalities, variables pinned by the integer
+   affine hull (isl), then variables pinned to a quotient of the parameters
+   (``0 <= E - c*v < c``: ``v == E // c``) — go back to step 2;
 4. Fourier–Motzkin gives each variable's bounds in terms of the parameters
    and outer variables; bounds implied by the others are dropped (isl);
 5. a variable with a single lower bound ``L`` is shifted, ``v = v_s + L``, so
@@ -127,10 +128,30 @@ class _Simplifier:
             if hull is None:
                 raise _Empty
             cur = set(self.cur)
-            self.eqs = [h for h in hull if h.variables() & cur]
+            self.eqs = [h for h in hull if h.variables() & cur] or self.floor_pinned()
             if not self.eqs:
                 break
         return self.finish()
+
+    def floor_pinned(self) -> list:
+        """``v - E // c`` for each variable ``v`` pinned by ``0 <= E - c*v <= c - 1`` with
+        ``E`` over the parameters (a quotient the division atoms introduced, such as the
+        group of a grouped convolution's channel): the variable is then solved for."""
+        cur = set(self.cur)
+        out = []
+        for v in self.cur:
+            for up in self.ineqs:
+                c = -up.coeff(v)
+                if c <= 0:
+                    continue
+                e = up + Affine.var(v) * c
+                if e.variables() & cur:
+                    continue
+                if any(lo.coeff(v) == c and (up + lo).is_constant and (up + lo).constant == c - 1
+                       for lo in self.ineqs):
+                    out.append(Affine.var(v) - e // c)
+                    break
+        return out
 
     def all_constraints(self) -> list:
         return [Constraint(e, GE) for e in self.ineqs] + self.pconds

@@ -1,4 +1,5 @@
 import itertools
+import math
 
 import pytest
 
@@ -57,9 +58,26 @@ def test_conv2d_input_gradient_stride1():
 def test_strided_dilated_index_equation(stride, dilation):
     d = Domain([("y", 0, 6), ("r", 0, 3)], [eq(y * stride + r * dilation, p)], parameters=["p"])
     t = simplify_domain(d)
-    assert len(t.new.names) == 1
+    # solutions differ by stride / gcd in r: one at most when that is r's whole range
+    # (then r is a quotient of p, solved for)
+    assert len(t.new.names) == (stride // math.gcd(stride, dilation) < 3)
     for pv in range(-3, 6 * stride + 3 * dilation + 3):
         assert_bijection(t, {"p": pv})
+
+
+def test_grouped_conv_group_is_a_quotient_of_the_channel():
+    # the input gradient of a grouped convolution (groups of 4 channels): the output
+    # channel f reads input channel c = (f // 4) * 4 + rc; given c, the group g is c // 4
+    f, g, rc = V("f"), V("g"), V("rc")
+    d = Domain([("f", 0, 12), ("g", 0, 3), ("rc", 0, 4)],
+               [ge(f, g * 4), le(f, g * 4 + 3), eq(g * 4 + rc, c)], parameters=["c"])
+    t = simplify_domain(d)
+    assert len(t.new.names) == 1  # f alone, over the 4 channels of c's group
+    assert str(t.old_to_new["g"]) == "c // 4"
+    (name,) = t.new.names
+    assert t.new.bounds()[name].format(name) == f"0 <= {name} < 4"
+    for cv in range(-2, 15):
+        assert_bijection(t, {"c": cv})
 
 
 def test_issue_example_one_solution_for_r_or_none():
