@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 from tegrad.ir.expr import Const, Var, structural_equal
 
-from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, loads, substitute_expr,
-                                         walk_expr, walk_stmts)
+from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, buffers_of, loads,
+                                         substitute_expr, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Allocate, Block, For, If, Let, Load, MatrixProduct,
                                         Store)
 from tegrad.codegen.schedule.common import bound_names, writes
@@ -167,16 +167,54 @@ def _matching_loop(s, chain, mapping):
     return None
 
 
+class _Available:
+    """The stored values still valid at a point of a block, numbered in the order they
+    were stored and indexed by the buffers they read and store: a statement is searched
+    only for the values whose reads it uses, and a write drops only the values it
+    touches (a block of thousands of stages stays linear)."""
+
+    def __init__(self):
+        self.values = {}  # number -> _Stored
+        self.by_buffer = {}  # buffer -> numbers of the values that read or store it
+        self.pure = set()  # numbers of the values reading no buffer
+        self.count = 0
+
+    def add(self, stored):
+        key, self.count = self.count, self.count + 1
+        self.values[key] = stored
+        for b in stored.reads | {stored.store.buffer}:
+            self.by_buffer.setdefault(b, set()).add(key)
+        if not stored.reads:
+            self.pure.add(key)
+
+    def usable_in(self, used):
+        """The values whose reads are all among the buffers ``used``, in order."""
+        keys = set(self.pure)
+        for b in used:
+            keys.update(k for k in self.by_buffer.get(b, ()) if self.values[k].reads <= used)
+        return [self.values[k] for k in sorted(keys)]
+
+    def drop_written(self, written):
+        for b in written:
+            for key in self.by_buffer.pop(b, ()):
+                stored = self.values.pop(key, None)
+                self.pure.discard(key)
+                if stored is not None:
+                    for other in stored.reads | {stored.store.buffer}:
+                        self.by_buffer.get(other, set()).discard(key)
+
+
 def _forward_block(stmts):
-    available, out = [], []
+    available, out = _Available(), []
     for s in stmts:
         written = set(_written(s))
-        for stored in available:
-            if stored.store.buffer not in written and not stored.reads & written:
-                s = _read_back(s, stored)
-        available = [a for a in available
-                     if a.store.buffer not in written and not a.reads & written]
-        available += _candidates(s)
+        if available.values:
+            for stored in available.usable_in(set(buffers_of(s)[0])):
+                if stored.store.buffer not in written and not stored.reads & written:
+                    s = _read_back(s, stored)
+        available.drop_written(written)
+        for stored in _candidates(s):
+            available.add(stored)
         out.append(s)
     return out
 
