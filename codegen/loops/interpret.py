@@ -52,6 +52,9 @@ class _LoadEvaluator(ExprEvaluator):
         idx = tuple(int(self(i, scope)) for i in e.indices)
         for d, (ix, extent) in enumerate(zip(idx, e.buffer.shape)):
             if not 0 <= ix < extent:
+                if scope.mask is not None and not np.any(scope.mask):
+                    # an arm the evaluator (and the compiled code's branch) leaves unread
+                    return np.zeros((), e.buffer.dtype)
                 raise OutOfBoundsError(f"load of {e.buffer.name!r} (shape {e.buffer.shape}) at "
                                        f"{idx} is out of bounds in dimension {d}")
         return data[idx]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-from tegrad.ir.expr import Const, Select, Var
+from tegrad.ir.expr import And, Const, Not, Or, Select, Var
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, loads, substitute_stmt,
                                          walk_stmts)
@@ -83,6 +83,12 @@ def test_interpreter_uses_the_evaluator_semantics():
         f, (i,), Select(i < 3, Load(A, (i * 2 + 1,)), Const(0.0, "float64"), "float64"))))
     (got,), _ = run(guarded, [np.arange(6.0)])
     assert got.tolist() == [1.0, 3.0, 5.0, 0.0]
+    # nor do || and && read their right side where the left one decides (a check's guard)
+    g = Buffer("g", (4,), "bool", "output")
+    decided = Kernel("d", (A, g), (), For(i, c(0), c(4), Store(g, (i,), Or(
+        Not(i < 3), And(i < 3, Load(A, (i * 2 + 1,)) > 2.0)))))
+    (got,), _ = run(decided, [np.arange(6.0)])
+    assert got.tolist() == [False, True, True, True]
     bad = Kernel("b", (A, f), (), For(i, c(0), c(4), Store(f, (i,), Load(A, (i * 2,)))))
     with pytest.raises(tg.OutOfBoundsError):
         run(bad, [np.arange(6.0)])
