@@ -9,7 +9,8 @@ plain loops', see its module):
 3. per top-level statement: loops divided by a small constant split by it
    (:mod:`.divisors`), tiny moving-bound reductions over constant guarded ranges,
    the written stride-1 axis moved innermost, tiny reductions unrolled
-   (:mod:`.loop_order`), overlapping scatter windows run outside their stride-1 loop
+   (:mod:`.loop_order`), nests reading across rows what they write along them run in
+   square tiles (:mod:`.tiles`), overlapping scatter windows run outside their stride-1 loop
    (:mod:`.windows`), the guards of innermost loops made bounds (:mod:`.guards`),
    guarded accumulations made unguarded (:mod:`.ifconvert`);
 4. vector accumulators for innermost reductions along the stride-1 axis
@@ -48,6 +49,7 @@ from tegrad.codegen.schedule.loop_order import (constant_tiny_loops, is_reductio
                                                 unroll_tiny_reductions)
 from tegrad.codegen.schedule.manual import apply_overrides
 from tegrad.codegen.schedule.stored import reuse_stored_values
+from tegrad.codegen.schedule.tiles import tile_transposed_reads
 from tegrad.codegen.schedule.windows import hoist_scatter_windows
 
 
@@ -86,12 +88,13 @@ class _MarkVector(StmtMapper):
         return s
 
 
-def _nest_schedule(s, notes, taken):
-    changed, moved, divided = [], [], []
+def _nest_schedule(s, notes, taken, lanes_of):
+    changed, moved, divided, tiled = [], [], [], []
     s = split_divided_loops(s, taken=taken, changed=divided)
     notes += [f"{v}: split by its divisor" for v in divided]
     s = constant_tiny_loops(s, changed=changed)
     s = sink_stride_one(s, moved=moved)
+    s = tile_transposed_reads(s, lanes_of=lanes_of, taken=taken, tiled=tiled)
     before = {m.var.name for m in walk_stmts(s) if type(m) is For and m.kind == "unrolled"}
     s = unroll_tiny_reductions(s)
     unrolled = [m.var.name for m in walk_stmts(s) if type(m) is For and m.kind == "unrolled"
@@ -103,6 +106,8 @@ def _nest_schedule(s, notes, taken):
     s = if_convert(s, taken=taken)
     notes += [f"{v}: tiny bounds made constant, guarded" for v in changed]
     notes += [f"{v}: moved innermost (stride 1)" for v in moved]
+    notes += [f"{v}: square tiles with the loop inside it (a read across rows)"
+              for v in tiled]
     notes += [f"{v}: unrolled (tiny reduction)" for v in unrolled]
     notes += [f"{v}: inside its scatter's window (updates kept in order)" for v in hoisted]
     notes += [f"{v}: guards made bounds" for v in bounded]
@@ -123,7 +128,7 @@ def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes):
         if set(names) & set(manual):
             continue
         found = []
-        s = _nest_schedule(s, found, taken)
+        s = _nest_schedule(s, found, taken, lanes_of)
         s, lanes = statement_accumulators(s, taken=taken, lanes_of=lanes_of)
         found += [f"{v}: vector accumulators ({n} lanes)" for v, n in lanes]
         mark = _MarkVector()

@@ -149,36 +149,73 @@ def bound_names(s):
     return names, local
 
 
-def _pins(indices, name, inner):
-    """Some index is ``c * name + rest`` (``c != 0``) with ``rest`` free of ``inner``."""
+def _pins(indices, name, inner, spans):
+    """Some index is ``c * name + rest`` (``c != 0``) where ``rest`` is free of ``inner``
+    but for loop variables of ``spans`` (name -> most minus least value) moving it by
+    less than ``|c|`` in all (a split loop's ``c * outer + inner``, ``0 <= inner < c``):
+    two iterations that agree on the variables outside ``inner`` and write the same
+    element agree on ``name``."""
     for idx in indices:
         aff = to_affine(idx)
         if aff is None:
             continue
-        found, ok = False, True
+        coeff, moved, ok = 0, 0, True
         for atom, c in aff.terms:
             if type(atom) is str:
-                found |= atom == name
-                ok &= atom not in inner
+                if atom == name:
+                    coeff = c
+                elif atom in spans:
+                    moved += abs(c) * spans[atom]
+                else:
+                    ok &= atom not in inner
             else:
                 ok &= not (atom.variables() & (inner | {name}))
-        if found and ok:
+        if coeff and ok and moved < abs(coeff):
             return True
     return False
 
 
-def independence_problem(body, names, accumulate_ok):
+def _unpinned(indices, names, inner, spans):
+    """The first of ``names`` that a write at ``indices`` may not pin, or None. Pinned
+    variables count as fixed for the others (``c * o + i`` pins ``o`` by the span of
+    ``i``, then ``i``): a write that pins all of them is one element per iteration."""
+    pinned, progress = set(), True
+    while progress:
+        progress = False
+        for v in names:
+            if v not in pinned and _pins(indices, v, inner - pinned - {v},
+                                         {k: d for k, d in spans.items()
+                                          if k != v and k not in pinned}):
+                pinned.add(v)
+                progress = True
+    return next((v for v in names if v not in pinned), None)
+
+
+def _spans(loops):
+    """Most minus least value of the variable of each loop of constant bounds."""
+    out = {}
+    for loop in loops:
+        n = constant_trip_count(loop)
+        if n and type(loop.begin) is Const:
+            out[loop.var.name] = (n - 1) * abs(loop.step)
+    return out
+
+
+def independence_problem(body, names, accumulate_ok, loops=()):
     """Why iterations over the loop variables ``names`` around ``body`` may not run in any
     order or at once (None when they may).
 
     Each write to a buffer not allocated inside ``body`` must pin every one of ``names``
-    (an index ``c * v + rest`` with ``rest`` free of variables bound inside), so that
-    different iterations write different elements, and such a buffer is loaded only at
-    the indices it is written at. With ``accumulate_ok``, accumulations need not pin
-    (they commute, up to rounding) if their buffer is not loaded.
+    (an index ``c * v + rest`` with ``rest`` free of variables bound inside, or moved by
+    them by less than ``|c|``: a split loop's ``c * o + i``), so that different
+    iterations write different elements, and such a buffer is loaded only at the indices
+    it is written at. With ``accumulate_ok``, accumulations need not pin (they commute,
+    up to rounding) if their buffer is not loaded. ``loops``: the loops of ``names``
+    where known (their constant bounds count too).
     """
     bound, local = bound_names(body)
     inner = bound | set(names)
+    spans = _spans([n for n in walk_stmts(body) if type(n) is For] + list(loops))
     written = {}
     for w in writes(body):
         if w.buffer in local:
@@ -186,10 +223,10 @@ def independence_problem(body, names, accumulate_ok):
         written.setdefault(w.buffer, []).append(w)
         if accumulate_ok and type(w) is Accumulate:
             continue
-        for v in names:
-            if not _pins(w.indices, v, inner - {v}):
-                return (f"the write to {w.buffer.name!r} at {_text(w.indices)} is "
-                        f"the same element in different iterations of {v!r}")
+        v = _unpinned(w.indices, names, inner, spans)
+        if v is not None:
+            return (f"the write to {w.buffer.name!r} at {_text(w.indices)} is "
+                    f"the same element in different iterations of {v!r}")
     for node in walk_stmts(body):
         for e in stmt_exprs(node):
             for ld in walk_expr(e):

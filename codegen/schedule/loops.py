@@ -131,7 +131,7 @@ def reorder(kernel, *, loops):
         raise ScheduleError(f"reorder: give two or more distinct loops, got {loops!r}")
     chain = _perfect_nest(kernel, loops)
     by_name = {s.var.name: s for s in chain}
-    problem = independence_problem(chain[-1].body, loops, accumulate_ok=True)
+    problem = independence_problem(chain[-1].body, loops, accumulate_ok=True, loops=chain)
     if problem:
         raise ScheduleError(f"reorder {list(loops)}: {problem}")
     for pos, name in enumerate(loops):
