@@ -6,11 +6,13 @@ times up to ``INTERLEAVE`` vectors when ``n`` is large enough)::
 
     lanes[l] = identity                                  (l < W)
     for r_o in [0, n // W): for l in [0, W): lanes[l] op= f(b + r_o * W + l)
-    for l in [0, W): acc op= lanes[l]
     for r in [b + n // W * W, b + n): acc op= f(r)       (the tail, if any)
+    for l in [0, W): acc op= lanes[l]
 
 When ``n`` is known at run time only, ``n`` is ``max(end - begin, 0)`` and ``W`` one
-vector.
+vector. Reduction loops around it that the accumulations do not index (a weight
+gradient's sum over images and rows) run inside the lanes' life: ``lanes = identity; for
+v: {main; tail}; acc op= lanes``, one combination per output.
 
 The lanes are independent, so the inner loop runs as one vector operation. This
 reassociates the reduction: allowed only here, for ``tg.sum``, ``tg.max`` and ``tg.min``
@@ -38,11 +40,11 @@ kernel kernel(float32 A[2][20], float32 S[2]) {
         S_lanes[k_l_1] max= A[i, k_o * 8 + k_l_1];
       }
     }
-    unrolled for (k_l_2 = 0; k_l_2 < 8; k_l_2++) {
-      S[i] max= S_lanes[k_l_2];
-    }
     for (k = 16; k < 20; k++) {
       S[i] max= A[i, k];
+    }
+    unrolled for (k_l_2 = 0; k_l_2 < 8; k_l_2++) {
+      S[i] max= S_lanes[k_l_2];
     }
   }
 }
@@ -59,9 +61,10 @@ from tegrad.ir.expr import Binary, Const, Var
 from tegrad.codegen.kernels.jit import vector_bits
 from tegrad.codegen.loops.mapper import (StmtMapper, block, free_variables, loads, stmt_exprs,
                                          substitute_stmt, walk_expr, walk_stmts)
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Buffer, Check, For, Kernel, Load,
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Buffer, Check, For, Kernel, Load,
                                         Store)
-from tegrad.codegen.schedule.common import constant_trip_count, fresh, names_in, uses_var
+from tegrad.codegen.schedule.common import (constant_trip_count, fresh, names_in,
+                                            stmt_uses_var, uses_var)
 from tegrad.codegen.schedule.fusion import statements
 from tegrad.codegen.schedule.loop_order import stride_one
 
@@ -163,11 +166,11 @@ def _rewrite(loop, accs, lanes, n, taken):
     combine = For(lane_vars[2], _c(0), _c(lanes),
                   block([Accumulate(key[0], key[1], Load(buf, (lane_vars[2],)), key[2])
                          for key, buf in targets]), "unrolled")
-    stmts = [init, main, combine]
+    stmts = [init, main]
     if n is None or n % lanes:
         start = simplify(Binary("add", loop.begin, Binary("mul", full, _c(lanes), INDEX), INDEX))
         stmts.append(For(loop.var, start, loop.end, loop.body, "serial"))
-    out = block(stmts)
+    out = block(stmts + [combine])
     for _, buf in reversed(targets):
         out = Allocate(buf, out)
     return out
@@ -186,11 +189,59 @@ class _Vectorise(StmtMapper):
         return _rewrite(s, *found, self.taken)
 
 
+def _lanes_block(s):
+    """``(buffers, init, middle, combine)`` when ``s`` is the lanes of a rewritten loop
+    (``_rewrite``: allocations around ``[init, *middle, combine]``), else None."""
+    buffers = []
+    while type(s) is Allocate:
+        buffers.append(s.buffer)
+        s = s.body
+    if not buffers or type(s) is not Block or len(s.stmts) < 3:
+        return None
+    init, *middle, combine = s.stmts
+    own = set(buffers)
+    if type(init) is not For or type(combine) is not For or combine.kind != "unrolled":
+        return None
+    if not all(type(m) is Store and m.buffer in own for m in walk_stmts(init.body)
+               if type(m) in (Store, Accumulate)):
+        return None
+    if not all(type(m) is Accumulate and all(ld.buffer in own for ld in loads(m.value))
+               for m in walk_stmts(combine.body) if type(m) in (Store, Accumulate)):
+        return None
+    return buffers, init, middle, combine
+
+
+class _HoistLanes(StmtMapper):
+    """Lanes live across the reduction loops around their loop: ``for v: {init; main;
+    combine}`` becomes ``init; for v: main; combine`` where neither ``init`` nor
+    ``combine`` uses ``v`` (``v`` a further reduction of the same accumulations, whose
+    partial sums then stay in the lanes: one combination per output instead of one per
+    iteration of ``v``; a reassociation, as in the lanes themselves)."""
+
+    def map_for(self, s):
+        s = super().map_for(s)
+        found = _lanes_block(s.body) if s.kind in ("serial", "unrolled") else None
+        if found is None:
+            return s
+        buffers, init, middle, combine = found
+        name = s.var.name
+        if stmt_uses_var(init, name) or stmt_uses_var(combine, name):
+            return s
+        out = block([init, For(s.var, s.begin, s.end, block(middle), s.kind, s.step),
+                     combine])
+        for buf in reversed(buffers):
+            out = Allocate(buf, out)
+        return out
+
+
 def statement_accumulators(s, *, taken, lanes_of=host_lanes):
     """``(statement, loops)``: :func:`vector_accumulators` on one statement; ``taken`` holds
     the names in use (new ones are added to it); ``loops`` lists ``(loop, lanes)``."""
     mapper = _Vectorise(lanes_of, taken)
-    return mapper(s), tuple(mapper.loops)
+    out = mapper(s)
+    if mapper.loops:
+        out = _HoistLanes()(out)
+    return out, tuple(mapper.loops)
 
 
 def vector_accumulators(kernel, *, lanes_of=host_lanes):

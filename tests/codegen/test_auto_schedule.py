@@ -169,6 +169,22 @@ def test_row_sum_keeps_vector_accumulators_beside_a_fused_elementwise_store():
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("reducer", [tg.sum, tg.max])
+def test_lanes_live_across_the_outer_reductions_of_the_same_output(reducer):
+    # a weight gradient's sum over images and rows, then along a row: the lanes are set
+    # and combined once per output, around the image and row loops (with a tail of 3)
+    A = tg.placeholder((5, 6, 4, 35), dtype=F64, name="A")
+    n, r, k = (tg.reduce_axis((0, e), name=v) for e, v in ((5, "n"), (4, "r"), (35, "k")))
+    S = tg.compute((6,), lambda i: reducer(A[n, i, r, k], axis=[n, r, k]), name="S")
+    feed = {A: np.random.default_rng(7).standard_normal((5, 6, 4, 35))}
+    kernel, record = check_scheduled([A], [S], feed, rtol=1e-12)
+    (lanes,) = [m for m in walk_stmts(kernel.body) if type(m) is Allocate]
+    inside = {m.var.name for m in walk_stmts(lanes.body) if type(m) is For}
+    assert {"n", "r"} <= inside  # the reductions over n and r run inside the lanes' life
+    f = tg.build([A], [S])
+    np.testing.assert_allclose(f(feed[A])[0], tg.evaluate([S], feed)[0], rtol=1e-12)
+
+
 def test_reduction_across_rows_gets_no_vector_accumulators():
     A = tg.placeholder((40, 3), dtype=F64, name="A")
     k = tg.reduce_axis((0, 40), name="k")
