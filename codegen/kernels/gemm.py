@@ -359,7 +359,13 @@ class _GemmEmitter:
             full = fn.append_basic_block("full")
             partial = fn.append_basic_block("partial")
             joined = fn.append_basic_block("joined")
-            b.cbranch(b.icmp_signed("==", cols, i64(blk.nr)), full, partial)
+            is_full = b.icmp_signed("==", cols, i64(blk.nr))
+            if spec.n_offsets is not None:
+                # a strip whose columns are consecutive elements of B (a convolution's
+                # output row in its padded input) is copied a vector at a time
+                self._pack_consecutive(b, fn, is_full, col_at, kc, koff, sbk, strip_src,
+                                       strip_dst, joined)
+            b.cbranch(is_full, full, partial)
             for block, guarded in ((full, False), (partial, True)):
                 b.position_at_end(block)
                 with counted_loop(b, i64(0), kc, name="k") as k:
@@ -386,6 +392,33 @@ class _GemmEmitter:
             b.position_at_end(joined)
         b.ret_void()
         return fn
+
+    def _pack_consecutive(self, b, fn, is_full, col_at, kc, koff, sbk, src, dst, joined):
+        """When the strip is full and its ``NR`` column offsets are consecutive
+        (``col_at[jj] == col_at[0] + jj``), copy its rows a vector at a time and go to
+        ``joined``; otherwise the builder continues in a new block (the element-wise
+        copy follows there)."""
+        blk, spec = self.blk, self.spec
+        consecutive = is_full
+        for jj in range(1, blk.nr):
+            consecutive = b.and_(consecutive, b.icmp_signed(
+                "==", col_at[jj], b.add(col_at[0], i64(jj))))
+        rows = fn.append_basic_block("consecutive")
+        other = fn.append_basic_block("gather")
+        b.cbranch(consecutive, rows, other)
+        b.position_at_end(rows)
+        vty = ir.VectorType(self.elt, blk.nr)
+        with counted_loop(b, i64(0), kc, name="kv") as k:
+            if spec.k_offsets is None:
+                k_at = b.mul(k, sbk)
+            else:
+                k_at = b.load(b.gep(koff, [k], inbounds=True))
+            at = b.gep(src, [b.add(k_at, col_at[0])], inbounds=True)
+            row = b.load(b.bitcast(at, vty.as_pointer()), align=self.esize)
+            out = b.gep(dst, [b.mul(k, i64(blk.nr))], inbounds=True)
+            b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
+        b.branch(joined)
+        b.position_at_end(other)
 
     # -- macro-loops and the entry point ----------------------------------------------
 
