@@ -188,6 +188,29 @@ def test_offset_tables_for_reduction_and_batch(dtype):
         GemmSpec(dtype, 1, 2, 2, 3, (0, 3, 1), (0, 2, 1), (0, 2, 1), k_offsets=((0, 0),))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("blocking", ["host", "small"])
+def test_column_offset_tables_with_consecutive_and_scattered_strips(dtype, blocking):
+    # C[i, j] = sum_k A[i, k] * B[k, cols[j]]: runs of consecutive columns (strips packed
+    # a vector per row), one strip whose run breaks in its middle, a descending run, a
+    # stride-2 run and a last partial strip
+    blk = default_blocking(dtype) if blocking == "host" else small_blocking(dtype)
+    nr = blk.nr
+    rng = np.random.default_rng(12)
+    cols = (list(range(5, 5 + nr)) + list(range(100, 100 + nr // 2))
+            + list(range(300, 300 + nr - nr // 2)) + list(range(2 * nr + 400, 400, -1))[:nr]
+            + list(range(600, 600 + 2 * nr, 2)) + list(range(40, 40 + nr // 2 + 3)))
+    m, n, k, width = 11, len(cols), 21, 700
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, width)).astype(dtype)
+    spec = GemmSpec(dtype, 1, m, n, k, (0, k, 1), (0, width, 0), (0, n, 1),
+                    n_offsets=tuple(cols))
+    c = np.empty((1, m, n), dtype)
+    for threads in (1, 2):
+        pooled_gemm(spec, blk).call_raw(a, b, c, threads=threads)
+        check_close(c[0], a, b[:, cols], k)
+
+
 @pytest.mark.parametrize("bits", [128, 256, 512])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_vector_width_blocking_is_correct_here(dtype, bits):
