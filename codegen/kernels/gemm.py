@@ -349,6 +349,7 @@ class _GemmEmitter:
             cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
             if spec.n_offsets is None:
                 strip_src = b.gep(src, [b.mul(s, b.mul(i64(blk.nr), sbn))], inbounds=True)
+                col_at = None
             else:
                 strip_src = src
                 strip_noff = b.gep(noff, [b.mul(s, i64(blk.nr))], inbounds=True)
@@ -361,9 +362,9 @@ class _GemmEmitter:
             joined = fn.append_basic_block("joined")
             is_full = b.icmp_signed("==", cols, i64(blk.nr))
             if spec.n_offsets is not None:
-                # a strip whose columns are consecutive elements of B (a convolution's
-                # output row in its padded input) is copied a vector at a time
-                self._pack_consecutive(b, fn, is_full, col_at, kc, koff, sbk, strip_src,
+                # columns at consecutive elements of B, or every other one, are copied
+                # a vector at a time
+                self._pack_regular_strip(b, fn, is_full, col_at, kc, koff, sbk, strip_src,
                                        strip_dst, joined)
             b.cbranch(is_full, full, partial)
             for block, guarded in ((full, False), (partial, True)):
@@ -375,50 +376,67 @@ class _GemmEmitter:
                         k_at = b.load(b.gep(koff, [k], inbounds=True))
                     row_src = b.gep(strip_src, [k_at], inbounds=True)
                     row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
-                    for jj in range(blk.nr):
-                        target = b.gep(row_dst, [i64(jj)], inbounds=True)
-                        # Past the last column: read the last one (in bounds), store 0.
-                        if spec.n_offsets is None:
-                            col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
-                            col = b.mul(col, sbn)
-                        else:
-                            col = col_at[jj]
-                        value = b.load(b.gep(row_src, [col], inbounds=True), align=self.esize)
-                        if guarded:
-                            value = b.select(b.icmp_signed("<", i64(jj), cols), value,
-                                             self.const(0.0))
-                        b.store(value, target)
+                    self._copy_row(b, row_src, row_dst, cols, col_at, sbn, guarded)
                 b.branch(joined)
             b.position_at_end(joined)
         b.ret_void()
         return fn
 
-    def _pack_consecutive(self, b, fn, is_full, col_at, kc, koff, sbk, src, dst, joined):
+    def _pack_regular_strip(self, b, fn, is_full, col_at, kc, koff, sbk, src, dst, joined):
         """When the strip is full and its ``NR`` column offsets are consecutive
-        (``col_at[jj] == col_at[0] + jj``), copy its rows a vector at a time and go to
-        ``joined``; otherwise the builder continues in a new block (the element-wise
-        copy follows there)."""
-        blk, spec = self.blk, self.spec
-        consecutive = is_full
-        for jj in range(1, blk.nr):
-            consecutive = b.and_(consecutive, b.icmp_signed(
-                "==", col_at[jj], b.add(col_at[0], i64(jj))))
-        rows = fn.append_basic_block("consecutive")
-        other = fn.append_basic_block("gather")
-        b.cbranch(consecutive, rows, other)
-        b.position_at_end(rows)
-        vty = ir.VectorType(self.elt, blk.nr)
-        with counted_loop(b, i64(0), kc, name="kv") as k:
-            if spec.k_offsets is None:
-                k_at = b.mul(k, sbk)
+        (``col_at[jj] == col_at[0] + jj``: a convolution's output row in its padded
+        input), copy its rows a vector at a time; when they step by 2 (a stride-2
+        convolution's row), load the ``2 * NR - 1`` elements they span as two vectors and
+        keep every other one. Either goes to ``joined``; otherwise the builder continues
+        in a new block (the element-wise copy follows there)."""
+        nr = self.blk.nr
+        vty = ir.VectorType(self.elt, nr)
+        for step in (1, 2):
+            hit = is_full
+            for jj in range(1, nr):
+                hit = b.and_(hit, b.icmp_signed("==", col_at[jj],
+                                                b.add(col_at[0], i64(step * jj))))
+            rows, other = fn.append_basic_block(f"step{step}"), fn.append_basic_block("gather")
+            b.cbranch(hit, rows, other)
+            b.position_at_end(rows)
+            with counted_loop(b, i64(0), kc, name=f"k{step}") as k:
+                if self.spec.k_offsets is None:
+                    k_at = b.mul(k, sbk)
+                else:
+                    k_at = b.load(b.gep(koff, [k], inbounds=True))
+                at = b.gep(src, [b.add(k_at, col_at[0])], inbounds=True)
+                row = self._load_vector(b, at, vty)
+                if step == 2:
+                    # elements 0, 2, .., NR - 2 of the first vector, then 1, 3, .., NR - 1
+                    # of the second (loaded from NR - 1 on: nothing past the last column)
+                    second = self._load_vector(b, b.gep(at, [i64(nr - 1)], inbounds=True),
+                                               vty)
+                    mask = [2 * jj for jj in range(nr // 2)] + \
+                           [nr + 1 + 2 * jj for jj in range(nr - nr // 2)]
+                    row = b.shuffle_vector(row, second, ir.Constant(
+                        ir.VectorType(I32, nr), mask))
+                out = b.gep(dst, [b.mul(k, i64(nr))], inbounds=True)
+                b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
+            b.branch(joined)
+            b.position_at_end(other)
+
+    def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded):
+        """``row_dst[jj] = B[row, column jj]`` element by element; past the last of
+        ``cols`` columns (``guarded``) the last one is read (in bounds) and 0 stored."""
+        for jj in range(self.blk.nr):
+            target = b.gep(row_dst, [i64(jj)], inbounds=True)
+            if self.spec.n_offsets is None:
+                col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
+                col = b.mul(col, sbn)
             else:
-                k_at = b.load(b.gep(koff, [k], inbounds=True))
-            at = b.gep(src, [b.add(k_at, col_at[0])], inbounds=True)
-            row = b.load(b.bitcast(at, vty.as_pointer()), align=self.esize)
-            out = b.gep(dst, [b.mul(k, i64(blk.nr))], inbounds=True)
-            b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
-        b.branch(joined)
-        b.position_at_end(other)
+                col = col_at[jj]
+            value = b.load(b.gep(row_src, [col], inbounds=True), align=self.esize)
+            if guarded:
+                value = b.select(b.icmp_signed("<", i64(jj), cols), value, self.const(0.0))
+            b.store(value, target)
+
+    def _load_vector(self, b, at, vty):
+        return b.load(b.bitcast(at, vty.as_pointer()), align=self.esize)
 
     # -- macro-loops and the entry point ----------------------------------------------
 
