@@ -6,7 +6,8 @@ times up to ``INTERLEAVE`` vectors when ``n`` is large enough)::
 
     lanes[l] = identity                                  (l < W)
     for r_o in [0, n // W): for l in [0, W): lanes[l] op= f(b + r_o * W + l)
-    for r in [b + n // W * W, b + n): acc op= f(r)       (the tail, if any)
+    for l in [0, E): lanes[l] op= f(b + n // W * W + l)  (E: whole vectors left, if any)
+    for r in [b + n // W * W + E, b + n): acc op= f(r)   (the tail, if any)
     for l in [0, W): acc op= lanes[l]
 
 When ``n`` is known at run time only, ``n`` is ``max(end - begin, 0)`` and ``W`` one
@@ -61,8 +62,8 @@ from tegrad.ir.expr import Binary, Const, Var
 from tegrad.codegen.kernels.jit import vector_bits
 from tegrad.codegen.loops.mapper import (StmtMapper, block, free_variables, loads, stmt_exprs,
                                          substitute_stmt, walk_expr, walk_stmts)
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Buffer, Check, For, Kernel, Load,
-                                        Store)
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Buffer, Check, For, Kernel,
+                                        Load, Store)
 from tegrad.codegen.schedule.common import (constant_trip_count, fresh, names_in,
                                             stmt_uses_var, uses_var)
 from tegrad.codegen.schedule.fusion import statements
@@ -116,9 +117,9 @@ def _candidate(loop, lanes_of):
     if lanes < 2 or (n is not None and n < 2 * lanes):
         return None
     if n is None:  # a trip count known at run time only: one vector
-        return accs, lanes, None
+        return accs, lanes, None, lanes
     # several vectors of lanes hide the latency of each vector's combination
-    return accs, lanes * min(INTERLEAVE, n // (2 * lanes)), n
+    return accs, lanes * min(INTERLEAVE, n // (2 * lanes)), n, lanes
 
 
 def uses_var_any(indices, name):
@@ -139,7 +140,7 @@ class _ToLanes(StmtMapper):
         return Accumulate(buf, (self.lane,), s.value, s.reducer)
 
 
-def _rewrite(loop, accs, lanes, n, taken):
+def _rewrite(loop, accs, lanes, n, vector, taken):
     name = loop.var.name
     targets = []
     for a in accs:
@@ -149,7 +150,7 @@ def _rewrite(loop, accs, lanes, n, taken):
                                         a.buffer.dtype, "local")))
     lanes_of_target = dict(targets)
     outer = Var(fresh(name + "_o", taken), INDEX)
-    lane_vars = [Var(fresh(name + "_l", taken), INDEX) for _ in range(3)]
+    lane_vars = [Var(fresh(name + "_l", taken), INDEX) for _ in range(4)]
     if n is None:
         trip = simplify(Binary("max", Binary("sub", loop.end, loop.begin, INDEX), _c(0), INDEX))
         full = simplify(Binary("floordiv", trip, _c(lanes), INDEX))
@@ -169,7 +170,16 @@ def _rewrite(loop, accs, lanes, n, taken):
     stmts = [init, main]
     if n is None or n % lanes:
         start = simplify(Binary("add", loop.begin, Binary("mul", full, _c(lanes), INDEX), INDEX))
-        stmts.append(For(loop.var, start, loop.end, loop.body, "serial"))
+        # whole vectors left over by the interleaved lanes go to the first lanes
+        extra = 0 if n is None else n % lanes // vector * vector
+        if extra:
+            at = simplify(Binary("add", start, lane_vars[3], INDEX))
+            rest = substitute_stmt(loop.body, {name: at})
+            stmts.append(For(lane_vars[3], _c(0), _c(extra),
+                             _ToLanes(lanes_of_target, lane_vars[3])(rest), "vectorized"))
+            start = simplify(Binary("add", start, _c(extra), INDEX))
+        if n is None or n % vector:
+            stmts.append(For(loop.var, start, loop.end, loop.body, "serial"))
     out = block(stmts + [combine])
     for _, buf in reversed(targets):
         out = Allocate(buf, out)

@@ -170,6 +170,26 @@ def test_row_sum_keeps_vector_accumulators_beside_a_fused_elementwise_store():
 
 
 @pytest.mark.parametrize("reducer", [tg.sum, tg.max])
+def test_whole_vectors_after_the_interleaved_lanes_run_in_the_first_lanes(reducer):
+    # 100 elements with 4 x 8 interleaved lanes: 3 x 32, then 0 leftover vectors of 8
+    # and a tail of 4; 120: 3 x 32, then 3 vectors of 8 into the first lanes, no tail
+    for n, extra, tail in ((100, 0, 4), (120, 24, 0), (125, 24, 5)):
+        A = tg.placeholder((3, n), dtype=F64, name="A")
+        k = tg.reduce_axis((0, n), name="k")
+        S = tg.compute((3,), lambda i: reducer(A[i, k], axis=k), name="S")
+        a = np.random.default_rng(n).standard_normal((3, n))
+        a[1, n - 1] = np.nan if reducer is tg.max else a[1, n - 1]
+        kernel, _ = check_scheduled([A], [S], {A: a})
+        kernel, _ = auto_schedule(lower_program([A], [S]), lanes_of=lambda d: 8)
+        loops = [m for m in walk_stmts(kernel.body) if type(m) is For]
+        vector = [m.end.value for m in loops if m.kind == "vectorized"]
+        assert vector == [32] + ([extra] if extra else [])
+        assert any(m.var.name == "k" for m in loops) == bool(tail)
+        (got,), _ = run(kernel, [a])
+        np.testing.assert_allclose(got, tg.evaluate([S], {A: a})[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("reducer", [tg.sum, tg.max])
 def test_lanes_live_across_the_outer_reductions_of_the_same_output(reducer):
     # a weight gradient's sum over images and rows, then along a row: the lanes are set
     # and combined once per output, around the image and row loops (with a tail of 3)
