@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tegrad as tg
+from tegrad.codegen.llvm.intrinsics import ROOT_POWER_QUARTERS
 from tegrad.ir import expr as ex
 from tegrad.ir.expr import BINARY_OPS, COMPARE_OPS, Const, Var
 from tegrad.ir.intrinsics import INTRINSICS
@@ -288,6 +289,36 @@ def test_inline_float32_log_and_tanh(name):
     ir_text = f.llvm_ir
     assert f"@llvm.{name}." not in ir_text and f"@{name}f" not in ir_text
     assert "x float>" in ir_text
+
+
+@pytest.mark.parametrize("exponent", [0.25, 0.75, 1.25, 1.5, 2.5, -0.25, -0.5, -0.75, 0.5,
+                                      1.75, 3.0])
+def test_float32_power_by_quarters_from_square_roots(exponent):
+    # x ** (k / 4) for the quarters of ROOT_POWER_QUARTERS is computed from square roots
+    # (its loop vectorises): within 2 ulp of the exact value, numpy's special values and
+    # zeros' signs; 0.5 is a square root, as numpy computes it (-0 -> -0, -inf -> nan);
+    # other exponents (1.75, integers) keep the library call
+    x = np.concatenate([_float32_samples(positive=True), -_float32_samples(positive=True),
+                        np.float32([np.inf, -np.inf, 0.0, -0.0, np.nan])])
+    X = tg.placeholder(x.shape, dtype="float32", name="X")
+    Y = tg.compute(x.shape, lambda i: tg.power(X[i], exponent), name="Y")
+    f = tg.build([X], [Y], threads=1)
+    got = f(x)[0]
+    with np.errstate(all="ignore"):
+        exact = np.power(x.astype(np.float64), exponent)
+        numpy32 = tg.evaluate([Y], {X: x})[0]
+    normal = np.isfinite(exact) & (np.abs(exact) >= np.finfo(np.float32).tiny) & \
+        (np.abs(exact) <= np.finfo(np.float32).max)
+    assert _ulps(got[normal], exact[normal]).max() <= 2
+    special = ~np.isfinite(numpy32) | (numpy32 == 0) | ~np.isfinite(x) | (x == 0)
+    np.testing.assert_array_equal(got[special], numpy32[special])
+    signed = special & ~np.isnan(numpy32)
+    assert (np.signbit(got[signed]) == np.signbit(numpy32[signed])).all()
+    # results beyond float32's normal range: within 2 of its spacing there
+    rest = ~normal & ~special
+    assert (np.abs(got[rest] - numpy32[rest]) <= 2 * np.spacing(np.abs(numpy32[rest]))).all()
+    by_roots = exponent * 4 in ROOT_POWER_QUARTERS or exponent == 0.5
+    assert ("@llvm.pow." not in f.llvm_ir and "@powf" not in f.llvm_ir) == by_roots
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
