@@ -74,14 +74,14 @@ def test_random_contractions_match_evaluate(case, seed):
     inputs, C, dtype = case
     f = check_build(inputs, [C], feed_of(inputs, seed), 1e-4 if dtype == "float32" else 1e-10)
     p, m, n = C.shape
-    # a product of fewer outputs per call than MIN_PRODUCT_OUTPUTS, or of one row per
-    # call, runs as loops (batches merge into the rows when their strides allow)
+    # a product of fewer outputs per call than MIN_PRODUCT_OUTPUTS, or of one row or
+    # column per call, runs as loops (batches merge into the rows when their strides allow)
     assert len(products(f)) <= 1 and bool(products(f)) == ("gemm(" in f.loops)
     if m * n >= MIN_PRODUCT_OUTPUTS and m > 1 and n > 1:
         assert len(products(f)) == 1
     if p * m * n < MIN_PRODUCT_OUTPUTS:
         assert not products(f)
-    assert all(s.spec.m * s.spec.n >= MIN_PRODUCT_OUTPUTS and s.spec.m > 1
+    assert all(s.spec.m * s.spec.n >= MIN_PRODUCT_OUTPUTS and min(s.spec.m, s.spec.n) > 1
                for s in products(f))
 
 
@@ -151,6 +151,16 @@ def test_depthwise_conv2d_runs_its_one_row_products_as_loops():
     f = check_build([X, W, HY], [Y, G], feed_of([X, W, HY]), 1e-10)
     assert not products(f)
     assert "vector accumulators" in f.schedule  # the weight gradient's sum along rows
+
+
+def test_global_average_pooling_runs_its_one_column_product_as_loops():
+    # a sum over each image's pixels is a product with ones of one column per call
+    X = tg.placeholder((3, 20, 6, 6), dtype="float64", name="X")
+    Y = tg.nn.global_avg_pool2d(X)
+    HY = tg.placeholder(Y.shape, dtype="float64", name="HY")
+    G = tg.differentiate(Y, [X], head=HY)
+    f = check_build([X, HY], [Y, G], feed_of([X, HY]), 1e-12)
+    assert not products(f)
 
 
 @pytest.mark.parametrize("stride,dilation", [(1, 1), (2, 1), (1, 2)])
