@@ -365,16 +365,12 @@ class _GemmEmitter:
                 # columns at consecutive elements of B, or every other one, are copied
                 # a vector at a time
                 self._pack_regular_strip(b, fn, is_full, col_at, kc, koff, sbk, strip_src,
-                                       strip_dst, joined)
+                                         strip_dst, joined)
             b.cbranch(is_full, full, partial)
             for block, guarded in ((full, False), (partial, True)):
                 b.position_at_end(block)
                 with counted_loop(b, i64(0), kc, name="k") as k:
-                    if spec.k_offsets is None:
-                        k_at = b.mul(k, sbk)
-                    else:
-                        k_at = b.load(b.gep(koff, [k], inbounds=True))
-                    row_src = b.gep(strip_src, [k_at], inbounds=True)
+                    row_src = b.gep(strip_src, [self._row_at(b, k, koff, sbk)], inbounds=True)
                     row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
                     self._copy_row(b, row_src, row_dst, cols, col_at, sbn, guarded)
                 b.branch(joined)
@@ -400,11 +396,8 @@ class _GemmEmitter:
             b.cbranch(hit, rows, other)
             b.position_at_end(rows)
             with counted_loop(b, i64(0), kc, name=f"k{step}") as k:
-                if self.spec.k_offsets is None:
-                    k_at = b.mul(k, sbk)
-                else:
-                    k_at = b.load(b.gep(koff, [k], inbounds=True))
-                at = b.gep(src, [b.add(k_at, col_at[0])], inbounds=True)
+                at = b.gep(src, [b.add(self._row_at(b, k, koff, sbk), col_at[0])],
+                           inbounds=True)
                 row = self._load_vector(b, at, vty)
                 if step == 2:
                     # elements 0, 2, .., NR - 2 of the first vector, then 1, 3, .., NR - 1
@@ -419,6 +412,12 @@ class _GemmEmitter:
                 b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
             b.branch(joined)
             b.position_at_end(other)
+
+    def _row_at(self, b, k, koff, sbk):
+        """The element offset of B's reduction row ``k`` (its stride, or its table)."""
+        if self.spec.k_offsets is None:
+            return b.mul(k, sbk)
+        return b.load(b.gep(koff, [k], inbounds=True))
 
     def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded):
         """``row_dst[jj] = B[row, column jj]`` element by element; past the last of

@@ -339,7 +339,7 @@ def _int_pow(em, a, b, dtype):
 #: of a library call (so that their loops vectorise): the ``k`` whose roundings stay
 #: within 2 ulp (measured: 1.75 and 2.25 reach 2.4) and where no product overflows before
 #: the result does. Not ``0.5``: numpy computes ``x ** 0.5`` as ``sqrt`` (``-0 -> -0``,
-#: ``-inf -> nan``), as the library call lowers it too
+#: ``-inf -> nan``), and so does :func:`_pow`
 ROOT_POWER_QUARTERS = frozenset((-3, -2, -1, 1, 3, 5, 6, 10))
 
 

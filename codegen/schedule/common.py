@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tegrad.analysis.intervals import value_range
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import Const, Var
+from tegrad.ir.expr import Binary, Const, Var
 from tegrad.ir.mapper import fresh_name
 
 from tegrad.codegen.loops.mapper import (StmtMapper, buffers_of, free_variables, stmt_exprs,
@@ -48,6 +48,14 @@ def constant_trip_count(loop):
     if type(loop.begin) is Const and type(loop.end) is Const:
         return max(0, -(-(loop.end.value - loop.begin.value) // loop.step))
     return None
+
+
+def loop_value(loop, t):
+    """The loop variable at iteration ``t``: ``begin + t * step``."""
+    scaled = t if loop.step == 1 else Binary("mul", t, Const(loop.step, "int64"), "int64")
+    if type(loop.begin) is Const and loop.begin.value == 0:
+        return scaled
+    return Binary("add", loop.begin, scaled, "int64")
 
 
 def loop_var_range(loop, ranges):
@@ -196,7 +204,7 @@ def _spans(loops):
     out = {}
     for loop in loops:
         n = constant_trip_count(loop)
-        if n and type(loop.begin) is Const:
+        if n:
             out[loop.var.name] = (n - 1) * abs(loop.step)
     return out
 

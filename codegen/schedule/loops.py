@@ -30,8 +30,8 @@ from tegrad.analysis.simplify import simplify
 from tegrad.codegen.loops.mapper import block, substitute_stmt, walk_stmts
 from tegrad.codegen.loops.nodes import For, If
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, find_loop, fresh,
-                                            independence_problem, names_in, replace_loop,
-                                            stmt_uses_var, uses_var)
+                                            independence_problem, loop_value, names_in,
+                                            replace_loop, stmt_uses_var, uses_var)
 
 INDEX = "int64"
 
@@ -55,14 +55,6 @@ def _trip(loop):
                      INDEX))
 
 
-def _value(loop, t):
-    """The loop variable at iteration ``t``: ``begin + t * step``."""
-    scaled = t if loop.step == 1 else Binary("mul", t, _c(loop.step), INDEX)
-    if type(loop.begin) is Const and loop.begin.value == 0:
-        return scaled
-    return Binary("add", loop.begin, scaled, INDEX)
-
-
 def split(kernel, *, loop, factor, tail="guard"):
     """Split ``loop`` into an outer and an inner loop of ``factor`` iterations.
 
@@ -81,7 +73,7 @@ def split(kernel, *, loop, factor, tail="guard"):
     def rewrite(s):
         n = constant_trip_count(s)
         trip = _trip(s)
-        value = _value(s, Binary("add", Binary("mul", outer, _c(factor), INDEX), inner, INDEX))
+        value = loop_value(s, Binary("add", Binary("mul", outer, _c(factor), INDEX), inner, INDEX))
         body = substitute_stmt(s.body, {s.var.name: value})
         inner_loop = lambda b: For(inner, _c(0), _c(factor), b, s.kind if s.kind != "parallel"
                                    else "serial")
@@ -97,7 +89,7 @@ def split(kernel, *, loop, factor, tail="guard"):
                    "parallel" if s.kind == "parallel" else "serial")
         if divides:
             return main
-        start = _s(_value(s, Binary("mul", n_full, _c(factor), INDEX)))
+        start = _s(loop_value(s, Binary("mul", n_full, _c(factor), INDEX)))
         return block([main, For(s.var, start, s.end, s.body, "serial", s.step)])
 
     return replace_loop(kernel, loop, rewrite)
@@ -167,8 +159,8 @@ def fuse(kernel, *, outer, inner):
     taken = names_in(kernel)
     f = Var(fresh(f"{outer}_{inner}", taken), INDEX)
     n_i = _trip(i)
-    mapping = {outer: _s(_value(o, Binary("floordiv", f, n_i, INDEX))),
-               inner: _s(_value(i, Binary("floormod", f, n_i, INDEX)))}
+    mapping = {outer: _s(loop_value(o, Binary("floordiv", f, n_i, INDEX))),
+               inner: _s(loop_value(i, Binary("floormod", f, n_i, INDEX)))}
     total = _s(Binary("mul", _trip(o), n_i, INDEX))
     kind = o.kind if o.kind == i.kind else "serial"
     return replace_loop(kernel, outer,

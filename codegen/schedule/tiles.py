@@ -41,7 +41,7 @@ from tegrad.codegen.loops.mapper import (StmtMapper, loads, stmt_exprs, substitu
                                          to_affine, walk_stmts)
 from tegrad.codegen.loops.nodes import Block, For, Let, Store
 from tegrad.codegen.schedule.common import (constant_trip_count, fresh, independence_problem,
-                                            uses_var)
+                                            loop_value, uses_var)
 from tegrad.codegen.schedule.loop_order import stride_one
 
 INDEX = "int64"
@@ -122,10 +122,7 @@ class _TileTransposed(StmtMapper):
 
         def value(loop):
             o, i = names[loop.var.name, "o"], names[loop.var.name, "i"]
-            v = Binary("add", Binary("mul", o, _c(t), INDEX), i, INDEX)
-            if type(loop.begin) is Const and loop.begin.value == 0:
-                return v
-            return Binary("add", loop.begin, v, INDEX)
+            return loop_value(loop, Binary("add", Binary("mul", o, _c(t), INDEX), i, INDEX))
 
         body = substitute_stmt(inner.body, {outer.var.name: value(outer),
                                             inner.var.name: value(inner)})
