@@ -1,6 +1,9 @@
 """tegrad against its peers: forward + gradient time of each case next to hand-written
 numpy and PyTorch (and the register-blocked gemm kernel on dense 512^3), all measured
-alternately in one process (so a busy machine slows every column alike).
+alternately in one process (so a busy machine slows every column alike). Each timed call
+follows an untimed call of the same contender, made once the other runtimes' worker
+threads have stopped spinning: a runtime is timed as in a loop of its own, not on a
+core another runtime's idle threads still hold.
 
     python benchmarks/peers.py [--threads N] [--repeats R] [--cases dense,conv2d]
 
@@ -9,8 +12,7 @@ threads, through the native pool) against numpy and PyTorch on dense 512^3 and a
 conv2d; the native pool's fork-join time; then per case the median and min ms of numpy, PyTorch and
 tegrad (``tegrad.build``, when the package has it), ratios to PyTorch and GFLOP/s; then the
 gradient/forward time ratios, twice: from the medians of that table, and with each
-contender's forward and forward + gradient alternated with each other only (both then
-follow the same calls). Every case's results are checked to agree across columns
+contender's forward and forward + gradient alternated with each other only. Every case's results are checked to agree across columns
 (float32 tolerance) before it is timed.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -497,20 +500,61 @@ def check_agree(name, reference, results, tolerance, what):
                                  f"{err:.3g} (scale {scale:.3g})")
 
 
+def _others_running():
+    """How many of the process's threads other than the caller are running or runnable
+    (Linux; None where ``/proc`` does not tell)."""
+    me = str(threading.get_native_id())
+    running = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            if task != me:
+                with open(f"/proc/self/task/{task}/stat") as f:
+                    # the state follows the command name, which is in parentheses
+                    running += f.read().rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, IndexError):
+        return None
+    return running
+
+
+def wait_until_quiet(poll=0.001, limit=0.5):
+    """Return once no other thread of the process runs, or after ``limit`` seconds.
+
+    After a call, a runtime's worker threads keep spinning a while before they sleep
+    (measured here: PyTorch's OpenMP workers about 10 ms, OpenBLAS's about 100 ms), and
+    on a machine of few cores they take a core from whatever runs next."""
+    deadline = time.perf_counter() + limit
+    while _others_running() and time.perf_counter() < deadline:
+        time.sleep(poll)
+
+
+#: seconds of untimed calls before each timed one: a thread woken after a pause may be
+#: put on a core another thread has just left busy (there it shares a core with the
+#: caller until the OS moves it, measured here: up to 10 ms after OpenBLAS's spin)
+WARM_UP = 0.02
+
+
 def alternate(contenders, repeats, cpu_times=None):
-    """``{name: [seconds, ...]}``: one call of each contender per round, ``repeats`` rounds
-    (after one warm-up round). ``cpu_times``, a dict, receives the calling thread's CPU
-    seconds per call (what a single-threaded call costs however busy the machine is)."""
+    """``{name: [seconds, ...]}``: one timed call of each contender per round, ``repeats``
+    rounds. Each timed call follows :data:`WARM_UP` seconds of calls of the same
+    contender, begun once the other runtimes' threads have gone quiet
+    (:func:`wait_until_quiet`): as in a training loop of that runtime alone, its own
+    threads are awake and where the OS puts them when busy, and nobody else's spin.
+    ``cpu_times``, a dict, receives the calling thread's CPU seconds per call (what a
+    single-threaded call costs however busy the machine is)."""
     times = {name: [] for name in contenders}
-    for round_ in range(repeats + 1):
+    for _ in range(repeats):
         for name, fn in contenders.items():
+            wait_until_quiet()
+            until = time.perf_counter() + WARM_UP
+            fn()
+            while time.perf_counter() < until:
+                fn()
             start, cpu_start = time.perf_counter(), time.thread_time()
             fn()
             elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
-            if round_:
-                times[name].append(elapsed)
-                if cpu_times is not None:
-                    cpu_times.setdefault(name, []).append(cpu)
+            times[name].append(elapsed)
+            if cpu_times is not None:
+                cpu_times.setdefault(name, []).append(cpu)
     return times
 
 
@@ -565,9 +609,8 @@ def median_ratio(forward, both, column):
 
 def paired_ratio(repeats):
     """Gradient/forward time with the contender's forward and forward + gradient alternated
-    with each other only, so both follow the same calls (in the run of every contender
-    alternated, a forward follows the others' forwards and a gradient their gradients,
-    which leave the caches and the other core in other states)."""
+    with each other only (in the run of every contender, the forward and the gradient
+    are timed in different runs, minutes apart on a machine whose load changes)."""
     def ratio(forward, both, column):
         times = alternate({"forward": forward.calls[column], "both": both.calls[column]},
                           repeats)

@@ -26,10 +26,12 @@ buffer could not be allocated). It only fills the product's parameters (extents,
 strides, offset tables, its micro-kernels and packing routine) for the driver, the
 macro-loops that every product of a dtype and blocking shares (compiled once per
 process in the JIT): a product adds little code of its own to compile. The driver's
-tasks are ``(batch, column chunk, MR-row block)`` triples, handed to the thread pool
-(:mod:`.threadpool`): each thread runs a contiguous range of them with its own packing
-buffer. A product with few row blocks has as many column chunks as threads (each thread
-then packs only its columns of ``B``), others one. Every ``C`` element is written by
+tasks are ``(batch, column chunk, row group)`` triples, handed to the thread pool
+(:mod:`.threadpool`), whose chunks of tasks are calls with a packing buffer each. With
+one thread a task is a whole batch; with more, about ``CHUNKS_PER_THREAD`` tasks per
+thread: batches cut into column chunks of whole strips (a task packs only its columns
+of ``B``), and those into groups of row blocks only while there are fewer chunks than
+threads. Every ``C`` element is written by
 exactly one task, and the sum over ``k`` runs in increasing ``k`` whatever the thread
 count and chunks, so results are bit-identical for every ``n_threads``.
 
@@ -53,8 +55,8 @@ import numpy as np
 from tegrad.ir.errors import ShapeError, TegradError
 
 from tegrad.codegen.kernels import jit, threadpool
-from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, counted_loop, declare, i32,
-                                           i64, smin, vector_suffix)
+from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, ceil_div, counted_loop, declare,
+                                           i32, i64, smin, vector_suffix)
 
 _ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 _ITEMSIZE = {"float32": 4, "float64": 8}
@@ -444,7 +446,8 @@ class _GemmEmitter:
     #: the fields of the parameters a product hands its driver (see :meth:`emit_driver`)
     PARAMS = ("a", "b", "c", "status", "batch", "m", "n", "k", "sa0", "sa1", "sa2",
               "sb0", "sb1", "sb2", "sc0", "sc1", "sc2", "k0_offsets", "k1_offsets",
-              "n_offsets", "batch_offsets", "chunk", "micro_full", "micro_tail", "pack")
+              "n_offsets", "batch_offsets", "chunk", "rows_per_task", "micro_full",
+              "micro_tail", "pack")
 
     def params_type(self):
         eptr, iptr = self.eptr, I64.as_pointer()
@@ -464,12 +467,13 @@ class _GemmEmitter:
                                                I64.as_pointer(), I64.as_pointer(), I64, I64])
 
     def emit_driver(self):
-        """``driver(params, begin, end)``: the tasks ``[begin, end)`` of one thread, for
-        any product of this dtype and blocking (its extents, strides, offset tables,
-        micro-kernels and packing routine are read from ``params``; a null table means
-        the stride). Task ``t`` is row block ``t % row_blocks`` of column chunk ``g %
-        chunks`` of batch ``g // chunks`` (``g = t // row_blocks``), the chunks
-        ``params.chunk`` columns wide: a thread packs only the columns of its chunks."""
+        """``driver(params, begin, end)``: the tasks ``[begin, end)`` of one chunk of a
+        fork-join, for any product of this dtype and blocking (its extents, strides,
+        offset tables, micro-kernels and packing routine are read from ``params``; a
+        null table means the stride). Task ``t`` is row group ``t % row_groups`` (of
+        ``params.rows_per_task`` row blocks) of column chunk ``g % chunks`` of batch
+        ``g // chunks`` (``g = t // row_groups``), the chunks ``params.chunk`` columns
+        wide: a call packs only the columns of its tasks."""
         blk = self.blk
         name = f"tegrad.gemm.driver.{self.spec.dtype}.vl{blk.vl}.mr{blk.mr}.nr{blk.nr}." \
                f"kc{blk.kc}.nc{blk.nc}"
@@ -511,19 +515,22 @@ class _GemmEmitter:
         bp = b.inttoptr(aligned, self.eptr)
 
         row_blocks = b.sdiv(b.add(m, i64(blk.mr - 1)), i64(blk.mr))
-        chunks = b.sdiv(b.add(n, b.sub(chunk, i64(1))), chunk)
+        rows_per = p["rows_per_task"]
+        row_groups = ceil_div(b, row_blocks, rows_per)
+        chunks = ceil_div(b, n, chunk)
         k_tables = [p["k0_offsets"], p["k1_offsets"]]
         # with a reduction table, k0's offset is in the table, not in the base pointers
         a_k_stride = b.select(is_null(k_tables[0]), p["sa2"], i64(0))
         b_k_stride = b.select(is_null(k_tables[1]), p["sb1"], i64(0))
         b_n_stride = b.select(is_null(p["n_offsets"]), p["sb2"], i64(0))
         batch_table = p["batch_offsets"]
-        first = b.sdiv(t_begin, row_blocks)
-        last = b.sdiv(b.sub(t_end, i64(1)), row_blocks)
+        first = b.sdiv(t_begin, row_groups)
+        last = b.sdiv(b.sub(t_end, i64(1)), row_groups)
         with counted_loop(b, first, b.add(last, i64(1)), name="g") as g:
-            block0 = b.mul(g, row_blocks)
-            lo = b.sub(b.select(b.icmp_signed(">", t_begin, block0), t_begin, block0), block0)
-            hi = b.sub(smin(b, t_end, b.add(block0, row_blocks)), block0)
+            task0 = b.mul(g, row_groups)
+            lo = b.sub(b.select(b.icmp_signed(">", t_begin, task0), t_begin, task0), task0)
+            hi = b.sub(smin(b, t_end, b.add(task0, row_groups)), task0)
+            lo, hi = b.mul(lo, rows_per), smin(b, row_blocks, b.mul(hi, rows_per))
             batch, col0 = b.sdiv(g, chunks), b.mul(b.srem(g, chunks), chunk)
             col1 = smin(b, n, b.add(col0, chunk))
             strided = [b.mul(batch, stride) for stride in (p["sa0"], p["sb0"], p["sc0"])]
@@ -628,26 +635,30 @@ class _GemmEmitter:
         threads = fn.args[3]
         if useful < 2 ** 31:
             threads = smin(b, threads, i32(useful))
-        # Too few row blocks to share out: each thread takes its own columns instead.
-        row_tasks = spec.batch * -(-spec.m // blk.mr)
-        chunks = b.select(b.icmp_signed("<", i64(row_tasks),
-                                        b.mul(b.zext(threads, I64), i64(CHUNK_TASKS))),
-                          b.zext(threads, I64), i64(1))
-        width = b.sdiv(b.add(i64(spec.n), b.sub(chunks, i64(1))), chunks)
-        width = b.mul(b.sdiv(b.add(width, i64(blk.nr - 1)), i64(blk.nr)), i64(blk.nr))
+        # Tasks for the pool's chunks (one, serially): whole batches while there are
+        # enough of them, else each batch cut into column chunks of whole strips (a task
+        # packs only its columns of B), then, when those are still too few, into groups
+        # of row blocks (their tasks pack the same columns again).
+        threads = b.zext(threads, I64)
+        want = b.select(b.icmp_signed(">", threads, i64(1)),
+                        b.mul(threads, i64(threadpool.CHUNKS_PER_THREAD)), i64(1))
+        per_batch = ceil_div(b, want, i64(spec.batch))
+        strips = -(-spec.n // blk.nr)
+        width = b.mul(ceil_div(b, i64(strips), smin(b, per_batch, i64(strips))), i64(blk.nr))
+        chunks = ceil_div(b, i64(spec.n), width)
+        row_blocks = -(-spec.m // blk.mr)
+        few = b.icmp_signed("<", b.mul(i64(spec.batch), chunks), threads)
+        row_groups = b.select(few, smin(b, ceil_div(b, per_batch, chunks), i64(row_blocks)),
+                              i64(1))
+        rows_per = ceil_div(b, i64(row_blocks), row_groups)
         put("chunk", width)
-        n_tasks = b.mul(i64(row_tasks), b.sdiv(b.add(i64(spec.n), b.sub(width, i64(1))),
-                                               width))
+        put("rows_per_task", rows_per)
+        n_tasks = b.mul(i64(spec.batch), b.mul(chunks, ceil_div(b, i64(row_blocks), rows_per)))
         parallel_for = threadpool.declare_parallel_for(self.module)
-        b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, threads])
+        b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, b.trunc(threads, I32)])
         status = b.gep(ptr, [i32(0), i32(self.PARAMS.index("status"))], inbounds=True)
         b.ret(b.load_atomic(status, "monotonic", 4))
         return fn
-
-
-#: a product with fewer than this many row-block tasks per thread splits its columns
-#: between the threads (each packs only its own columns of B)
-CHUNK_TASKS = 8
 
 
 #: the default least work (flops) that pays for one more thread: 2**21, 10-15 us of one

@@ -57,6 +57,11 @@ def smin(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
+def ceil_div(b, x, y):
+    """``ceil(x / y)`` for ``x >= 0 < y``."""
+    return b.sdiv(b.add(x, b.sub(y, ir.Constant(y.type, 1))), y)
+
+
 def declare(module, name, fnty):
     """The function ``name`` of ``module``, declared with ``fnty`` if it is not there."""
     existing = module.globals.get(name)

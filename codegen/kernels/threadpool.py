@@ -6,20 +6,27 @@ The pool is one function,
                              i64 n_tasks, i32 n_threads)
 
 which splits the tasks ``[0, n_tasks)`` into ``T = min(n_threads, n_tasks, MAX_THREADS)``
-contiguous ranges, thread ``t`` running ``fn(ctx, n_tasks*t // T, n_tasks*(t+1) // T)``,
-and returns when every range is done. The caller runs range 0 itself; ``T <= 1`` runs
-``fn(ctx, 0, n_tasks)`` inline, without touching the pool. Every task runs exactly once.
+contiguous ranges, range ``t`` being ``[n_tasks*t // T, n_tasks*(t+1) // T)``, and returns
+when every task has run, each exactly once, as ``fn(ctx, begin, end)`` calls on chunks of
+at most ``grain = ceil(n_tasks / (T * CHUNKS_PER_THREAD))`` consecutive tasks. Thread
+``t`` claims the chunks of range ``t`` in increasing order (so a balanced run keeps
+the static partition and its cache locality), then helps with the other ranges' chunks
+left unclaimed: a thread the OS runs slower than the others (another process's thread
+spinning on its core) leaves part of its range to them instead of holding every thread
+up. The caller is thread 0; ``T <= 1`` runs ``fn(ctx, 0, n_tasks)`` inline, without
+touching the pool. A task must not depend on which thread runs it or on the chunk it is
+in, so results are the same for every thread count and schedule.
 
 Workers are created with ``pthread_create`` on first use (as many as a call needs, up to
 ``MAX_THREADS - 1``) and live until the process exits. Each worker owns a word, 64 bytes
 from its neighbours': idle, work offered, asleep or running. An idle worker spins on its
 word (with the CPU's pause hint, yielding the core now and then) for ``SPIN_ITERATIONS``
 checks, then marks it asleep and waits in ``futex`` through ``syscall``; the caller offers
-a range by setting the word and wakes the worker only if it was asleep. A worker claims an
-offered range (offered -> running) before running it; after its own range the caller
-takes back and runs every range still unclaimed, so a worker the OS has not scheduled
-delays nothing. The caller waits for the count of pending ranges by spinning, then in
-``futex``. So a fork-join
+the fork-join by setting the word and wakes the worker only if it was asleep. A worker
+claims the offer (offered -> running) before taking chunks; after the chunks are all
+claimed the caller takes back every offer still unclaimed, so a worker the OS has not
+scheduled delays nothing. The caller waits for the count of pending workers by spinning,
+then in ``futex``. So a fork-join
 between busy threads costs no system call, and the child of a ``fork()``, which has the
 pool's state but not its threads, still completes its fork-joins.
 
@@ -60,6 +67,10 @@ SPIN_ITERATIONS = 1 << 14
 CALLER_SPIN_ITERATIONS = 1 << 16
 #: a spinning thread yields its core (``sched_yield``) once per this many checks
 YIELD_EVERY = 1 << 7
+#: chunks per thread a fork-join's tasks are cut into: enough that a thread slowed by
+#: another process's thread leaves work for the others, few enough that a chunk's own
+#: set-up (a gemm's packing) stays small next to its work
+CHUNKS_PER_THREAD = 8
 
 _FUTEX_WAIT_PRIVATE = 128
 _FUTEX_WAKE_PRIVATE = 129
@@ -131,6 +142,10 @@ class _Emitter:
         self.task_ctx = g("tegrad_pool_ctx", VOIDPTR)
         self.n_tasks = g("tegrad_pool_n_tasks", I64)
         self.n_threads = g("tegrad_pool_n_threads", I64)
+        self.grain = g("tegrad_pool_grain", I64)
+        # per range, the count of its tasks claimed so far (one cache line each)
+        self.claimed = g("tegrad_pool_claimed",
+                         ir.ArrayType(I64, MAX_THREADS * _SLOT_WORDS // 2))
 
     # -- small pieces ------------------------------------------------------------------
 
@@ -285,18 +300,44 @@ class _Emitter:
 
     # -- the worker ---------------------------------------------------------------------
 
-    def run_range(self, b, thread):
-        """``fn(ctx, n*t // T, n*(t+1) // T)`` for the current fork-join (``thread`` i64)."""
+    def claimed_count(self, b, r):
+        """The claimed-task counter of range ``r`` (an i64 value)."""
+        line = b.mul(r, ir.Constant(I64, _SLOT_WORDS // 2))
+        return b.gep(self.claimed, [ir.Constant(I32, 0), line], inbounds=True)
+
+    def run_chunks(self, b, thread):
+        """Claim and run chunks of the current fork-join until none is left: those of
+        range ``thread`` (an i64) first, then those of the ranges after it, cyclically.
+
+        Invariant: ``claimed[r]`` only grows; tasks ``[begin_r, begin_r + claimed[r])``
+        of range ``r`` belong to the threads that added to it, each chunk to one."""
+        c64 = lambda v: ir.Constant(I64, v)
         n = self.load(b, self.n_tasks, "monotonic")
         t_count = self.load(b, self.n_threads, "monotonic")
-        begin = b.sdiv(b.mul(n, thread), t_count)
-        end = b.sdiv(b.mul(n, b.add(thread, ir.Constant(I64, 1))), t_count)
+        grain = self.load(b, self.grain, "monotonic")
         fn = self.load(b, self.task_fn, "monotonic")
         ctx = self.load(b, self.task_ctx, "monotonic")
-        b.call(fn, [ctx, begin, end])
+        with counted_loop(b, c64(0), t_count, name="range") as k:
+            r = b.srem(b.add(thread, k), t_count)
+            begin = b.sdiv(b.mul(n, r), t_count)
+            end = b.sdiv(b.mul(n, b.add(r, c64(1))), t_count)
+            counter = self.claimed_count(b, r)
+            func = b.function
+            claim = func.append_basic_block("chunk.claim")
+            run = func.append_basic_block("chunk.run")
+            drained = func.append_basic_block("chunk.drained")
+            b.branch(claim)
+            b.position_at_end(claim)
+            lo = b.add(begin, b.atomic_rmw("add", counter, grain, "monotonic"))
+            b.cbranch(b.icmp_signed("<", lo, end), run, drained)
+            b.position_at_end(run)
+            hi = b.add(lo, grain)
+            b.call(fn, [ctx, lo, b.select(b.icmp_signed("<", hi, end), hi, end)])
+            b.branch(claim)
+            b.position_at_end(drained)
 
-    def finish_range(self, b, fn):
-        """Report one range done: the last one wakes a sleeping caller."""
+    def report_done(self, b, fn):
+        """Report one worker done: the last one wakes a sleeping caller."""
         pending = self.word(b, self.pending)
         old = b.atomic_rmw("sub", pending, ir.Constant(I32, 1), "seq_cst")
         last = b.icmp_unsigned("==", old, ir.Constant(I32, 1))
@@ -332,14 +373,14 @@ class _Emitter:
         self.wait(b, fn, word, lambda bb, v: bb.icmp_unsigned("==", v, c32(_WORK)),
                   SPIN_ITERATIONS, announce,
                   restart=lambda bb, v: bb.icmp_unsigned("==", v, c32(_IDLE)))
-        # Claim the offered range (the caller may have taken it back: then idle).
+        # Claim the offer (the caller may have taken it back: then idle).
         pair = b.cmpxchg(word, c32(_WORK), c32(_RUNNING), "acq_rel", "acquire")
         run = fn.append_basic_block("run")
         b.cbranch(b.extract_value(pair, 1), run, idle)
         b.position_at_end(run)
-        self.run_range(b, b.zext(worker, I64))
+        self.run_chunks(b, b.zext(worker, I64))
         self.store(b, c32(_IDLE), word)
-        self.finish_range(b, fn)
+        self.report_done(b, fn)
         b.branch(idle)
         return fn
 
@@ -401,22 +442,28 @@ class _Emitter:
         self.store(b, ctx, self.task_ctx, "monotonic")
         self.store(b, n_tasks, self.n_tasks, "monotonic")
         self.store(b, t, self.n_threads, "monotonic")
+        chunks = b.mul(t, c64(CHUNKS_PER_THREAD))
+        self.store(b, b.sdiv(b.add(n_tasks, b.sub(chunks, c64(1))), chunks), self.grain,
+                   "monotonic")
+        with counted_loop(b, c64(0), t, name="reset") as r:
+            self.store(b, c64(0), self.claimed_count(b, r), "monotonic")
         pending = self.word(b, self.pending)
         self.store(b, b.trunc(b.sub(t, c64(1)), I32), pending, "seq_cst")
-        # Hand out ranges 1..t-1 (the word's release publishes the stores above).
+        # Offer the fork-join to workers 1..t-1 (the word's release publishes the stores
+        # above).
         t32 = b.trunc(t, I32)
         with counted_loop(b, c32(1), t32, name="signal") as w:
             word = self.slot(b, w)
             old = b.atomic_rmw("xchg", word, c32(_WORK), "seq_cst")
             with b.if_then(b.icmp_unsigned("==", old, c32(_ASLEEP))):
                 self.futex(b, word, _FUTEX_WAKE_PRIVATE, 1)
-        b.call(task_fn, [ctx, c64(0), b.sdiv(n_tasks, t)])
-        # Run the ranges no worker has claimed yet (a descheduled worker delays nothing).
+        self.run_chunks(b, c64(0))
+        # Every chunk is claimed: take back the offers no worker has claimed yet (a
+        # descheduled worker delays nothing).
         with counted_loop(b, c32(1), t32, name="steal") as w:
             pair = b.cmpxchg(self.slot(b, w), c32(_WORK), c32(_IDLE), "acq_rel", "monotonic")
             with b.if_then(b.extract_value(pair, 1)):
-                self.run_range(b, b.sext(w, I64))
-                self.finish_range(b, fn)
+                self.report_done(b, fn)
         # Wait for the workers: spin, then sleep on the pending count.
         asleep = self.word(b, self.caller_asleep)
         self.wait(b, fn, pending, lambda bb, v: bb.icmp_unsigned("==", v, c32(0)),

@@ -8,8 +8,9 @@
 
 with ``task(ctx, lo, hi)`` running iterations ``k`` in ``[lo, hi)`` in order, each with
 ``v == begin + k * step``: every iteration runs once, with the values it has in the
-serial loop (the pool hands out contiguous ranges). ``threads`` is a constant of the
-kernel (see :func:`resolve_threads`); with one thread, inside another parallel loop's
+serial loop (the pool hands out chunks of consecutive iterations). ``threads`` is a
+constant of the kernel (see :func:`resolve_threads`); with one thread, inside another
+parallel loop's
 task, or when the body allocates a local buffer too large for a thread's stack (the
 kernel passes those as shared storage), the loop is emitted serially.
 

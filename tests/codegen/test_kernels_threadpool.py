@@ -21,6 +21,7 @@ def _task_module():
     """Task functions over ``ctx = {double *src, double *dst, i64 *visits, i64 *tid}``:
 
     - ``scale``: ``dst[i] = 2 * src[i]``, ``visits[i] += 1`` (atomic), ``tid[i] = pthread_self()``;
+    - ``slow_scale``: ``scale`` that sleeps 30 ms at ``i == 50000``;
     - ``chunk_sum``: ``dst[t] = sum(src[t*64 : (t+1)*64])`` for each task ``t``;
     - ``run_scale(ctx, n, threads)`` / ``run_sum(ctx, n, threads)``: one fork-join from
       native code; ``repeat(ctx, n, threads, times)``: ``times`` fork-joins of ``scale``.
@@ -43,6 +44,15 @@ def _task_module():
         b.store(b.fmul(b.load(b.gep(src, [i])), ir.Constant(F64, 2.0)), b.gep(dst, [i]))
         b.atomic_rmw("add", b.gep(visits, [i]), i64(1), "monotonic")
         b.store(me, b.gep(tid, [i]))
+    b.ret_void()
+
+    usleep = declare(m, "usleep", ir.FunctionType(threadpool.I32, [threadpool.I32]))
+    slow = ir.Function(m, threadpool.TASK_FN_TYPE, name="slow_scale")
+    b = ir.IRBuilder(slow.append_basic_block())
+    with counted_loop(b, slow.args[1], slow.args[2]) as i:
+        with b.if_then(b.icmp_signed("==", i, i64(50000))):
+            b.call(usleep, [ir.Constant(threadpool.I32, 30000)])
+        b.call(scale, [slow.args[0], i, b.add(i, i64(1))])
     b.ret_void()
 
     chunk_sum = ir.Function(m, threadpool.TASK_FN_TYPE, name="chunk_sum")
@@ -69,7 +79,8 @@ def _task_module():
         b.call(pf, [count, nested.args[0], i64(100), ir.Constant(threadpool.I32, 2)])
     b.ret_void()
 
-    for name, task in (("run_scale", scale), ("run_sum", chunk_sum), ("run_nested", nested)):
+    for name, task in (("run_scale", scale), ("run_slow", slow), ("run_sum", chunk_sum),
+                       ("run_nested", nested)):
         fn = ir.Function(m, ir.FunctionType(ir.VoidType(), [threadpool.VOIDPTR, I64,
                                                            threadpool.I32]), name=name)
         b = ir.IRBuilder(fn.append_basic_block())
@@ -90,7 +101,7 @@ def tasks():
     engine = jit.compile_module(_task_module())
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32)
     out = {name: run(engine.get_function_address(name))
-           for name in ("run_scale", "run_sum", "run_nested")}
+           for name in ("run_scale", "run_slow", "run_sum", "run_nested")}
     out["repeat"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32,
                                      ctypes.c_int64)(engine.get_function_address("repeat"))
     out["scale_address"] = engine.get_function_address("scale")
@@ -135,7 +146,15 @@ def test_one_thread_runs_inline_on_the_caller(tasks):
     assert set(buf.tid.tolist()) == {threading.get_ident()}
 
 
-def test_ranges_are_contiguous_halves(tasks):
+def _chunks(n, n_threads):
+    """The pool's chunks ``(begin, end)``: each range cut every ``grain`` tasks."""
+    grain = -(-n // (n_threads * threadpool.CHUNKS_PER_THREAD))
+    for r in range(n_threads):
+        begin, end = n * r // n_threads, n * (r + 1) // n_threads
+        yield from ((lo, min(lo + grain, end)) for lo in range(begin, end, grain))
+
+
+def test_each_thread_starts_on_its_own_range_in_chunks(tasks):
     buf = Buffers(100000)
     me = threading.get_ident()
     seen_worker = False
@@ -144,12 +163,26 @@ def test_ranges_are_contiguous_halves(tasks):
     # machine it may take a while until one runs a range.
     while not seen_worker and time.monotonic() < deadline:
         tasks["run_scale"](buf.ctx, 100000, 2)
-        # The caller runs the first half itself; the second half is one thread's (a
-        # worker's, or the caller's when it took the range back before a worker claimed it).
-        assert set(buf.tid[:50000].tolist()) == {me}
-        assert len(set(buf.tid[50000:].tolist())) == 1
-        seen_worker = buf.tid[-1] != me
+        # every chunk is one thread's
+        assert all(len(set(buf.tid[lo:hi].tolist())) == 1 for lo, hi in _chunks(100000, 2))
+        seen_worker = buf.tid[0] == me and buf.tid[50000] != me
     assert seen_worker
+
+
+def test_a_slow_thread_leaves_its_range_to_the_others(tasks):
+    # The thread that runs task 50000 (the first of the worker's range) sleeps 30 ms
+    # there; the other thread, done with its own range meanwhile, runs the rest.
+    buf = Buffers(100000)
+    deadline = time.monotonic() + 60
+    shared = False
+    while not shared and time.monotonic() < deadline:
+        tasks["run_slow"](buf.ctx, 100000, 2)
+        np.testing.assert_array_equal(buf.dst, 2 * buf.src)
+        slow = buf.tid[50000]
+        rest = set(buf.tid[50000:].tolist()) - {slow}
+        shared = len(set(buf.tid[:50000].tolist()) | {slow}) == 2 and bool(rest)
+    assert shared
+    np.testing.assert_array_equal(buf.visits, buf.visits[0])
 
 
 def test_many_fork_joins_in_a_row(tasks):
