@@ -10,9 +10,8 @@ with ``task(ctx, lo, hi)`` running iterations ``k`` in ``[lo, hi)`` in order, ea
 ``v == begin + k * step``: every iteration runs once, with the values it has in the
 serial loop (the pool hands out chunks of consecutive iterations). ``threads`` is a
 constant of the kernel (see :func:`resolve_threads`); with one thread, inside another
-parallel loop's
-task, or when the body allocates a local buffer too large for a thread's stack (the
-kernel passes those as shared storage), the loop is emitted serially.
+parallel loop's task, or when the body allocates a local buffer too large for a thread's
+stack (the kernel passes those as shared storage), the loop is emitted serially.
 
 A failed check inside a task stops that task's range (before any out-of-bounds access)
 and records ``k << 32 | code`` in ``ctx.status`` with an atomic unsigned minimum. The
