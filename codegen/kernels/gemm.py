@@ -309,12 +309,7 @@ class _GemmEmitter:
                                 self.vty.as_pointer())
                 if masked:
                     left = b.sub(n_valid, i64(v * blk.vl))
-                    splat = b.insert_element(ir.Constant(ir.VectorType(I64, blk.vl), ir.Undefined),
-                                             left, i32(0))
-                    splat = b.shuffle_vector(splat, ir.Constant(ir.VectorType(I64, blk.vl),
-                                                                ir.Undefined),
-                                             ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
-                    mask = b.icmp_signed("<", lanes, splat)
+                    mask = b.icmp_signed("<", lanes, self._splat(b, left, lanes.type))
                     zero = ir.Constant(self.vty, [0.0] * blk.vl)
                     old = b.call(self.masked_load, [ptr, i32(self.esize), mask, zero])
                     value = b.select(accumulate, b.fadd(old, value), value)
@@ -366,7 +361,7 @@ class _GemmEmitter:
             if spec.n_offsets is not None:
                 # columns at consecutive elements of B, or every other one, are copied
                 # a vector at a time
-                self._pack_regular_strip(b, fn, is_full, col_at, kc, koff, sbk, strip_src,
+                self._pack_regular_strip(b, fn, cols, col_at, kc, koff, sbk, strip_src,
                                          strip_dst, joined)
             b.cbranch(is_full, full, partial)
             for block, guarded in ((full, False), (partial, True)):
@@ -380,40 +375,83 @@ class _GemmEmitter:
         b.ret_void()
         return fn
 
-    def _pack_regular_strip(self, b, fn, is_full, col_at, kc, koff, sbk, src, dst, joined):
-        """When the strip is full and its ``NR`` column offsets are consecutive
-        (``col_at[jj] == col_at[0] + jj``: a convolution's output row in its padded
-        input), copy its rows a vector at a time; when they step by 2 (a stride-2
-        convolution's row), load the ``2 * NR - 1`` elements they span as two vectors and
-        keep every other one. Either goes to ``joined``; otherwise the builder continues
-        in a new block (the element-wise copy follows there)."""
+    def _pack_regular_strip(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
+        """Copy the strip's rows a vector at a time when its ``cols`` column offsets
+        form at most two runs of consecutive elements of B (a convolution's output rows
+        in its padded input: one row, or the end of one and the start of the next), or,
+        for a full strip, step by 2 (a stride-2 convolution's row: the ``2 * NR - 1``
+        elements they span are loaded as two vectors and every other one kept). Either
+        goes to ``joined``; otherwise the builder continues in a new block (the
+        element-wise copy follows there)."""
+        self._pack_two_runs(b, fn, cols, col_at, kc, koff, sbk, src, dst, joined)
         nr = self.blk.nr
         vty = ir.VectorType(self.elt, nr)
-        for step in (1, 2):
-            hit = is_full
-            for jj in range(1, nr):
-                hit = b.and_(hit, b.icmp_signed("==", col_at[jj],
-                                                b.add(col_at[0], i64(step * jj))))
-            rows, other = fn.append_basic_block(f"step{step}"), fn.append_basic_block("gather")
-            b.cbranch(hit, rows, other)
-            b.position_at_end(rows)
-            with counted_loop(b, i64(0), kc, name=f"k{step}") as k:
-                at = b.gep(src, [b.add(self._row_at(b, k, koff, sbk), col_at[0])],
-                           inbounds=True)
-                row = self._load_vector(b, at, vty)
-                if step == 2:
-                    # elements 0, 2, .., NR - 2 of the first vector, then 1, 3, .., NR - 1
-                    # of the second (loaded from NR - 1 on: nothing past the last column)
-                    second = self._load_vector(b, b.gep(at, [i64(nr - 1)], inbounds=True),
-                                               vty)
-                    mask = [2 * jj for jj in range(nr // 2)] + \
-                           [nr + 1 + 2 * jj for jj in range(nr - nr // 2)]
-                    row = b.shuffle_vector(row, second, ir.Constant(
-                        ir.VectorType(I32, nr), mask))
-                out = b.gep(dst, [b.mul(k, i64(nr))], inbounds=True)
-                b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
-            b.branch(joined)
-            b.position_at_end(other)
+        hit = b.icmp_signed("==", cols, i64(nr))
+        for jj in range(1, nr):
+            hit = b.and_(hit, b.icmp_signed("==", col_at[jj], b.add(col_at[0], i64(2 * jj))))
+        rows, other = fn.append_basic_block("step2"), fn.append_basic_block("gather")
+        b.cbranch(hit, rows, other)
+        b.position_at_end(rows)
+        with counted_loop(b, i64(0), kc, name="k2") as k:
+            at = b.gep(src, [b.add(self._row_at(b, k, koff, sbk), col_at[0])], inbounds=True)
+            # elements 0, 2, .., NR - 2 of the first vector, then 1, 3, .., NR - 1 of the
+            # second (loaded from NR - 1 on: nothing past the last column)
+            row = self._load_vector(b, at, vty)
+            second = self._load_vector(b, b.gep(at, [i64(nr - 1)], inbounds=True), vty)
+            mask = [2 * jj for jj in range(nr // 2)] + \
+                   [nr + 1 + 2 * jj for jj in range(nr - nr // 2)]
+            row = b.shuffle_vector(row, second, ir.Constant(ir.VectorType(I32, nr), mask))
+            out = b.gep(dst, [b.mul(k, i64(nr))], inbounds=True)
+            b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
+        b.branch(joined)
+        b.position_at_end(other)
+
+    def _pack_two_runs(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
+        """Columns ``[0, p)`` at consecutive elements from ``col_at[0]`` and ``[p, cols)``
+        from ``col_at[p]`` (``p == cols``: one run): each row is two masked vector loads
+        per ``VL`` columns, lanes past ``cols`` zero. Masked-off lanes touch no memory,
+        so exactly the elements of the element-wise copy are read."""
+        blk = self.blk
+        p, second, breaks = i64(blk.nr), col_at[0], i64(0)
+        for jj in range(blk.nr - 1, 0, -1):
+            brk = b.and_(b.icmp_signed("<", i64(jj), cols),
+                         b.icmp_signed("!=", col_at[jj], b.add(col_at[jj - 1], i64(1))))
+            p = b.select(brk, i64(jj), p)
+            second = b.select(brk, b.sub(col_at[jj], i64(jj)), second)
+            breaks = b.add(breaks, b.zext(brk, I64))
+        runs, other = fn.append_basic_block("runs"), fn.append_basic_block("not.runs")
+        b.cbranch(b.icmp_signed("<=", breaks, i64(1)), runs, other)
+        b.position_at_end(runs)
+        lanes = ir.VectorType(I64, blk.vl)
+        end = smin(b, p, cols)
+        masks = []
+        for v in range(blk.nr // blk.vl):
+            at = ir.Constant(lanes, [v * blk.vl + lane for lane in range(blk.vl)])
+            masks.append((b.icmp_signed("<", at, self._splat(b, end, lanes)),
+                          b.and_(b.icmp_signed(">=", at, self._splat(b, p, lanes)),
+                                 b.icmp_signed("<", at, self._splat(b, cols, lanes)))))
+        zero = ir.Constant(self.vty, [0.0] * blk.vl)
+        with counted_loop(b, i64(0), kc, name="k1") as k:
+            row = self._row_at(b, k, koff, sbk)
+            # the second run's base may lie before B (its lanes before p are masked off)
+            bases = (b.gep(src, [b.add(row, col_at[0])]), b.gep(src, [b.add(row, second)]))
+            out = b.gep(dst, [b.mul(k, i64(blk.nr))], inbounds=True)
+            for v, (first_mask, second_mask) in enumerate(masks):
+                ptrs = [b.bitcast(b.gep(base, [i64(v * blk.vl)]), self.vty.as_pointer())
+                        for base in bases]
+                value = b.call(self.masked_load, [ptrs[0], i32(self.esize), first_mask, zero])
+                value = b.call(self.masked_load, [ptrs[1], i32(self.esize), second_mask, value])
+                b.store(value, b.bitcast(b.gep(out, [i64(v * blk.vl)], inbounds=True),
+                                         self.vty.as_pointer()), align=self.esize)
+        b.branch(joined)
+        b.position_at_end(other)
+
+    @staticmethod
+    def _splat(b, value, vty):
+        """``value`` in every lane of ``vty``."""
+        one = b.insert_element(ir.Constant(vty, ir.Undefined), value, i32(0))
+        return b.shuffle_vector(one, ir.Constant(vty, ir.Undefined),
+                                ir.Constant(ir.VectorType(I32, vty.count), [0] * vty.count))
 
     def _row_at(self, b, k, koff, sbk):
         """The element offset of B's reduction row ``k`` (its stride, or its table)."""

@@ -211,6 +211,28 @@ def test_column_offset_tables_with_consecutive_and_scattered_strips(dtype, block
         check_close(c[0], a, b[:, cols], k)
 
 
+@SETTINGS
+@given(runs=st.lists(st.tuples(st.integers(0, 699), st.integers(1, 40)), min_size=1,
+                     max_size=8),
+       dtype=st.sampled_from(["float32", "float64"]))
+def test_column_offset_tables_of_consecutive_runs(runs, dtype):
+    # Columns in runs of consecutive elements of B's rows (a convolution's output rows in
+    # its padded input): strips of one or two runs are packed by masked vector loads,
+    # with runs that start at B's first column or end at its last; others element-wise.
+    width = 700
+    cols = [min(start + j, width - 1) for start, length in runs for j in range(length)]
+    blk = default_blocking(dtype)
+    rng = np.random.default_rng(len(cols))
+    m, n, k = 9, len(cols), 5
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, width)).astype(dtype)
+    spec = GemmSpec(dtype, 1, m, n, k, (0, k, 1), (0, width, 0), (0, n, 1),
+                    n_offsets=tuple(cols))
+    c = np.empty((1, m, n), dtype)
+    pooled_gemm(spec, blk).call_raw(a, b, c, threads=1)
+    check_close(c[0], a, b[:, cols], k)
+
+
 @pytest.mark.parametrize("bits", [128, 256, 512])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_vector_width_blocking_is_correct_here(dtype, bits):
