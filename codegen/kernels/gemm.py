@@ -363,6 +363,10 @@ class _GemmEmitter:
                 # a vector at a time
                 self._pack_regular_strip(b, fn, cols, col_at, kc, koff, sbk, strip_src,
                                          strip_dst, joined)
+            # columns apart and rows at consecutive elements (B the transpose of a
+            # row-major matrix: a dense layer's weights): VL rows at a time, transposed
+            self._pack_by_columns(b, fn, cols, col_at, kc, koff, sbk, sbn, strip_src,
+                                  strip_dst, joined)
             b.cbranch(is_full, full, partial)
             for block, guarded in ((full, False), (partial, True)):
                 b.position_at_end(block)
@@ -406,19 +410,103 @@ class _GemmEmitter:
         b.branch(joined)
         b.position_at_end(other)
 
+    def _pack_by_columns(self, b, fn, cols, col_at, kc, koff, sbk, sbn, src, dst, joined):
+        """When every block of ``VL`` rows starts a run of consecutive elements in each
+        column (``row_at(k + l) == row_at(k) + l``), load a vector down each of the
+        ``NR`` columns (the last real one again past ``cols``) and transpose them into
+        ``VL`` rows (lanes past ``cols`` zero); a block whose rows are not consecutive,
+        and the last ``kc % VL`` rows, are copied element by element. Goes to
+        ``joined`` when taken; otherwise the builder continues in a new block."""
+        blk = self.blk
+        vl, nr = blk.vl, blk.nr
+        check = fn.append_basic_block("by.columns.check")
+        columns, other = fn.append_basic_block("by.columns"), fn.append_basic_block("by.rows")
+        b.cbranch(b.icmp_signed(">=", kc, i64(vl)), check, other)
+        b.position_at_end(check)
+        # the first block decides (a B stored by rows fails here, at no cost to its copy)
+        first = [self._row_at(b, i64(l), koff, sbk) for l in range(vl)]
+        hit = b.icmp_signed("==", first[1], b.add(first[0], i64(1)))
+        for l in range(2, vl):
+            hit = b.and_(hit, b.icmp_signed("==", first[l], b.add(first[0], i64(l))))
+        b.cbranch(hit, columns, other)
+        b.position_at_end(columns)
+        if col_at is None:
+            col_at = [b.mul(smin(b, i64(jj), b.sub(cols, i64(1))), sbn) for jj in range(nr)]
+        lanes = ir.VectorType(I64, vl)
+        keep = [b.icmp_signed("<", ir.Constant(lanes, [h * vl + q for q in range(vl)]),
+                              self._splat(b, cols, lanes)) for h in range(nr // vl)]
+        zero = ir.Constant(self.vty, [0.0] * vl)
+        blocks = b.sdiv(kc, i64(vl))
+        with counted_loop(b, i64(0), blocks, name="kb") as kb:
+            k0 = b.mul(kb, i64(vl))
+            rows = [self._row_at(b, b.add(k0, i64(l)), koff, sbk) for l in range(vl)]
+            # rows [0, p) from rows[0] on, [p, VL) from rows[p] on (a run's end and the
+            # next one's start): two masked loads down each column
+            p, second, breaks = self._runs(b, rows, i64(vl))
+            fast, slow = fn.append_basic_block("kb.columns"), fn.append_basic_block("kb.rows")
+            done = fn.append_basic_block("kb.done")
+            b.cbranch(b.icmp_signed("<=", breaks, i64(1)), fast, slow)
+            b.position_at_end(fast)
+            at = ir.Constant(lanes, list(range(vl)))
+            split = b.icmp_signed("<", at, self._splat(b, p, lanes))
+            masks = (split, b.not_(split))
+            down = []
+            for jj in range(nr):
+                value = zero
+                for base, mask in zip((rows[0], second), masks):
+                    ptr = b.bitcast(b.gep(src, [b.add(base, col_at[jj])]), self.vty.as_pointer())
+                    value = b.call(self.masked_load, [ptr, i32(self.esize), mask, value])
+                down.append(value)
+            for h in range(nr // vl):
+                for l, row in enumerate(self._transpose(b, down[h * vl:(h + 1) * vl])):
+                    at = b.gep(dst, [b.add(b.mul(b.add(k0, i64(l)), i64(nr)), i64(h * vl))],
+                               inbounds=True)
+                    b.store(b.select(keep[h], row, zero), b.bitcast(at, self.vty.as_pointer()),
+                            align=self.esize)
+            b.branch(done)
+            b.position_at_end(slow)
+            for l in range(vl):
+                self._copy_row(b, b.gep(src, [rows[l]], inbounds=True),
+                               b.gep(dst, [b.mul(b.add(k0, i64(l)), i64(nr))], inbounds=True),
+                               cols, col_at, sbn, True, offsets=True)
+            b.branch(done)
+            b.position_at_end(done)
+        with counted_loop(b, b.mul(blocks, i64(vl)), kc, name="kt") as k:
+            self._copy_row(b, b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True),
+                           b.gep(dst, [b.mul(k, i64(nr))], inbounds=True), cols, col_at, sbn,
+                           True, offsets=True)
+        b.branch(joined)
+        b.position_at_end(other)
+
+    @staticmethod
+    def _transpose(b, rows):
+        """The transpose of the square matrix whose rows are the vectors ``rows``.
+
+        Butterfly stages of half-widths ``n/2, .., 1``: the pair of rows ``(i, i + w)``
+        (``i & w == 0``) swaps the ``w``-lane blocks that are off the diagonal. Invariant
+        after the stage of width ``w``: blocks of ``w x w`` elements are in their
+        transposed places, each still untransposed inside."""
+        n = len(rows)
+        rows, w = list(rows), n // 2
+        while w >= 1:
+            low = ir.Constant(ir.VectorType(I32, n), [q if not q & w else n + q - w
+                                                      for q in range(n)])
+            high = ir.Constant(ir.VectorType(I32, n), [q + w if not q & w else n + q
+                                                       for q in range(n)])
+            for i in range(n):
+                if not i & w:
+                    rows[i], rows[i + w] = (b.shuffle_vector(rows[i], rows[i + w], low),
+                                            b.shuffle_vector(rows[i], rows[i + w], high))
+            w //= 2
+        return rows
+
     def _pack_two_runs(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
         """Columns ``[0, p)`` at consecutive elements from ``col_at[0]`` and ``[p, cols)``
         from ``col_at[p]`` (``p == cols``: one run): each row is two masked vector loads
         per ``VL`` columns, lanes past ``cols`` zero. Masked-off lanes touch no memory,
         so exactly the elements of the element-wise copy are read."""
         blk = self.blk
-        p, second, breaks = i64(blk.nr), col_at[0], i64(0)
-        for jj in range(blk.nr - 1, 0, -1):
-            brk = b.and_(b.icmp_signed("<", i64(jj), cols),
-                         b.icmp_signed("!=", col_at[jj], b.add(col_at[jj - 1], i64(1))))
-            p = b.select(brk, i64(jj), p)
-            second = b.select(brk, b.sub(col_at[jj], i64(jj)), second)
-            breaks = b.add(breaks, b.zext(brk, I64))
+        p, second, breaks = self._runs(b, col_at, cols)
         runs, other = fn.append_basic_block("runs"), fn.append_basic_block("not.runs")
         b.cbranch(b.icmp_signed("<=", breaks, i64(1)), runs, other)
         b.position_at_end(runs)
@@ -447,6 +535,22 @@ class _GemmEmitter:
         b.position_at_end(other)
 
     @staticmethod
+    def _runs(b, offsets, count):
+        """``(p, base, breaks)`` of the first ``count`` of ``offsets`` (i64 values):
+        ``breaks`` places where one is not the one before plus 1, ``p`` the first such
+        place (``len(offsets)`` when none) and ``base == offsets[p] - p`` (``offsets[0]``
+        when none). With at most one break, entry ``j`` is ``offsets[0] + j`` below ``p``
+        and ``base + j`` from ``p`` on."""
+        p, base, breaks = i64(len(offsets)), offsets[0], i64(0)
+        for j in range(len(offsets) - 1, 0, -1):
+            brk = b.and_(b.icmp_signed("<", i64(j), count),
+                         b.icmp_signed("!=", offsets[j], b.add(offsets[j - 1], i64(1))))
+            p = b.select(brk, i64(j), p)
+            base = b.select(brk, b.sub(offsets[j], i64(j)), base)
+            breaks = b.add(breaks, b.zext(brk, I64))
+        return p, base, breaks
+
+    @staticmethod
     def _splat(b, value, vty):
         """``value`` in every lane of ``vty``."""
         one = b.insert_element(ir.Constant(vty, ir.Undefined), value, i32(0))
@@ -459,12 +563,13 @@ class _GemmEmitter:
             return b.mul(k, sbk)
         return b.load(b.gep(koff, [k], inbounds=True))
 
-    def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded):
+    def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded, offsets=False):
         """``row_dst[jj] = B[row, column jj]`` element by element; past the last of
-        ``cols`` columns (``guarded``) the last one is read (in bounds) and 0 stored."""
+        ``cols`` columns (``guarded``) the last one is read (in bounds) and 0 stored.
+        ``col_at`` holds the columns' offsets with a column table or when ``offsets``."""
         for jj in range(self.blk.nr):
             target = b.gep(row_dst, [i64(jj)], inbounds=True)
-            if self.spec.n_offsets is None:
+            if self.spec.n_offsets is None and not offsets:
                 col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
                 col = b.mul(col, sbn)
             else:
