@@ -5,7 +5,8 @@
 Per operator of ``tegrad.nn`` and ``tegrad.ops`` (float32, a random output gradient
 ``head`` as an input, as in a training step: the loss is ``sum(op(inputs) * head)``),
 tegrad's compiled forward + gradients and PyTorch's ``autograd.grad`` are called
-alternately in one process; the table gives median / min ms of each, their ratio of
+alternately in one process, each timed call after a warm-up of its own begun once the
+other's threads are quiet (``peers.alternate``); the table gives median / min ms of each, their ratio of
 medians, tegrad's build time and the largest difference from PyTorch's results
 (relative to each result's largest magnitude). Names on the command line keep the
 cases whose name contains one of them. Needs the ``bench`` extra (PyTorch).
@@ -21,6 +22,9 @@ import numpy as np
 
 import tegrad as tg
 from tegrad import nn, ops
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import alternate  # noqa: E402
 
 
 def _cases(F, torch):
@@ -114,13 +118,8 @@ def run_case(case, repeats, threads, torch, rng):
 
     error = max(float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-30))
                 for a, b in zip(tegrad_step(), torch_step()))
-    times = {"tegrad": [], "torch": []}
-    for _ in range(repeats):
-        for key, step in (("tegrad", tegrad_step), ("torch", torch_step)):
-            t0 = time.perf_counter()
-            step()
-            times[key].append((time.perf_counter() - t0) * 1e3)
-    a, b = np.array(times["tegrad"]), np.array(times["torch"])
+    times = alternate({"tegrad": tegrad_step, "torch": torch_step}, repeats)
+    a, b = np.array(times["tegrad"]) * 1e3, np.array(times["torch"]) * 1e3
     return (f"| {name} | {np.median(a):.3f} / {a.min():.3f} | {np.median(b):.3f} / "
             f"{b.min():.3f} | {np.median(a) / np.median(b):.2f} | {build:.2f} | {error:.1e} |")
 
