@@ -411,12 +411,15 @@ class _GemmEmitter:
         b.position_at_end(other)
 
     def _pack_by_columns(self, b, fn, cols, col_at, kc, koff, sbk, sbn, src, dst, joined):
-        """When every block of ``VL`` rows starts a run of consecutive elements in each
-        column (``row_at(k + l) == row_at(k) + l``), load a vector down each of the
-        ``NR`` columns (the last real one again past ``cols``) and transpose them into
-        ``VL`` rows (lanes past ``cols`` zero); a block whose rows are not consecutive,
-        and the last ``kc % VL`` rows, are copied element by element. Goes to
-        ``joined`` when taken; otherwise the builder continues in a new block."""
+        """When the first block of ``VL`` rows is at consecutive elements in each column
+        (``row_at(l) == row_at(0) + l``), or every other one (a stride-2 convolution's
+        window sums), pack blocks of ``VL`` rows a vector down each of the ``NR``
+        columns (the last real one again past ``cols``), transposed into ``VL`` rows
+        (lanes past ``cols`` zero). A block of at most two runs of consecutive rows takes
+        two masked loads per column, one of rows every other element two loads kept at
+        even places; other blocks and the last ``kc % VL`` rows are copied element by
+        element. Goes to ``joined`` when taken; otherwise the builder continues in a new
+        block."""
         blk = self.blk
         vl, nr = blk.vl, blk.nr
         check = fn.append_basic_block("by.columns.check")
@@ -425,9 +428,7 @@ class _GemmEmitter:
         b.position_at_end(check)
         # the first block decides (a B stored by rows fails here, at no cost to its copy)
         first = [self._row_at(b, i64(l), koff, sbk) for l in range(vl)]
-        hit = b.icmp_signed("==", first[1], b.add(first[0], i64(1)))
-        for l in range(2, vl):
-            hit = b.and_(hit, b.icmp_signed("==", first[l], b.add(first[0], i64(l))))
+        hit = b.or_(self._steps(b, first, 1), self._steps(b, first, 2))
         b.cbranch(hit, columns, other)
         b.position_at_end(columns)
         if col_at is None:
@@ -444,8 +445,10 @@ class _GemmEmitter:
             # next one's start): two masked loads down each column
             p, second, breaks = self._runs(b, rows, i64(vl))
             fast, slow = fn.append_basic_block("kb.columns"), fn.append_basic_block("kb.rows")
+            strided = fn.append_basic_block("kb.columns2")
+            not_runs = fn.append_basic_block("kb.not.runs")
             done = fn.append_basic_block("kb.done")
-            b.cbranch(b.icmp_signed("<=", breaks, i64(1)), fast, slow)
+            b.cbranch(b.icmp_signed("<=", breaks, i64(1)), fast, not_runs)
             b.position_at_end(fast)
             at = ir.Constant(lanes, list(range(vl)))
             split = b.icmp_signed("<", at, self._splat(b, p, lanes))
@@ -457,12 +460,22 @@ class _GemmEmitter:
                     ptr = b.bitcast(b.gep(src, [b.add(base, col_at[jj])]), self.vty.as_pointer())
                     value = b.call(self.masked_load, [ptr, i32(self.esize), mask, value])
                 down.append(value)
-            for h in range(nr // vl):
-                for l, row in enumerate(self._transpose(b, down[h * vl:(h + 1) * vl])):
-                    at = b.gep(dst, [b.add(b.mul(b.add(k0, i64(l)), i64(nr)), i64(h * vl))],
-                               inbounds=True)
-                    b.store(b.select(keep[h], row, zero), b.bitcast(at, self.vty.as_pointer()),
-                            align=self.esize)
+            self._store_transposed(b, down, dst, k0, keep, zero)
+            b.branch(done)
+            b.position_at_end(not_runs)
+            b.cbranch(self._steps(b, rows, 2), strided, slow)
+            b.position_at_end(strided)
+            # rows 0, 2, .., 2 VL - 2 from two vectors: the first's even lanes, then the
+            # second's (loaded from VL - 1 on: nothing past the last row) odd ones
+            even = ir.Constant(ir.VectorType(I32, vl), [2 * q for q in range(vl // 2)]
+                               + [vl + 1 + 2 * q for q in range(vl - vl // 2)])
+            down = []
+            for jj in range(nr):
+                ptr = b.gep(src, [b.add(rows[0], col_at[jj])], inbounds=True)
+                pair = [self._load_vector(b, b.gep(ptr, [i64(q)], inbounds=True), self.vty)
+                        for q in (0, vl - 1)]
+                down.append(b.shuffle_vector(pair[0], pair[1], even))
+            self._store_transposed(b, down, dst, k0, keep, zero)
             b.branch(done)
             b.position_at_end(slow)
             for l in range(vl):
@@ -477,6 +490,25 @@ class _GemmEmitter:
                            True, offsets=True)
         b.branch(joined)
         b.position_at_end(other)
+
+    def _store_transposed(self, b, down, dst, k0, keep, zero):
+        """Rows ``k0 .. k0 + VL - 1`` of the packed strip from ``down``, a vector down
+        each column: transposed ``VL`` columns at a time, lanes not ``keep`` zero."""
+        vl, nr = self.blk.vl, self.blk.nr
+        for h in range(nr // vl):
+            for l, row in enumerate(self._transpose(b, down[h * vl:(h + 1) * vl])):
+                at = b.gep(dst, [b.add(b.mul(b.add(k0, i64(l)), i64(nr)), i64(h * vl))],
+                           inbounds=True)
+                b.store(b.select(keep[h], row, zero), b.bitcast(at, self.vty.as_pointer()),
+                        align=self.esize)
+
+    @staticmethod
+    def _steps(b, offsets, step):
+        """Whether ``offsets[l] == offsets[0] + step * l`` for every ``l`` (i1)."""
+        hit = b.icmp_signed("==", offsets[1], b.add(offsets[0], i64(step)))
+        for l in range(2, len(offsets)):
+            hit = b.and_(hit, b.icmp_signed("==", offsets[l], b.add(offsets[0], i64(step * l))))
+        return hit
 
     @staticmethod
     def _transpose(b, rows):

@@ -235,21 +235,24 @@ def test_column_offset_tables_of_consecutive_runs(runs, dtype):
 
 @SETTINGS
 @given(m=st.integers(1, 20), n=st.integers(1, 80), k=st.integers(1, 70),
-       run=st.integers(1, 40), table=st.booleans(), blocking=st.sampled_from(["host", "small"]),
-       dtype=st.sampled_from(["float32", "float64"]))
-def test_b_stored_by_columns(m, n, k, run, table, blocking, dtype):
-    # B[k, j] = Bt[j, k] (a dense layer's weights): blocks of VL rows at consecutive
-    # elements are packed a vector down each column and transposed; with a reduction
-    # table of runs of ``run`` rows, the blocks a run break crosses are copied element by
-    # element.
+       run=st.integers(1, 40), step=st.sampled_from([1, 2, 3]), table=st.booleans(),
+       blocking=st.sampled_from(["host", "small"]), dtype=st.sampled_from(["float32", "float64"]))
+def test_b_stored_by_columns(m, n, k, run, step, table, blocking, dtype):
+    # B[k, j] = Bt[j, step * k] (a dense layer's weights, a convolution's window sums):
+    # blocks of VL rows at consecutive elements, or every other one, are packed a vector
+    # down each column and transposed; with a reduction table of runs of ``run`` rows,
+    # blocks across one run break take masked loads, others are copied element by element.
     blk = default_blocking(dtype) if blocking == "host" else small_blocking(dtype)
     rng = np.random.default_rng(m * 10000 + n * 100 + k)
-    rows = [q // run * (run + 3) + q % run for q in range(k)] if table else list(range(k))
+    if table:
+        rows = [q // run * (run * step + 3) + q % run * step for q in range(k)]
+    else:
+        rows = [q * step for q in range(k)]
     ld = rows[-1] + 1
     a = rng.standard_normal((m, k)).astype(dtype)
     bt = rng.standard_normal((n, ld)).astype(dtype)
     k_offsets = tuple((q, r) for q, r in enumerate(rows)) if table else None
-    spec = GemmSpec(dtype, 1, m, n, k, (0, k, 1), (0, 0 if table else 1, ld), (0, n, 1),
+    spec = GemmSpec(dtype, 1, m, n, k, (0, k, 1), (0, 0 if table else step, ld), (0, n, 1),
                     k_offsets=k_offsets)
     c = np.empty((1, m, n), dtype)
     for threads in (1, 2):
