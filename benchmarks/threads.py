@@ -11,8 +11,9 @@ the parallel kernel is faster is what ``MIN_PARALLEL_WORK`` is set from.
 
 With ``--peers``, the non-contraction cases of ``benchmarks/peers.py`` (pooling, softmax
 cross-entropy, l2_normalize, the MLP step, conv -> dense) built by ``tg.build`` with one
-thread and with N, called alternately: the speed-up threads give, without PyTorch's
-own threads competing for the cores. With ``--contractions``, the same for the cases that
+thread and with N, called alternately as ``peers.alternate`` does (each timed call after
+a warm-up of its own): the speed-up threads give, without PyTorch's own threads
+competing for the cores. With ``--contractions``, the same for the cases that
 run on the gemm kernel (dense, the three conv2d steps).
 """
 from __future__ import annotations
@@ -82,13 +83,7 @@ def peer_rows(threads, repeats, names=PEER_CASES):
         parallel = sum(s.count("parallel for") for s in [fns[threads].loops])
         assert all(a.tobytes() == b.tobytes()
                    for a, b in zip(fns[1](*arrays), fns[threads](*arrays))), case.name
-        times = {t: [] for t in fns}
-        for round_ in range(repeats + 3):
-            for t, f in fns.items():
-                start = time.perf_counter()
-                f(*arrays)
-                if round_ >= 3:
-                    times[t].append(time.perf_counter() - start)
+        times = peers.alternate({t: (lambda f=f: f(*arrays)) for t, f in fns.items()}, repeats)
         one, many = np.array(times[1]) * 1e3, np.array(times[threads]) * 1e3
         yield (f"| {case.name} | {parallel} | {np.median(one):.3f} / {one.min():.3f} | "
                f"{np.median(many):.3f} / {many.min():.3f} | "
