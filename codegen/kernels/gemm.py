@@ -437,9 +437,13 @@ class _GemmEmitter:
         keep = [b.icmp_signed("<", ir.Constant(lanes, [h * vl + q for q in range(vl)]),
                               self._splat(b, cols, lanes)) for h in range(nr // vl)]
         zero = ir.Constant(self.vty, [0.0] * vl)
-        blocks = b.sdiv(kc, i64(vl))
-        with counted_loop(b, i64(0), blocks, name="kb") as kb:
+        # every block, the last partial one too (copied element by element)
+        with counted_loop(b, i64(0), ceil_div(b, kc, i64(vl)), name="kb") as kb:
             k0 = b.mul(kb, i64(vl))
+            block_end = smin(b, b.add(k0, i64(vl)), kc)
+            whole, partial = fn.append_basic_block("kb.whole"), fn.append_basic_block("kb.part")
+            b.cbranch(b.icmp_signed("==", b.sub(block_end, k0), i64(vl)), whole, partial)
+            b.position_at_end(whole)
             rows = [self._row_at(b, b.add(k0, i64(l)), koff, sbk) for l in range(vl)]
             # rows [0, p) from rows[0] on, [p, VL) from rows[p] on (a run's end and the
             # next one's start): two masked loads down each column
@@ -447,21 +451,22 @@ class _GemmEmitter:
             fast, slow = fn.append_basic_block("kb.columns"), fn.append_basic_block("kb.rows")
             strided = fn.append_basic_block("kb.columns2")
             not_runs = fn.append_basic_block("kb.not.runs")
+            turn = fn.append_basic_block("kb.transpose")
             done = fn.append_basic_block("kb.done")
             b.cbranch(b.icmp_signed("<=", breaks, i64(1)), fast, not_runs)
             b.position_at_end(fast)
             at = ir.Constant(lanes, list(range(vl)))
             split = b.icmp_signed("<", at, self._splat(b, p, lanes))
             masks = (split, b.not_(split))
-            down = []
+            from_runs = []
             for jj in range(nr):
                 value = zero
                 for base, mask in zip((rows[0], second), masks):
                     ptr = b.bitcast(b.gep(src, [b.add(base, col_at[jj])]), self.vty.as_pointer())
                     value = b.call(self.masked_load, [ptr, i32(self.esize), mask, value])
-                down.append(value)
-            self._store_transposed(b, down, dst, k0, keep, zero)
-            b.branch(done)
+                from_runs.append(value)
+            runs_end = b.block
+            b.branch(turn)
             b.position_at_end(not_runs)
             b.cbranch(self._steps(b, rows, 2), strided, slow)
             b.position_at_end(strided)
@@ -469,25 +474,38 @@ class _GemmEmitter:
             # second's (loaded from VL - 1 on: nothing past the last row) odd ones
             even = ir.Constant(ir.VectorType(I32, vl), [2 * q for q in range(vl // 2)]
                                + [vl + 1 + 2 * q for q in range(vl - vl // 2)])
-            down = []
+            from_pairs = []
             for jj in range(nr):
                 ptr = b.gep(src, [b.add(rows[0], col_at[jj])], inbounds=True)
                 pair = [self._load_vector(b, b.gep(ptr, [i64(q)], inbounds=True), self.vty)
                         for q in (0, vl - 1)]
-                down.append(b.shuffle_vector(pair[0], pair[1], even))
+                from_pairs.append(b.shuffle_vector(pair[0], pair[1], even))
+            strided_end = b.block
+            b.branch(turn)
+            b.position_at_end(turn)
+            down = []
+            for x, y in zip(from_runs, from_pairs):
+                phi = b.phi(self.vty)
+                phi.add_incoming(x, runs_end)
+                phi.add_incoming(y, strided_end)
+                down.append(phi)
             self._store_transposed(b, down, dst, k0, keep, zero)
+            turned = b.block
             b.branch(done)
             b.position_at_end(slow)
-            for l in range(vl):
-                self._copy_row(b, b.gep(src, [rows[l]], inbounds=True),
-                               b.gep(dst, [b.mul(b.add(k0, i64(l)), i64(nr))], inbounds=True),
-                               cols, col_at, sbn, True, offsets=True)
+            b.branch(done)
+            b.position_at_end(partial)
             b.branch(done)
             b.position_at_end(done)
-        with counted_loop(b, b.mul(blocks, i64(vl)), kc, name="kt") as k:
-            self._copy_row(b, b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True),
-                           b.gep(dst, [b.mul(k, i64(nr))], inbounds=True), cols, col_at, sbn,
-                           True, offsets=True)
+            # the block's rows still to copy element by element: none after a transpose
+            copied = b.phi(I64)
+            copied.add_incoming(block_end, turned)
+            copied.add_incoming(k0, slow)
+            copied.add_incoming(k0, partial)
+            with counted_loop(b, copied, block_end, name="kr") as k:
+                self._copy_row(b, b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True),
+                               b.gep(dst, [b.mul(k, i64(nr))], inbounds=True), cols, col_at,
+                               sbn, True, offsets=True)
         b.branch(joined)
         b.position_at_end(other)
 
