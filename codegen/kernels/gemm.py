@@ -341,8 +341,7 @@ class _GemmEmitter:
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
-        with counted_loop(b, i64(0), strips, name="s") as s:
+        with counted_loop(b, i64(0), ceil_div(b, nc, i64(blk.nr)), name="s") as s:
             cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
             if spec.n_offsets is None:
                 strip_src = b.gep(src, [b.mul(s, b.mul(i64(blk.nr), sbn))], inbounds=True)
@@ -390,21 +389,13 @@ class _GemmEmitter:
         self._pack_two_runs(b, fn, cols, col_at, kc, koff, sbk, src, dst, joined)
         nr = self.blk.nr
         vty = ir.VectorType(self.elt, nr)
-        hit = b.icmp_signed("==", cols, i64(nr))
-        for jj in range(1, nr):
-            hit = b.and_(hit, b.icmp_signed("==", col_at[jj], b.add(col_at[0], i64(2 * jj))))
+        hit = b.and_(b.icmp_signed("==", cols, i64(nr)), self._steps(b, col_at, 2))
         rows, other = fn.append_basic_block("step2"), fn.append_basic_block("gather")
         b.cbranch(hit, rows, other)
         b.position_at_end(rows)
         with counted_loop(b, i64(0), kc, name="k2") as k:
             at = b.gep(src, [b.add(self._row_at(b, k, koff, sbk), col_at[0])], inbounds=True)
-            # elements 0, 2, .., NR - 2 of the first vector, then 1, 3, .., NR - 1 of the
-            # second (loaded from NR - 1 on: nothing past the last column)
-            row = self._load_vector(b, at, vty)
-            second = self._load_vector(b, b.gep(at, [i64(nr - 1)], inbounds=True), vty)
-            mask = [2 * jj for jj in range(nr // 2)] + \
-                   [nr + 1 + 2 * jj for jj in range(nr - nr // 2)]
-            row = b.shuffle_vector(row, second, ir.Constant(ir.VectorType(I32, nr), mask))
+            row = self._load_every_other(b, at, vty)
             out = b.gep(dst, [b.mul(k, i64(nr))], inbounds=True)
             b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
         b.branch(joined)
@@ -432,7 +423,7 @@ class _GemmEmitter:
         b.cbranch(hit, columns, other)
         b.position_at_end(columns)
         if col_at is None:
-            col_at = [b.mul(smin(b, i64(jj), b.sub(cols, i64(1))), sbn) for jj in range(nr)]
+            col_at = [self._column_at(b, jj, cols, sbn, True) for jj in range(nr)]
         lanes = ir.VectorType(I64, vl)
         keep = [b.icmp_signed("<", ir.Constant(lanes, [h * vl + q for q in range(vl)]),
                               self._splat(b, cols, lanes)) for h in range(nr // vl)]
@@ -441,18 +432,17 @@ class _GemmEmitter:
         with counted_loop(b, i64(0), ceil_div(b, kc, i64(vl)), name="kb") as kb:
             k0 = b.mul(kb, i64(vl))
             block_end = smin(b, b.add(k0, i64(vl)), kc)
-            whole, partial = fn.append_basic_block("kb.whole"), fn.append_basic_block("kb.part")
-            b.cbranch(b.icmp_signed("==", b.sub(block_end, k0), i64(vl)), whole, partial)
+            whole, done = fn.append_basic_block("kb.whole"), fn.append_basic_block("kb.done")
+            partial = b.block
+            b.cbranch(b.icmp_signed("==", b.sub(block_end, k0), i64(vl)), whole, done)
             b.position_at_end(whole)
             rows = [self._row_at(b, b.add(k0, i64(l)), koff, sbk) for l in range(vl)]
             # rows [0, p) from rows[0] on, [p, VL) from rows[p] on (a run's end and the
             # next one's start): two masked loads down each column
             p, second, breaks = self._runs(b, rows, i64(vl))
-            fast, slow = fn.append_basic_block("kb.columns"), fn.append_basic_block("kb.rows")
-            strided = fn.append_basic_block("kb.columns2")
+            fast, strided = fn.append_basic_block("kb.runs"), fn.append_basic_block("kb.step2")
             not_runs = fn.append_basic_block("kb.not.runs")
             turn = fn.append_basic_block("kb.transpose")
-            done = fn.append_basic_block("kb.done")
             b.cbranch(b.icmp_signed("<=", breaks, i64(1)), fast, not_runs)
             b.position_at_end(fast)
             at = ir.Constant(lanes, list(range(vl)))
@@ -468,18 +458,11 @@ class _GemmEmitter:
             runs_end = b.block
             b.branch(turn)
             b.position_at_end(not_runs)
-            b.cbranch(self._steps(b, rows, 2), strided, slow)
+            b.cbranch(self._steps(b, rows, 2), strided, done)
             b.position_at_end(strided)
-            # rows 0, 2, .., 2 VL - 2 from two vectors: the first's even lanes, then the
-            # second's (loaded from VL - 1 on: nothing past the last row) odd ones
-            even = ir.Constant(ir.VectorType(I32, vl), [2 * q for q in range(vl // 2)]
-                               + [vl + 1 + 2 * q for q in range(vl - vl // 2)])
-            from_pairs = []
-            for jj in range(nr):
-                ptr = b.gep(src, [b.add(rows[0], col_at[jj])], inbounds=True)
-                pair = [self._load_vector(b, b.gep(ptr, [i64(q)], inbounds=True), self.vty)
-                        for q in (0, vl - 1)]
-                from_pairs.append(b.shuffle_vector(pair[0], pair[1], even))
+            from_pairs = [self._load_every_other(
+                b, b.gep(src, [b.add(rows[0], col_at[jj])], inbounds=True), self.vty)
+                for jj in range(nr)]
             strided_end = b.block
             b.branch(turn)
             b.position_at_end(turn)
@@ -492,20 +475,16 @@ class _GemmEmitter:
             self._store_transposed(b, down, dst, k0, keep, zero)
             turned = b.block
             b.branch(done)
-            b.position_at_end(slow)
-            b.branch(done)
-            b.position_at_end(partial)
-            b.branch(done)
             b.position_at_end(done)
             # the block's rows still to copy element by element: none after a transpose
             copied = b.phi(I64)
             copied.add_incoming(block_end, turned)
-            copied.add_incoming(k0, slow)
+            copied.add_incoming(k0, not_runs)
             copied.add_incoming(k0, partial)
             with counted_loop(b, copied, block_end, name="kr") as k:
                 self._copy_row(b, b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True),
                                b.gep(dst, [b.mul(k, i64(nr))], inbounds=True), cols, col_at,
-                               sbn, True, offsets=True)
+                               sbn, True)
         b.branch(joined)
         b.position_at_end(other)
 
@@ -613,15 +592,20 @@ class _GemmEmitter:
             return b.mul(k, sbk)
         return b.load(b.gep(koff, [k], inbounds=True))
 
-    def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded, offsets=False):
+    @staticmethod
+    def _column_at(b, jj, cols, sbn, guarded):
+        """The offset of column ``jj`` at stride ``sbn`` (past the last of ``cols``
+        columns, when ``guarded``, the last one's)."""
+        return b.mul(smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj), sbn)
+
+    def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded):
         """``row_dst[jj] = B[row, column jj]`` element by element; past the last of
         ``cols`` columns (``guarded``) the last one is read (in bounds) and 0 stored.
-        ``col_at`` holds the columns' offsets with a column table or when ``offsets``."""
+        The columns are at the offsets ``col_at``, or at the stride ``sbn`` when None."""
         for jj in range(self.blk.nr):
             target = b.gep(row_dst, [i64(jj)], inbounds=True)
-            if self.spec.n_offsets is None and not offsets:
-                col = smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj)
-                col = b.mul(col, sbn)
+            if col_at is None:
+                col = self._column_at(b, jj, cols, sbn, guarded)
             else:
                 col = col_at[jj]
             value = b.load(b.gep(row_src, [col], inbounds=True), align=self.esize)
@@ -631,6 +615,16 @@ class _GemmEmitter:
 
     def _load_vector(self, b, at, vty):
         return b.load(b.bitcast(at, vty.as_pointer()), align=self.esize)
+
+    def _load_every_other(self, b, at, vty):
+        """``at[0], at[2], .., at[2n - 2]`` as a vector of ``vty`` (``n`` lanes): the
+        first vector's even lanes, then the odd ones of the second, loaded from
+        ``n - 1`` on (nothing past the last element read)."""
+        n = vty.count
+        first = self._load_vector(b, at, vty)
+        second = self._load_vector(b, b.gep(at, [i64(n - 1)], inbounds=True), vty)
+        even = [2 * q for q in range(n // 2)] + [n + 1 + 2 * q for q in range(n - n // 2)]
+        return b.shuffle_vector(first, second, ir.Constant(ir.VectorType(I32, n), even))
 
     # -- macro-loops and the entry point ----------------------------------------------
 
@@ -694,7 +688,7 @@ class _GemmEmitter:
         # An aligned packing buffer of this thread's own, sized to the problem (a small
         # product's buffer comes from the heap, not mmap).
         cols = smin(b, i64(blk.nc), n)
-        strips = b.sdiv(b.add(cols, i64(blk.nr - 1)), i64(blk.nr))
+        strips = ceil_div(b, cols, i64(blk.nr))
         panel = b.mul(b.mul(smin(b, i64(blk.kc), k), strips), i64(blk.nr * self.esize))
         raw_bp = b.call(self.malloc, [b.add(panel, i64(64))])
         failed = fn.append_basic_block("alloc.failed")
@@ -707,7 +701,7 @@ class _GemmEmitter:
         aligned = b.and_(b.add(b.ptrtoint(raw_bp, I64), i64(63)), i64(~63))
         bp = b.inttoptr(aligned, self.eptr)
 
-        row_blocks = b.sdiv(b.add(m, i64(blk.mr - 1)), i64(blk.mr))
+        row_blocks = ceil_div(b, m, i64(blk.mr))
         rows_per = p["rows_per_task"]
         row_groups = ceil_div(b, row_blocks, rows_per)
         chunks = ceil_div(b, n, chunk)
@@ -760,7 +754,7 @@ class _GemmEmitter:
                         a_blk = b.gep(a_p, [b.add(b.mul(m0, p["sa1"]), b.mul(k0, a_k_stride))],
                                       inbounds=True)
                         c_row = b.gep(c_p, [b.add(b.mul(m0, p["sc1"]), n0)], inbounds=True)
-                        n_strips = b.sdiv(b.add(nc, i64(blk.nr - 1)), i64(blk.nr))
+                        n_strips = ceil_div(b, nc, i64(blk.nr))
                         full = b.icmp_signed("<=", b.add(m0, i64(blk.mr)), m)
                         micro = b.select(full, p["micro_full"], p["micro_tail"])
                         with counted_loop(b, i64(0), n_strips, name="s") as s_:
@@ -844,9 +838,10 @@ class _GemmEmitter:
         row_groups = b.select(few, smin(b, ceil_div(b, per_batch, chunks), i64(row_blocks)),
                               i64(1))
         rows_per = ceil_div(b, i64(row_blocks), row_groups)
+        row_groups = ceil_div(b, i64(row_blocks), rows_per)  # none left empty
         put("chunk", width)
         put("rows_per_task", rows_per)
-        n_tasks = b.mul(i64(spec.batch), b.mul(chunks, ceil_div(b, i64(row_blocks), rows_per)))
+        n_tasks = b.mul(i64(spec.batch), b.mul(chunks, row_groups))
         parallel_for = threadpool.declare_parallel_for(self.module)
         b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, b.trunc(threads, I32)])
         status = b.gep(ptr, [i32(0), i32(self.PARAMS.index("status"))], inbounds=True)

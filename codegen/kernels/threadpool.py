@@ -55,7 +55,8 @@ import llvmlite.ir as ir
 from tegrad.ir.errors import TegradError
 
 from tegrad.codegen.kernels import jit
-from tegrad.codegen.kernels.irutil import I32, I64, VOIDPTR, counted_loop, declare as _declare
+from tegrad.codegen.kernels.irutil import (I32, I64, VOIDPTR, ceil_div, counted_loop,
+                                           declare as _declare, smin)
 
 #: the name of the pool's entry point in every module
 PARALLEL_FOR = "tegrad_parallel_for"
@@ -331,8 +332,7 @@ class _Emitter:
             lo = b.add(begin, b.atomic_rmw("add", counter, grain, "monotonic"))
             b.cbranch(b.icmp_signed("<", lo, end), run, drained)
             b.position_at_end(run)
-            hi = b.add(lo, grain)
-            b.call(fn, [ctx, lo, b.select(b.icmp_signed("<", hi, end), hi, end)])
+            b.call(fn, [ctx, lo, smin(b, b.add(lo, grain), end)])
             b.branch(claim)
             b.position_at_end(drained)
 
@@ -393,9 +393,7 @@ class _Emitter:
         tid = b.alloca(I64)
         c32 = lambda v: ir.Constant(I32, v)
         c64 = lambda v: ir.Constant(I64, v)
-        smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)
-        t = smin(b.sext(n_threads, I64), n_tasks)
-        t = smin(t, c64(MAX_THREADS))
+        t = smin(b, smin(b, b.sext(n_threads, I64), n_tasks), c64(MAX_THREADS))
         inline = fn.append_basic_block("inline")
         pooled = fn.append_basic_block("pooled")
         b.cbranch(b.icmp_signed("<=", t, c64(1)), inline, pooled)
@@ -428,7 +426,7 @@ class _Emitter:
 
         b.position_at_end(created)
         workers = b.sext(self.load(b, self.n_workers, "monotonic"), I64)
-        t = smin(t, b.add(workers, c64(1)))
+        t = smin(b, t, b.add(workers, c64(1)))
         alone = fn.append_basic_block("alone")
         fork = fn.append_basic_block("fork")
         b.cbranch(b.icmp_signed("<=", t, c64(1)), alone, fork)
@@ -442,8 +440,7 @@ class _Emitter:
         self.store(b, ctx, self.task_ctx, "monotonic")
         self.store(b, n_tasks, self.n_tasks, "monotonic")
         self.store(b, t, self.n_threads, "monotonic")
-        chunks = b.mul(t, c64(CHUNKS_PER_THREAD))
-        self.store(b, b.sdiv(b.add(n_tasks, b.sub(chunks, c64(1))), chunks), self.grain,
+        self.store(b, ceil_div(b, n_tasks, b.mul(t, c64(CHUNKS_PER_THREAD))), self.grain,
                    "monotonic")
         with counted_loop(b, c64(0), t, name="reset") as r:
             self.store(b, c64(0), self.claimed_count(b, r), "monotonic")
