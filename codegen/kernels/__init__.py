@@ -10,6 +10,9 @@
   (:func:`.contraction.gemm_plan`);
 - :mod:`.gemm`: the register-blocked micro-kernel and macro-loops of a
   :class:`.gemm.GemmSpec` (:func:`.gemm.emit_gemm`), threaded through the pool;
+- :mod:`.dot`: a dot-product kernel for the products whose reduction runs along memory
+  in both operands and whose outputs are few (:func:`.dot.emit_dot`);
+- :mod:`.product`: which of the two runs a product (:func:`.product.emit_product`);
 - :mod:`.jit` and :mod:`.irutil`: the host target and small IR helpers they share.
 
 A stage's output computed by its plan (the operands at their plan offsets):

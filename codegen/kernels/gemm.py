@@ -879,13 +879,15 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
 class CompiledGemm:
     """A JIT-compiled :class:`GemmSpec` callable on numpy arrays: ``f(a, b, out=None,
     threads=1)`` with ``a`` and ``b`` of the spec's (batch-less when batch is 1) shapes,
-    C-contiguous (other layouts are the spec's strides: use :attr:`address` directly)."""
+    C-contiguous (other layouts are the spec's strides: use :attr:`address` directly).
+    ``emit`` is the kernel's emitter (:func:`emit_gemm`, or another with its arguments)."""
 
-    def __init__(self, spec, blocking=None, min_flops_per_thread=MIN_FLOPS_PER_THREAD):
+    def __init__(self, spec, blocking=None, min_flops_per_thread=MIN_FLOPS_PER_THREAD,
+                 emit=None):
         threadpool.parallel_for_address()  # the pool must be registered before linking
         module = ir.Module(name="tegrad_gemm")
-        emit_gemm(module, spec, name="tegrad_gemm", blocking=blocking,
-                  min_flops_per_thread=min_flops_per_thread)
+        (emit or emit_gemm)(module, spec, name="tegrad_gemm", blocking=blocking,
+                            min_flops_per_thread=min_flops_per_thread)
         self.spec = spec
         self.engine = jit.compile_module(module)
         self.address = self.engine.get_function_address("tegrad_gemm")

@@ -41,7 +41,7 @@ from llvmlite import ir
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import bottom_up, children, run
-from tegrad.codegen.kernels.gemm import emit_gemm
+from tegrad.codegen.kernels.product import emit_product
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_expr, walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
@@ -841,11 +841,11 @@ def _check(em, s):
 
 
 def _matrix_product(em, s):
-    """A call of the gemm kernel emitted for ``s.spec`` (once per spec per module)."""
+    """A call of the product's kernel emitted for ``s.spec`` (once per spec per module)."""
     fn = em.gemms.get(s.spec)
     if fn is None:
-        fn = emit_gemm(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}",
-                       shared=em.shared_gemm)
+        fn = emit_product(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}",
+                          shared=em.shared_gemm)
         em.gemms[s.spec] = fn
     bld = em.builder
     args = [bld.gep(em.pointers[buf], [ir.Constant(I64, off)], inbounds=True,

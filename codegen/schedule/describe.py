@@ -21,7 +21,9 @@ stages S, B (fused)
 from __future__ import annotations
 
 from tegrad.codegen.loops.mapper import stmt_children
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let, Store)
+from tegrad.codegen.kernels.product import describe_product
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let,
+                                        MatrixProduct, Store)
 from tegrad.codegen.loops.printer import format_expr
 from tegrad.codegen.schedule.common import constant_trip_count
 from tegrad.codegen.schedule.fusion import stage_names, statements
@@ -62,8 +64,8 @@ def describe_schedule(kernel, record=None):
     lines = []
     for k, s in enumerate(statements(kernel.body)):
         names = stage_names(s) if not _unknown(s) else ()
-        label = ", ".join(names) or (f"statement {k}" if not _unknown(s) else
-                                     getattr(s, "name", None) or f"statement {k}")
+        label = ", ".join(names) or (s.c.name if type(s) is MatrixProduct else
+                                     f"statement {k}")
         tags = []
         if len(names) > 1 and names[0] in fused:
             tags.append("fused")
@@ -71,6 +73,9 @@ def describe_schedule(kernel, record=None):
             tags.append("as given")
         head = "stages" if len(names) > 1 else "stage"
         lines.append(f"{head} {label}" + (f" ({', '.join(tags)})" if tags else ""))
+        if type(s) is MatrixProduct:
+            lines.append(f"  {describe_product(s.spec)}")
+            continue
         if _unknown(s):
             lines.append(f"  {type(s).__name__} (not a loop nest)")
             continue

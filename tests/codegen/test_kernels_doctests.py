@@ -6,6 +6,7 @@ import pytest
 
 MODULES = ["tegrad.codegen.kernels", "tegrad.codegen.kernels.jit", "tegrad.codegen.kernels.irutil",
            "tegrad.codegen.kernels.threadpool", "tegrad.codegen.kernels.gemm",
+           "tegrad.codegen.kernels.dot", "tegrad.codegen.kernels.product",
            "tegrad.codegen.kernels.contraction"]
 
 
