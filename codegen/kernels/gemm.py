@@ -419,7 +419,8 @@ class _GemmEmitter:
         b.position_at_end(check)
         # the first block decides (a B stored by rows fails here, at no cost to its copy)
         first = [self._row_at(b, i64(l), koff, sbk) for l in range(vl)]
-        hit = b.or_(self._steps(b, first, 1), self._steps(b, first, 2))
+        hit = b.or_(b.icmp_signed("<=", self._runs(b, first, i64(vl))[2], i64(1)),
+                    self._steps(b, first, 2))
         b.cbranch(hit, columns, other)
         b.position_at_end(columns)
         if col_at is None:
@@ -437,49 +438,67 @@ class _GemmEmitter:
             b.cbranch(b.icmp_signed("==", b.sub(block_end, k0), i64(vl)), whole, done)
             b.position_at_end(whole)
             rows = [self._row_at(b, b.add(k0, i64(l)), koff, sbk) for l in range(vl)]
-            # rows [0, p) from rows[0] on, [p, VL) from rows[p] on (a run's end and the
-            # next one's start): two masked loads down each column
             p, second, breaks = self._runs(b, rows, i64(vl))
-            fast, strided = fn.append_basic_block("kb.runs"), fn.append_basic_block("kb.step2")
-            not_runs = fn.append_basic_block("kb.not.runs")
-            turn = fn.append_basic_block("kb.transpose")
-            b.cbranch(b.icmp_signed("<=", breaks, i64(1)), fast, not_runs)
-            b.position_at_end(fast)
+            is_runs = b.icmp_signed("<=", breaks, i64(1))
+            vector_paths = fn.append_basic_block("kb.vectors")
+            b.cbranch(b.or_(is_runs, self._steps(b, rows, 2)), vector_paths, done)
+            not_vectors = b.block
+            b.position_at_end(vector_paths)
             at = ir.Constant(lanes, list(range(vl)))
             split = b.icmp_signed("<", at, self._splat(b, p, lanes))
             masks = (split, b.not_(split))
-            from_runs = []
-            for jj in range(nr):
-                value = zero
-                for base, mask in zip((rows[0], second), masks):
-                    ptr = b.bitcast(b.gep(src, [b.add(base, col_at[jj])]), self.vty.as_pointer())
-                    value = b.call(self.masked_load, [ptr, i32(self.esize), mask, value])
-                from_runs.append(value)
-            runs_end = b.block
-            b.branch(turn)
-            b.position_at_end(not_runs)
-            b.cbranch(self._steps(b, rows, 2), strided, done)
-            b.position_at_end(strided)
-            from_pairs = [self._load_every_other(
-                b, b.gep(src, [b.add(rows[0], col_at[jj])], inbounds=True), self.vty)
-                for jj in range(nr)]
-            strided_end = b.block
-            b.branch(turn)
-            b.position_at_end(turn)
-            down = []
-            for x, y in zip(from_runs, from_pairs):
-                phi = b.phi(self.vty)
-                phi.add_incoming(x, runs_end)
-                phi.add_incoming(y, strided_end)
-                down.append(phi)
-            self._store_transposed(b, down, dst, k0, keep, zero)
+            one_run = b.icmp_signed("==", breaks, i64(0))
+            # VL columns at a time (their vectors and transposes fit in the registers)
+            for h in range(nr // vl):
+                fast = fn.append_basic_block("kb.runs")
+                single = fn.append_basic_block("kb.run")
+                strided = fn.append_basic_block("kb.step2")
+                turn = fn.append_basic_block("kb.transpose")
+                b.cbranch(is_runs, fast, strided)
+                b.position_at_end(fast)
+                two = fn.append_basic_block("kb.two.runs")
+                b.cbranch(one_run, single, two)
+                b.position_at_end(single)
+                from_run = [self._load_vector(b, b.gep(src, [b.add(rows[0], col_at[jj])],
+                                                       inbounds=True), self.vty)
+                            for jj in range(h * vl, (h + 1) * vl)]
+                run_end = b.block
+                b.branch(turn)
+                b.position_at_end(two)
+                # rows [0, p) from rows[0] on, [p, VL) from rows[p] on (a run's end and
+                # the next one's start): two masked loads down each column
+                from_runs = []
+                for jj in range(h * vl, (h + 1) * vl):
+                    value = zero
+                    for base, mask in zip((rows[0], second), masks):
+                        ptr = b.bitcast(b.gep(src, [b.add(base, col_at[jj])]),
+                                        self.vty.as_pointer())
+                        value = b.call(self.masked_load, [ptr, i32(self.esize), mask, value])
+                    from_runs.append(value)
+                runs_end = b.block
+                b.branch(turn)
+                b.position_at_end(strided)
+                from_pairs = [self._load_every_other(
+                    b, b.gep(src, [b.add(rows[0], col_at[jj])], inbounds=True), self.vty)
+                    for jj in range(h * vl, (h + 1) * vl)]
+                strided_end = b.block
+                b.branch(turn)
+                b.position_at_end(turn)
+                down = []
+                for x, y, z in zip(from_run, from_runs, from_pairs):
+                    phi = b.phi(self.vty)
+                    phi.add_incoming(x, run_end)
+                    phi.add_incoming(y, runs_end)
+                    phi.add_incoming(z, strided_end)
+                    down.append(phi)
+                self._store_transposed(b, down, dst, k0, keep, zero, h)
             turned = b.block
             b.branch(done)
             b.position_at_end(done)
             # the block's rows still to copy element by element: none after a transpose
             copied = b.phi(I64)
             copied.add_incoming(block_end, turned)
-            copied.add_incoming(k0, not_runs)
+            copied.add_incoming(k0, not_vectors)
             copied.add_incoming(k0, partial)
             with counted_loop(b, copied, block_end, name="kr") as k:
                 self._copy_row(b, b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True),
@@ -488,16 +507,16 @@ class _GemmEmitter:
         b.branch(joined)
         b.position_at_end(other)
 
-    def _store_transposed(self, b, down, dst, k0, keep, zero):
-        """Rows ``k0 .. k0 + VL - 1`` of the packed strip from ``down``, a vector down
-        each column: transposed ``VL`` columns at a time, lanes not ``keep`` zero."""
+    def _store_transposed(self, b, down, dst, k0, keep, zero, h):
+        """Rows ``k0 .. k0 + VL - 1`` of the packed strip's columns ``h * VL ..
+        (h + 1) * VL - 1`` from ``down``, a vector down each of them, transposed; lanes
+        not ``keep[h]`` zero."""
         vl, nr = self.blk.vl, self.blk.nr
-        for h in range(nr // vl):
-            for l, row in enumerate(self._transpose(b, down[h * vl:(h + 1) * vl])):
-                at = b.gep(dst, [b.add(b.mul(b.add(k0, i64(l)), i64(nr)), i64(h * vl))],
-                           inbounds=True)
-                b.store(b.select(keep[h], row, zero), b.bitcast(at, self.vty.as_pointer()),
-                        align=self.esize)
+        for l, row in enumerate(self._transpose(b, down)):
+            at = b.gep(dst, [b.add(b.mul(b.add(k0, i64(l)), i64(nr)), i64(h * vl))],
+                       inbounds=True)
+            b.store(b.select(keep[h], row, zero), b.bitcast(at, self.vty.as_pointer()),
+                    align=self.esize)
 
     @staticmethod
     def _steps(b, offsets, step):

@@ -236,13 +236,17 @@ def test_column_offset_tables_of_consecutive_runs(runs, dtype):
 @SETTINGS
 @given(m=st.integers(1, 20), n=st.integers(1, 80), k=st.integers(1, 70),
        run=st.integers(1, 40), step=st.sampled_from([1, 2, 3]), table=st.booleans(),
-       blocking=st.sampled_from(["host", "small"]), dtype=st.sampled_from(["float32", "float64"]))
+       blocking=st.sampled_from(["host", "small", "odd"]),
+       dtype=st.sampled_from(["float32", "float64"]))
 def test_b_stored_by_columns(m, n, k, run, step, table, blocking, dtype):
     # B[k, j] = Bt[j, step * k] (a dense layer's weights, a convolution's window sums):
     # blocks of VL rows at consecutive elements, or every other one, are packed a vector
     # down each column and transposed; with a reduction table of runs of ``run`` rows,
-    # blocks across one run break take masked loads, others are copied element by element.
-    blk = default_blocking(dtype) if blocking == "host" else small_blocking(dtype)
+    # blocks across one run break take masked loads, others are copied element by element
+    # (reduction blocks of VL + 5 rows: blocks that start inside a run, a last partial one).
+    host = default_blocking(dtype)
+    blk = {"host": host, "small": small_blocking(dtype),
+           "odd": Blocking(host.vl, host.mr, host.nr, kc=host.vl + 5, nc=2 * host.nr)}[blocking]
     rng = np.random.default_rng(m * 10000 + n * 100 + k)
     if table:
         rows = [q // run * (run * step + 3) + q % run * step for q in range(k)]
