@@ -8,7 +8,8 @@ times up to ``INTERLEAVE`` vectors when ``n`` is large enough)::
     for r_o in [0, n // W): for l in [0, W): lanes[l] op= f(b + r_o * W + l)
     for l in [0, E): lanes[l] op= f(b + n // W * W + l)  (E: whole vectors left, if any)
     for r in [b + n // W * W + E, b + n): acc op= f(r)   (the tail, if any)
-    for l in [0, W): acc op= lanes[l]
+    for h in [W / 2, .., 2]: for l in [0, h): lanes[l] op= lanes[l + h]
+    acc op= lanes[0]; acc op= lanes[1]
 
 When ``n`` is known at run time only, ``n`` is ``max(end - begin, 0)`` and ``W`` one
 vector. Reduction loops around it that the accumulations do not index (a weight
@@ -44,7 +45,13 @@ kernel kernel(float32 A[2][20], float32 S[2]) {
     for (k = 16; k < 20; k++) {
       S[i] max= A[i, k];
     }
-    unrolled for (k_l_2 = 0; k_l_2 < 8; k_l_2++) {
+    vectorized for (k_l_2 = 0; k_l_2 < 4; k_l_2++) {
+      S_lanes[k_l_2] max= S_lanes[k_l_2 + 4];
+    }
+    vectorized for (k_l_2 = 0; k_l_2 < 2; k_l_2++) {
+      S_lanes[k_l_2] max= S_lanes[k_l_2 + 2];
+    }
+    unrolled for (k_l_2 = 0; k_l_2 < 2; k_l_2++) {
       S[i] max= S_lanes[k_l_2];
     }
   }
@@ -164,9 +171,7 @@ def _rewrite(loop, accs, lanes, n, vector, taken):
                                       lane_vars[1], INDEX), INDEX))
     body = _ToLanes(lanes_of_target, lane_vars[1])(substitute_stmt(loop.body, {name: position}))
     main = For(outer, _c(0), full, For(lane_vars[1], _c(0), _c(lanes), body, "vectorized"))
-    combine = For(lane_vars[2], _c(0), _c(lanes),
-                  block([Accumulate(key[0], key[1], Load(buf, (lane_vars[2],)), key[2])
-                         for key, buf in targets]), "unrolled")
+    combine = _combine_lanes(targets, lane_vars[2], lanes)
     stmts = [init, main]
     if n is None or n % lanes:
         start = simplify(Binary("add", loop.begin, Binary("mul", full, _c(lanes), INDEX), INDEX))
@@ -186,6 +191,23 @@ def _rewrite(loop, accs, lanes, n, vector, taken):
     return out
 
 
+def _combine_lanes(targets, lane, lanes):
+    """``acc op= lanes[0] op .. op lanes[W - 1]`` as a tree: halves combined lane by lane
+    (``lanes[l] op= lanes[l + h]``, one vector operation each) down to two lanes, which
+    go into ``acc`` in order. A fixed order, as short as the tree is deep: combined in
+    order, ``W`` dependent operations ended every output (a row's max or sum)."""
+    stmts, width = [], lanes
+    while width > 2 and width % 2 == 0:
+        width //= 2
+        stmts.append(For(lane, _c(0), _c(width), block([
+            Accumulate(buf, (lane,), Load(buf, (Binary("add", lane, _c(width), INDEX),)), key[2])
+            for key, buf in targets]), "vectorized"))
+    stmts.append(For(lane, _c(0), _c(width),
+                     block([Accumulate(key[0], key[1], Load(buf, (lane,)), key[2])
+                            for key, buf in targets]), "unrolled"))
+    return block(stmts)
+
+
 class _Vectorise(StmtMapper):
     def __init__(self, lanes_of, taken):
         super().__init__()
@@ -199,26 +221,42 @@ class _Vectorise(StmtMapper):
         return _rewrite(s, *found, self.taken)
 
 
+def _is_halving(s, own):
+    """``s`` is a step of :func:`_combine_lanes`' tree: ``lanes[l] op= lanes[l + h]``."""
+    if type(s) is not For or s.kind != "vectorized":
+        return False
+    body = s.body.stmts if type(s.body) is Block else (s.body,)
+    return all(type(m) is Accumulate and m.buffer in own and type(m.value) is Load
+               and m.value.buffer is m.buffer for m in body)
+
+
 def _lanes_block(s):
     """``(buffers, init, middle, combine)`` when ``s`` is the lanes of a rewritten loop
-    (``_rewrite``: allocations around ``[init, *middle, combine]``), else None."""
+    (``_rewrite``: allocations around ``[init, *middle, *combine]``, ``combine`` the
+    tree's halving steps and the last loop into the accumulations), else None."""
     buffers = []
     while type(s) is Allocate:
         buffers.append(s.buffer)
         s = s.body
     if not buffers or type(s) is not Block or len(s.stmts) < 3:
         return None
-    init, *middle, combine = s.stmts
+    init, *middle, last = s.stmts
     own = set(buffers)
-    if type(init) is not For or type(combine) is not For or combine.kind != "unrolled":
+    if type(init) is not For or type(last) is not For or last.kind != "unrolled":
         return None
     if not all(type(m) is Store and m.buffer in own for m in walk_stmts(init.body)
                if type(m) in (Store, Accumulate)):
         return None
     if not all(type(m) is Accumulate and all(ld.buffer in own for ld in loads(m.value))
-               for m in walk_stmts(combine.body) if type(m) in (Store, Accumulate)):
+               for m in walk_stmts(last.body) if type(m) in (Store, Accumulate)):
         return None
-    return buffers, init, middle, combine
+    steps = 0
+    while steps < len(middle) and _is_halving(middle[len(middle) - 1 - steps], own):
+        steps += 1
+    if steps == len(middle):
+        return None
+    cut = len(middle) - steps
+    return buffers, init, middle[:cut], middle[cut:] + [last]
 
 
 class _HoistLanes(StmtMapper):
@@ -235,10 +273,10 @@ class _HoistLanes(StmtMapper):
             return s
         buffers, init, middle, combine = found
         name = s.var.name
-        if stmt_uses_var(init, name) or stmt_uses_var(combine, name):
+        if stmt_uses_var(init, name) or any(stmt_uses_var(c, name) for c in combine):
             return s
         out = block([init, For(s.var, s.begin, s.end, block(middle), s.kind, s.step),
-                     combine])
+                     *combine])
         for buf in reversed(buffers):
             out = Allocate(buf, out)
         return out

@@ -14,7 +14,7 @@ import tegrad as tg
 from tegrad import nn, ops
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import walk_stmts
-from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, For, Store
+from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, For, Load, Store
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule.auto import auto_schedule
 from tegrad.codegen.schedule.fusion import statements
@@ -182,8 +182,13 @@ def test_whole_vectors_after_the_interleaved_lanes_run_in_the_first_lanes(reduce
         kernel, _ = check_scheduled([A], [S], {A: a})
         kernel, _ = auto_schedule(lower_program([A], [S]), lanes_of=lambda d: 8)
         loops = [m for m in walk_stmts(kernel.body) if type(m) is For]
+        halving = [m.end.value for m in loops if m.kind == "vectorized"
+                   and type(m.body) is Accumulate and type(m.body.value) is Load
+                   and m.body.value.buffer is m.body.buffer]
         vector = [m.end.value for m in loops if m.kind == "vectorized"]
-        assert vector == [32] + ([extra] if extra else [])
+        # the 32 lanes are combined as a tree: halves into halves down to two lanes
+        assert vector == [32] + ([extra] if extra else []) + [16, 8, 4, 2]
+        assert halving == [16, 8, 4, 2]
         assert any(m.var.name == "k" for m in loops) == bool(tail)
         (got,), _ = run(kernel, [a])
         np.testing.assert_allclose(got, tg.evaluate([S], {A: a})[0], rtol=1e-12)
