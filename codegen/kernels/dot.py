@@ -48,8 +48,9 @@ import numpy as np
 from tegrad.codegen.kernels import jit, threadpool
 from tegrad.codegen.kernels.gemm import (_ELEMENT, _ITEMSIZE, MIN_FLOPS_PER_THREAD,
                                          CompiledGemm, GemmSpec, default_blocking)
-from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, counted_loop, declare,
-                                           i32, i64, smin, vector_suffix)
+from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, carried_loop,
+                                           counted_loop, declare, i32, i64, smin,
+                                           vector_suffix)
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,10 @@ def dot_blocking(spec, *, vector_bits=None):
     return DotBlocking(vl, mr, nr)
 
 
+def _flat(blocks):
+    return [v for row in blocks for v in row]
+
+
 class _DotEmitter:
     def __init__(self, module, spec, layout, blocking, name):
         self.module, self.spec, self.layout, self.blk, self.name = \
@@ -225,48 +230,35 @@ class _DotEmitter:
                 off = b.mul(j, i64(spec.b_strides[2])) if n_table is None else \
                     b.load(b.gep(n_table, [j], inbounds=True))
                 b_cols.append(b.gep(bb, [b.add(pb, off)], inbounds=True))
-            acc = self.emit_sums(b, fn, a_rows, b_cols, rows)
-            self.emit_stores(b, fn, acc, b.gep(c, [pc], inbounds=True), i0, j0)
+            acc = self.emit_sums(b, a_rows, b_cols, rows)
+            self.emit_stores(b, acc, b.gep(c, [pc], inbounds=True), i0, j0)
         b.ret_void()
         return fn
 
-    def emit_sums(self, b, fn, a_rows, b_cols, rows):
+    def emit_sums(self, b, a_rows, b_cols, rows):
         """The ``mr x nr`` vectors of partial sums over every row of runs."""
         blk = self.blk
         zero = ir.Constant(self.vty, [0.0] * blk.vl)
         acc = [[zero] * blk.nr for _ in range(blk.mr)]
         if rows is None:
-            return self.emit_run(b, fn, a_rows, b_cols, acc)
-        pre = b.block
-        head = fn.append_basic_block("r.head")
-        body = fn.append_basic_block("r.body")
-        done = fn.append_basic_block("r.done")
-        b.branch(head)
-        b.position_at_end(head)
-        r = b.phi(I64, name="r")
-        r.add_incoming(i64(0), pre)
-        phis = [[b.phi(self.vty) for _ in range(blk.nr)] for _ in range(blk.mr)]
-        for row in phis:
-            for phi in row:
-                phi.add_incoming(zero, pre)
-        b.cbranch(b.icmp_signed("<", r, i64(len(self.layout.rows))), body, done)
-        b.position_at_end(body)
-        ka, kb = (b.load(b.gep(rows, [b.add(b.mul(r, i64(2)), i64(x))], inbounds=True))
-                  for x in range(2))
-        new = self.emit_run(b, fn, [b.gep(p, [ka], inbounds=True) for p in a_rows],
-                            [b.gep(p, [kb], inbounds=True) for p in b_cols], phis)
-        for row_phi, row_new in zip(phis, new):
-            for phi, value in zip(row_phi, row_new):
-                phi.add_incoming(value, b.block)
-        r.add_incoming(b.add(r, i64(1)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-        return phis
+            return self.emit_run(b, a_rows, b_cols, acc)
+        with carried_loop(b, i64(0), i64(len(self.layout.rows)), _flat(acc), name="r") as loop:
+            ka, kb = (b.load(b.gep(rows, [b.add(b.mul(loop.i, i64(2)), i64(x))],
+                                   inbounds=True)) for x in range(2))
+            loop.carry(_flat(self.emit_run(b, [b.gep(p, [ka], inbounds=True) for p in a_rows],
+                                           [b.gep(p, [kb], inbounds=True) for p in b_cols],
+                                           self._blocks(loop.values))))
+        return self._blocks(loop.values)
+
+    def _blocks(self, values):
+        """``values`` (row-major) as ``mr`` lists of ``nr``."""
+        nr = self.blk.nr
+        return [values[r * nr:(r + 1) * nr] for r in range(self.blk.mr)]
 
     #: runs of at most this many whole vectors are unrolled
     UNROLL = 4
 
-    def emit_run(self, b, fn, a_rows, b_cols, acc):
+    def emit_run(self, b, a_rows, b_cols, acc):
         """``acc`` plus one run's terms: ``acc[r][c] += a_rows[r][t] * b_cols[c][t]`` for
         ``t < run``, lane ``t % VL``."""
         blk, run = self.blk, self.layout.run
@@ -292,28 +284,10 @@ class _DotEmitter:
             for v in range(whole):
                 acc = step(acc, i64(v * blk.vl))
         else:
-            pre = b.block
-            head = fn.append_basic_block("v.head")
-            body = fn.append_basic_block("v.body")
-            done = fn.append_basic_block("v.done")
-            b.branch(head)
-            b.position_at_end(head)
-            v = b.phi(I64, name="v")
-            v.add_incoming(i64(0), pre)
-            phis = [[b.phi(self.vty) for _ in row] for row in acc]
-            for row_phi, row in zip(phis, acc):
-                for phi, value in zip(row_phi, row):
-                    phi.add_incoming(value, pre)
-            b.cbranch(b.icmp_signed("<", v, i64(whole * blk.vl)), body, done)
-            b.position_at_end(body)
-            new = step(phis, v)
-            for row_phi, row in zip(phis, new):
-                for phi, value in zip(row_phi, row):
-                    phi.add_incoming(value, b.block)
-            v.add_incoming(b.add(v, i64(blk.vl)), b.block)
-            b.branch(head)
-            b.position_at_end(done)
-            acc = phis
+            with carried_loop(b, i64(0), i64(whole * blk.vl), _flat(acc), blk.vl,
+                              name="v") as loop:
+                loop.carry(_flat(step(self._blocks(loop.values), loop.i)))
+            acc = self._blocks(loop.values)
         if left:
             mask = ir.Constant(self.mask_ty, [int(x < left) for x in range(blk.vl)])
             acc = step(acc, i64(whole * blk.vl), mask)
@@ -332,7 +306,7 @@ class _DotEmitter:
             v = b.fadd(lo, hi)
         return b.extract_element(v, i32(0))
 
-    def emit_stores(self, b, fn, acc, c, i0, j0):
+    def emit_stores(self, b, acc, c, i0, j0):
         """``C[i0 + r, j0 + col] = lane_sum(acc[r][col])`` inside ``m x n``."""
         spec = self.spec
         for r, row in enumerate(acc):

@@ -55,8 +55,9 @@ import numpy as np
 from tegrad.ir.errors import ShapeError, TegradError
 
 from tegrad.codegen.kernels import jit, threadpool
-from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, ceil_div, counted_loop, declare,
-                                           i32, i64, smin, vector_suffix)
+from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, carried_loop, ceil_div,
+                                           counted_loop, declare, i32, i64, smin,
+                                           vector_suffix)
 
 _ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 _ITEMSIZE = {"float32": 4, "float64": 8}
@@ -246,42 +247,24 @@ class _GemmEmitter:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         nv = blk.nr // blk.vl
         zero = ir.Constant(self.vty, [0.0] * blk.vl)
-        pre = b.block
-        head = fn.append_basic_block("k.head")
-        body = fn.append_basic_block("k.body")
-        done = fn.append_basic_block("k.done")
-        b.branch(head)
-        b.position_at_end(head)
-        k = b.phi(I64, name="k")
-        k.add_incoming(i64(0), pre)
-        acc = [[b.phi(self.vty, name=f"acc{r}_{v}") for v in range(nv)] for r in range(mr)]
-        for row in acc:
-            for phi in row:
-                phi.add_incoming(zero, pre)
-        b.cbranch(b.icmp_signed("<", k, kc), body, done)
-        b.position_at_end(body)
-        brow = b.gep(bp, [b.mul(k, i64(blk.nr))], inbounds=True)
-        bvec = [b.load(b.bitcast(b.gep(brow, [i64(v * blk.vl)], inbounds=True),
-                                 self.vty.as_pointer()), align=self.vty_align)
-                for v in range(nv)]
-        if self.spec.k_offsets is None:
-            acol = b.gep(a, [b.mul(k, sak)], inbounds=True)
-        else:
-            acol = b.gep(a, [b.load(b.gep(koff, [k], inbounds=True))], inbounds=True)
-        new = []
-        for r in range(mr):
-            x = b.load(b.gep(acol, [b.mul(i64(r), sam)], inbounds=True), align=self.esize)
-            xs = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, i32(0))
-            xs = b.shuffle_vector(xs, ir.Constant(self.vty, ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, blk.vl), [0] * blk.vl))
-            new.append([b.call(self.fma, [xs, bvec[v], acc[r][v]]) for v in range(nv)])
-        for r in range(mr):
-            for v in range(nv):
-                acc[r][v].add_incoming(new[r][v], body)
-        k.add_incoming(b.add(k, i64(1)), body)
-        b.branch(head)
-
-        b.position_at_end(done)
+        with carried_loop(b, i64(0), kc, [zero] * (mr * nv), name="k") as loop:
+            k = loop.i
+            acc = [loop.values[r * nv:(r + 1) * nv] for r in range(mr)]
+            brow = b.gep(bp, [b.mul(k, i64(blk.nr))], inbounds=True)
+            bvec = [b.load(b.bitcast(b.gep(brow, [i64(v * blk.vl)], inbounds=True),
+                                     self.vty.as_pointer()), align=self.vty_align)
+                    for v in range(nv)]
+            if self.spec.k_offsets is None:
+                acol = b.gep(a, [b.mul(k, sak)], inbounds=True)
+            else:
+                acol = b.gep(a, [b.load(b.gep(koff, [k], inbounds=True))], inbounds=True)
+            new = []
+            for r in range(mr):
+                x = b.load(b.gep(acol, [b.mul(i64(r), sam)], inbounds=True), align=self.esize)
+                xs = self._splat(b, x, self.vty)
+                new += [b.call(self.fma, [xs, bvec[v], acc[r][v]]) for v in range(nv)]
+            loop.carry(new)
+        acc = [loop.values[r * nv:(r + 1) * nv] for r in range(mr)]
         full = fn.append_basic_block("store.full")
         partial = fn.append_basic_block("store.partial")
         out = fn.append_basic_block("out")

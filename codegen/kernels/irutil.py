@@ -35,6 +35,28 @@ def counted_loop(b, start, stop, step=1, *, name="i"):
 
     ``step`` is a positive Python int; the body may add blocks (nested loops).
     """
+    with carried_loop(b, start, stop, (), step, name=name) as loop:
+        yield loop.i
+        loop.carry(())
+
+
+class CarriedLoop:
+    """What :func:`carried_loop` yields: the counter ``i``, the carried ``values`` (phis:
+    their values at the start of an iteration, and after the loop), and :meth:`carry`,
+    which the body calls once with the values for the next iteration."""
+
+    def __init__(self, i, values):
+        self.i, self.values, self.next = i, values, None
+
+    def carry(self, values):
+        self.next = list(values)
+
+
+@contextlib.contextmanager
+def carried_loop(b, start, stop, initial, step=1, *, name="i"):
+    """``for (i = start; i < stop; i += step)`` carrying the values ``initial`` from one
+    iteration to the next (vector accumulators); yields a :class:`CarriedLoop`, the
+    builder continues after the loop, where ``loop.values`` are the final values."""
     fn = b.function
     pre = b.block
     head = fn.append_basic_block(f"{name}.head")
@@ -44,11 +66,20 @@ def counted_loop(b, start, stop, step=1, *, name="i"):
     b.position_at_end(head)
     i = b.phi(start.type, name=name)
     i.add_incoming(start, pre)
+    phis = []
+    for value in initial:
+        phi = b.phi(value.type)
+        phi.add_incoming(value, pre)
+        phis.append(phi)
     b.cbranch(b.icmp_signed("<", i, stop), body, exit_)
     b.position_at_end(body)
-    yield i
-    nxt = b.add(i, ir.Constant(start.type, step))
-    i.add_incoming(nxt, b.block)
+    loop = CarriedLoop(i, phis)
+    yield loop
+    if loop.next is None or len(loop.next) != len(phis):
+        raise ValueError("carried_loop: the body must carry() one value per initial value")
+    for phi, value in zip(phis, loop.next):
+        phi.add_incoming(value, b.block)
+    i.add_incoming(b.add(i, ir.Constant(start.type, step)), b.block)
     b.branch(head)
     b.position_at_end(exit_)
 
