@@ -14,7 +14,7 @@ is shown by its type.
 >>> B = tg.compute((4, 64), lambda i, j: A[i, j] / S[i], name="B")
 >>> print(describe_schedule(*auto_schedule(lower_program([A], [B]), lanes_of=lambda d: 8)))
 stages S, B (fused)
-  loops: i<4 { k_l<32; k_o<2 { k_l_1<32 vectorized }; k_l_2<32 unrolled; j<64 vectorized }
+  loops: i<4 { k_l<32; k_o<2 { k_l_1<32 vectorized }; k_l_2<16 vectorized; k_l_2<8 vectorized; k_l_2<4 vectorized; k_l_2<2 vectorized; k_l_2<2 unrolled; j<64 vectorized }
   k: vector accumulators (32 lanes)
   j: vectorized
 """
