@@ -47,10 +47,11 @@ import numpy as np
 
 from tegrad.codegen.kernels import jit, threadpool
 from tegrad.codegen.kernels.gemm import (_ELEMENT, _ITEMSIZE, MIN_FLOPS_PER_THREAD,
-                                         CompiledGemm, GemmSpec, default_blocking)
-from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, carried_loop,
-                                           counted_loop, declare, i32, i64, smin,
-                                           vector_suffix)
+                                         CompiledGemm, default_blocking)
+from tegrad.codegen.kernels.gemm import GemmSpec  # noqa: F401  (the examples' specs)
+from tegrad.codegen.kernels.irutil import (I1, I32, VOIDPTR, carried_loop,
+                                           constant_table, counted_loop, i32, i64, smin,
+                                           vector_intrinsics)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ MIN_LANE_FILL = 0.75
 MIN_VECTOR_STEPS = 32
 
 
-def prefers_dot(spec, layout, vl=None):
+def prefers_dot(spec, layout, *, vector_bits=None):
     """Whether ``spec`` (of reduction ``layout``, possibly None) runs faster on this
     kernel than on the gemm's: when the gemm's column strip would be mostly empty
     (``n`` under its ``nr``) or its packed ``B`` would serve fewer rows than two register
@@ -108,13 +109,12 @@ def prefers_dot(spec, layout, vl=None):
     across lanes.
 
     >>> spec = GemmSpec("float32", 1, 32, 10, 6760, (0, 6760, 1), (0, 1, 6760), (0, 10, 1))
-    >>> prefers_dot(spec, dot_layout(spec), vl=16)
+    >>> prefers_dot(spec, dot_layout(spec), vector_bits=512)
     True
     """
     if layout is None:
         return False
-    gemm = default_blocking(spec.dtype, vector_bits=None if vl is None else
-                            vl * 8 * _ITEMSIZE[spec.dtype])
+    gemm = default_blocking(spec.dtype, vector_bits=vector_bits)
     vl = gemm.vl
     vectors = -(-layout.run // vl)
     if layout.run / (vectors * vl) < MIN_LANE_FILL or \
@@ -174,24 +174,13 @@ class _DotEmitter:
         self.vty = ir.VectorType(self.elt, blocking.vl)
         self.vptr = self.vty.as_pointer()
         self.eptr = self.elt.as_pointer()
-        suffix = vector_suffix(self.vty)
-        self.fma = declare(module, f"llvm.fma.{suffix}",
-                           ir.FunctionType(self.vty, [self.vty] * 3))
+        self.fma, self.masked_load, _ = vector_intrinsics(module, self.vty)
         self.mask_ty = ir.VectorType(I1, blocking.vl)
-        self.masked_load = declare(module, f"llvm.masked.load.{suffix}.p0", ir.FunctionType(
-            self.vty, [self.vptr, I32, self.mask_ty, self.vty]))
         self.params_ty = ir.LiteralStructType([self.eptr] * 3)
 
     def table(self, what, values):
-        """An ``i64*`` to an internal constant array of ``values``."""
-        data = bytearray(np.asarray(values, dtype="<i8").tobytes())
-        ty = ir.ArrayType(ir.IntType(8), len(data))
-        g = ir.GlobalVariable(self.module, ty, name=f"{self.name}.{what}")
-        g.linkage = "internal"
-        g.global_constant = True
-        g.align = 8
-        g.initializer = ir.Constant(ty, data)
-        return g.bitcast(I64.as_pointer())
+        """An ``i64*`` to this kernel's constant table ``what``."""
+        return constant_table(self.module, f"{self.name}.{what}", values)
 
     def emit_driver(self):
         """``driver(params, begin, end)``: tasks ``[begin, end)``, task ``t`` the block
@@ -328,10 +317,7 @@ class _DotEmitter:
         params = b.alloca(self.params_ty)
         for f, arg in enumerate(fn.args[:3]):
             b.store(arg, b.gep(params, [i32(0), i32(f)], inbounds=True))
-        useful = max(1, spec.flops // max(1, min_flops_per_thread))
-        threads = fn.args[3]
-        if useful < 2 ** 31:
-            threads = smin(b, threads, i32(useful))
+        threads = threadpool.threads_worth(b, fn.args[3], spec.flops, min_flops_per_thread)
         tasks = spec.batch * -(-spec.m // blk.mr) * -(-spec.n // blk.nr)
         b.call(threadpool.declare_parallel_for(self.module),
                [driver, b.bitcast(params, VOIDPTR), i64(tasks), threads])

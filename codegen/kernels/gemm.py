@@ -56,8 +56,8 @@ from tegrad.ir.errors import ShapeError, TegradError
 
 from tegrad.codegen.kernels import jit, threadpool
 from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, carried_loop, ceil_div,
-                                           counted_loop, declare, i32, i64, smin,
-                                           vector_suffix)
+                                           constant_table, counted_loop, declare, i32,
+                                           i64, smin, vector_intrinsics)
 
 _ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 _ITEMSIZE = {"float32": 4, "float64": 8}
@@ -196,15 +196,7 @@ class _GemmEmitter:
         self.esize = _ITEMSIZE[spec.dtype]
         self.vty = ir.VectorType(self.elt, blocking.vl)
         self.eptr = self.elt.as_pointer()
-        suffix = vector_suffix(self.vty)
-        self.fma = declare(module, f"llvm.fma.{suffix}",
-                           ir.FunctionType(self.vty, [self.vty] * 3))
-        mask_ty = ir.VectorType(I1, blocking.vl)
-        self.mask_ty = mask_ty
-        self.masked_load = declare(module, f"llvm.masked.load.{suffix}.p0", ir.FunctionType(
-            self.vty, [self.vty.as_pointer(), I32, mask_ty, self.vty]))
-        self.masked_store = declare(module, f"llvm.masked.store.{suffix}.p0", ir.FunctionType(
-            ir.VoidType(), [self.vty, self.vty.as_pointer(), I32, mask_ty]))
+        self.fma, self.masked_load, self.masked_store = vector_intrinsics(module, self.vty)
         self.malloc = declare(module, "malloc", ir.FunctionType(VOIDPTR, [I64]))
         self.free = declare(module, "free", ir.FunctionType(ir.VoidType(), [VOIDPTR]))
 
@@ -385,15 +377,16 @@ class _GemmEmitter:
         b.position_at_end(other)
 
     def _pack_by_columns(self, b, fn, cols, col_at, kc, koff, sbk, sbn, src, dst, joined):
-        """When the first block of ``VL`` rows is at consecutive elements in each column
-        (``row_at(l) == row_at(0) + l``), or every other one (a stride-2 convolution's
-        window sums), pack blocks of ``VL`` rows a vector down each of the ``NR``
-        columns (the last real one again past ``cols``), transposed into ``VL`` rows
-        (lanes past ``cols`` zero). A block of at most two runs of consecutive rows takes
-        two masked loads per column, one of rows every other element two loads kept at
-        even places; other blocks and the last ``kc % VL`` rows are copied element by
-        element. Goes to ``joined`` when taken; otherwise the builder continues in a new
-        block."""
+        """When the first block of ``VL`` rows is at most two runs of consecutive
+        elements in each column (``row_at(l) == row_at(0) + l``, a run's end and the
+        next one's start), or every other one (a stride-2 convolution's window sums),
+        pack blocks of ``VL`` rows a vector down each of the ``NR`` columns (the last
+        real one again past ``cols``), transposed into ``VL`` rows (lanes past ``cols``
+        zero), ``VL`` columns at a time. A block of one run takes a plain load per
+        column, of two runs two masked loads, of rows every other element two loads
+        kept at even places; other blocks and the last ``kc % VL`` rows are copied
+        element by element. Goes to ``joined`` when taken; otherwise the builder
+        continues in a new block."""
         blk = self.blk
         vl, nr = blk.vl, blk.nr
         check = fn.append_basic_block("by.columns.check")
@@ -770,23 +763,8 @@ class _GemmEmitter:
         return fn
 
     def table(self, what, values):
-        """An ``i64*`` to an internal constant array of ``values`` (made once).
-
-        Written as one byte string in little-endian order (the targets this package
-        supports): llvmlite formats a byte string at once, but an ``i64`` array element
-        by element, which for a convolution's tables costs more than compiling them.
-        """
-        name = f"{self.name}.{what}_offsets"
-        g = self.module.globals.get(name)
-        if g is None:
-            data = bytearray(np.asarray(values, dtype="<i8").tobytes())
-            ty = ir.ArrayType(ir.IntType(8), len(data))
-            g = ir.GlobalVariable(self.module, ty, name=name)
-            g.linkage = "internal"
-            g.global_constant = True
-            g.align = 8
-            g.initializer = ir.Constant(ty, data)
-        return g.bitcast(I64.as_pointer())
+        """An ``i64*`` to this product's constant offset table ``what``."""
+        return constant_table(self.module, f"{self.name}.{what}_offsets", values)
 
     def emit_entry(self, driver, micro_full, micro_tail, pack, min_flops_per_thread):
         """``NAME(A, B, C, i32 n_threads) -> i32``: the product's parameters, handed to
@@ -820,10 +798,7 @@ class _GemmEmitter:
         put("micro_tail", micro_full if micro_tail is None else micro_tail)
         put("pack", pack)
         # Work too small to pay for waking threads runs on fewer of them.
-        useful = max(1, self.spec.flops // max(1, min_flops_per_thread))
-        threads = fn.args[3]
-        if useful < 2 ** 31:
-            threads = smin(b, threads, i32(useful))
+        threads = threadpool.threads_worth(b, fn.args[3], spec.flops, min_flops_per_thread)
         # Tasks for the pool's chunks (one, serially): whole batches while there are
         # enough of them, else each batch cut into column chunks of whole strips (a task
         # packs only its columns of B), then, when those are still too few, into groups

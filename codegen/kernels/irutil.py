@@ -1,5 +1,5 @@
 """Small llvmlite helpers shared by the emitters of this package: counted loops,
-constants and intrinsic declarations.
+constant tables and intrinsic declarations.
 
 >>> import llvmlite.ir as ir
 >>> m = ir.Module()
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 
 import llvmlite.ir as ir
+import numpy as np
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 VOIDPTR = I8.as_pointer()
@@ -97,6 +98,39 @@ def declare(module, name, fnty):
     """The function ``name`` of ``module``, declared with ``fnty`` if it is not there."""
     existing = module.globals.get(name)
     return existing if existing is not None else ir.Function(module, fnty, name=name)
+
+
+def constant_table(module, name, values):
+    """An ``i64*`` to the internal constant array ``name`` of ``module`` holding
+    ``values`` (made once per name).
+
+    Written as one byte string in little-endian order (the targets this package
+    supports): llvmlite formats a byte string at once, but an ``i64`` array element by
+    element, which for a convolution's tables costs more than compiling them.
+    """
+    g = module.globals.get(name)
+    if g is None:
+        data = bytearray(np.asarray(values, dtype="<i8").tobytes())
+        ty = ir.ArrayType(ir.IntType(8), len(data))
+        g = ir.GlobalVariable(module, ty, name=name)
+        g.linkage = "internal"
+        g.global_constant = True
+        g.align = 8
+        g.initializer = ir.Constant(ty, data)
+    return g.bitcast(I64.as_pointer())
+
+
+def vector_intrinsics(module, vty):
+    """``(fma, masked_load, masked_store)`` of the vector type ``vty``, declared in
+    ``module`` (``llvm.fma``; masked accesses with an ``i32`` alignment and an ``i1``
+    vector mask, a load's masked-off lanes taken from its last argument)."""
+    suffix = vector_suffix(vty)
+    mask = ir.VectorType(I1, vty.count)
+    return (declare(module, f"llvm.fma.{suffix}", ir.FunctionType(vty, [vty] * 3)),
+            declare(module, f"llvm.masked.load.{suffix}.p0",
+                    ir.FunctionType(vty, [vty.as_pointer(), I32, mask, vty])),
+            declare(module, f"llvm.masked.store.{suffix}.p0",
+                    ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), I32, mask])))
 
 
 def vector_suffix(vty):

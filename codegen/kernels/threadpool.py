@@ -104,6 +104,13 @@ def futex_syscall_number(triple):
     return FUTEX_SYSCALL[arch]
 
 
+def threads_worth(b, threads, work, least_work):
+    """``min(threads, max(1, work // least_work))`` (an ``i32``): no more threads than
+    the ``work`` (a Python int, known when compiling) pays for at ``least_work`` each."""
+    useful = max(1, work // max(1, least_work))
+    return threads if useful >= 2 ** 31 else smin(b, threads, ir.Constant(I32, useful))
+
+
 def declare_parallel_for(module):
     """The pool's entry point in ``module``: its definition or a declaration of it."""
     return _declare(module, PARALLEL_FOR, PARALLEL_FOR_TYPE)

@@ -13,7 +13,6 @@ from tegrad.codegen.kernels import jit
 from tegrad.codegen.kernels.dot import (DotBlocking, DotLayout, compile_dot, dot_blocking,
                                         dot_layout, prefers_dot)
 from tegrad.codegen.kernels.gemm import GemmSpec
-from tegrad.codegen.kernels.product import product_kernel
 from tegrad.codegen.loops.interpret import matrix_product_indices
 
 EPS = {"float32": np.finfo(np.float32).eps, "float64": np.finfo(np.float64).eps}
@@ -150,15 +149,18 @@ def test_choice_between_the_kernels():
     def logits(m, n, k):
         return GemmSpec("float32", 1, m, n, k, (0, k, 1), (0, 1, k), (0, n, 1))
 
-    assert prefers_dot(logits(32, 10, 6760), dot_layout(logits(32, 10, 6760)), vl=16)
+    def prefers(spec):
+        return prefers_dot(spec, dot_layout(spec), vector_bits=512)
+
+    assert prefers(logits(32, 10, 6760))
     # wide outputs fill the gemm's registers; short sums do not pay for the lane sums
-    assert not prefers_dot(logits(256, 256, 6760), dot_layout(logits(256, 256, 6760)), vl=16)
-    assert not prefers_dot(logits(32, 10, 128), dot_layout(logits(32, 10, 128)), vl=16)
+    assert not prefers(logits(256, 256, 6760))
+    assert not prefers(logits(32, 10, 128))
     # a run of 17 fills 17 of 32 lanes
     table = tuple((r * 20 + t, r * 20 + t) for r in range(64) for t in range(17))
     sparse = GemmSpec("float32", 1, 4, 4, len(table), (0, 2000, 0), (0, 0, 2000),
                       (0, 4, 1), k_offsets=table)
-    assert not prefers_dot(sparse, dot_layout(sparse), vl=16)
+    assert not prefers(sparse)
 
 
 def test_blocking_fits_the_registers_and_the_outputs():
