@@ -499,7 +499,7 @@ class _KernelEmitter:
         an index depends on loaded data."""
         total = None
         stride = 1
-        for index, extent in reversed(list(zip(indices, buffer.shape))):
+        for index, extent in reversed(list(zip(indices, buffer.shape, strict=True))):
             i = self.expr(index, "int64").ir
             if self.has_effects(index):
                 ok = self.builder.icmp_unsigned("<", i, ir.Constant(I64, extent))

@@ -61,6 +61,14 @@ class Buffer(Node):
         return f"Buffer({self.name}, {self.shape}, {self.dtype}, {self.scope})"
 
 
+def _check_rank(buffer, indices):
+    """An element of ``buffer`` is named by one index per axis: a buffer seen with
+    another shape (split axes) is indexed in its own shape, never in the other's."""
+    if len(indices) != len(buffer.shape):
+        raise ValueError(f"buffer {buffer.name!r} of shape {tuple(buffer.shape)} indexed "
+                         f"with {len(indices)} indices")
+
+
 #: ``TEXT["expr"](e)`` is the text of an expression with loads (set by :mod:`.printer`,
 #: which the package imports: the nodes import nothing above them)
 TEXT = {"expr": lambda e: object.__repr__(e)}
@@ -75,6 +83,7 @@ class Load(Expr):
     dtype: str = ""
 
     def __post_init__(self):
+        _check_rank(self.buffer, self.indices)
         if not self.dtype:
             object.__setattr__(self, "dtype", self.buffer.dtype)
 
@@ -143,6 +152,9 @@ class Store(Stmt):
     indices: tuple
     value: Expr
 
+    def __post_init__(self):
+        _check_rank(self.buffer, self.indices)
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Accumulate(Stmt):
@@ -156,6 +168,9 @@ class Accumulate(Stmt):
     indices: tuple
     value: Expr
     reducer: object
+
+    def __post_init__(self):
+        _check_rank(self.buffer, self.indices)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -260,7 +260,8 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
         acc = new_temp(f"{buf.name}_t", tuple(t.shape[k] for k in order), c.dtype)
         variables = [Var(ctx.names.fresh(f"t{d}"), INDEX) for d in range(len(t.shape))]
         copy = box_loops(variables, t.shape, Store(
-            buf, tuple(variables), Load(acc, tuple(variables[k] for k in order), c.dtype)))
+            buf, regrouped(variables, t.shape, buf.shape),
+            Load(acc, tuple(variables[k] for k in order), c.dtype)))
         call = [MatrixProduct(plan.spec, acc, operands[0], operands[1], 0,
                               plan.lhs_offset, plan.rhs_offset), copy]
     else:
@@ -274,6 +275,33 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
         return block(stmts + call)
     return block(stmts + [_if_all_finite(checked, block(call), lower_compute(stage, buf, ctx),
                                          ctx, new_temp, padded)])
+
+
+def regrouped(variables, seen_shape, shape):
+    """The indices into ``shape`` of the element at ``variables`` of the same row-major
+    memory seen as ``seen_shape``, which splits each axis of ``shape`` into consecutive
+    axes (:func:`~tegrad.codegen.kernels.contraction.split_axes`: ``(n,)`` seen as
+    ``(n // d, d)``). Preserved: the flat offset, ``sum_k v_k * stride_k``.
+
+    >>> from tegrad.codegen.loops.printer import format_expr
+    >>> v = [Var(n, INDEX) for n in "abc"]
+    >>> [format_expr(e) for e in regrouped(v, (2, 3, 4), (6, 4))]
+    ['a * 3 + b', 'c']
+    """
+    out, k = [], 0
+    for extent in shape:
+        index, size = None, 1
+        # (axes of extent one are their own group: a split never makes one)
+        while k < len(seen_shape) and (size < extent or (extent == 1 and index is None)):
+            index = variables[k] if index is None else index * seen_shape[k] + variables[k]
+            size *= seen_shape[k]
+            k += 1
+        if size != extent:
+            raise ValueError(f"shape {tuple(seen_shape)} does not split {tuple(shape)}")
+        out.append(index)
+    if k != len(seen_shape):
+        raise ValueError(f"shape {tuple(seen_shape)} does not split {tuple(shape)}")
+    return tuple(out)
 
 
 def _if_all_finite(buffers, then, otherwise, ctx, new_temp, cache):
