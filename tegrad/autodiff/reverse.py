@@ -22,7 +22,7 @@ with adjoints batched over leading "prefix" axes (the output's index) and the he
 from __future__ import annotations
 
 from tegrad.ir import dtypes as _dt
-from tegrad.ir.errors import DTypeError, ShapeError, TegradError
+from tegrad.ir.errors import DifferentiationError, DTypeError, ShapeError, TegradError
 from tegrad.ir.expr import Const, Read
 from tegrad.ir.graph import placeholders, topological_order
 from tegrad.ir.stages import compute_body, output_axis_names, stage_exprs
@@ -46,16 +46,25 @@ def _check_output(output):
 
 def _check_inputs(output, inputs):
     if inputs is None:
-        return placeholders([output])
+        # integer placeholders (labels, indices) are data, not parameters
+        return [t for t in placeholders([output]) if _dt.is_float(t.dtype)]
     if isinstance(inputs, Tensor):
-        return [inputs]
+        inputs = [inputs]
     if not isinstance(inputs, (list, tuple)):
         raise TegradError(f"differentiate: inputs must be a tensor or a list of tensors, "
                           f"got {inputs!r}")
     for t in inputs:
         if not isinstance(t, Tensor):
             raise TegradError(f"differentiate: the input {t!r} is not a tensor")
+        _check_differentiable_input("differentiate", t)
     return list(inputs)
+
+
+def _check_differentiable_input(caller, t):
+    # a gradient of zeros would hide the mistake: an integer tensor has no tangent space
+    if not _dt.is_float(t.dtype):
+        raise DifferentiationError(f"{caller}: the input {t.name!r} has the non-float dtype "
+                                   f"{t.dtype}; only floating-point inputs have gradients")
 
 
 def _check_head(output, head):
@@ -257,7 +266,9 @@ def differentiate(output, inputs=None, *, head=None, manual=None):
     the gradient of ``sum(output)``, never a full Jacobian (see :func:`jacobian`).
     ``inputs`` is a tensor or a list (default: every placeholder ``output`` depends on);
     ``manual={(out, inp): fn}`` overrides the contribution of ``out`` to ``inp`` by
-    ``fn(out, inp, head_of_out)``, a tensor of ``inp``'s shape. Integer inputs get zeros.
+    ``fn(out, inp, head_of_out)``, a tensor of ``inp``'s shape. An integer input raises
+    :class:`~tegrad.ir.errors.DifferentiationError`; the default inputs are the
+    floating-point ones.
     :func:`tegrad.differentiate` (:mod:`tegrad.pipeline`) zero-eliminates the result.
 
     >>> import numpy as np, tegrad as tg
@@ -333,6 +344,7 @@ def jacobian_program(output, input):
     _check_output(output)
     if not isinstance(input, Tensor):
         raise TegradError(f"jacobian: the input must be a tensor, got {input!r}")
+    _check_differentiable_input("jacobian", input)
 
     def delta(prefix, idx):
         return kronecker(prefix, idx, output.dtype)

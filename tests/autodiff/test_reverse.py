@@ -54,15 +54,32 @@ def test_unreachable_input_gets_zeros():
     assert np.all(tg.evaluate(dw, {}) == 0)
 
 
-def test_input_only_read_in_indices_gets_zeros():
+def test_default_inputs_are_the_float_placeholders():
     idx = tg.placeholder((3,), dtype="int32", name="idx")
     x = tg.placeholder((4,), dtype=F64, name="x")
     y = tg.compute((3,), lambda i: x[idx[i]], name="y")
-    dx, didx = tg.differentiate(y)
-    assert didx.dtype == "int32" and didx.shape == (3,)
-    got = tg.evaluate([dx, didx], {x: np.arange(4.0), idx: np.array([1, 1, 3], "int32")})
-    assert got[0].tolist() == [0.0, 2.0, 0.0, 1.0]
-    assert got[1].tolist() == [0, 0, 0]
+    res = tg.differentiate(y)
+    assert res.inputs == [x]
+    got = tg.evaluate(res[0], {x: np.arange(4.0), idx: np.array([1, 1, 3], "int32")})
+    assert got.tolist() == [0.0, 2.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_integer_input_has_no_gradient(optimize):
+    x = tg.placeholder((4, 3), dtype=F64, name="x")
+    labels = tg.placeholder((4,), dtype="int32", name="labels")
+    loss = tg.nn.softmax_cross_entropy(x, labels)
+    for inputs in ([labels], [x, labels], labels):
+        with pytest.raises(tg.DifferentiationError,
+                           match="'labels'.*int32.*only floating-point inputs"):
+            tg.differentiate(loss, inputs, optimize=optimize)
+    with pytest.raises(tg.DifferentiationError, match="jacobian.*'labels'.*floating-point"):
+        tg.jacobian(loss, labels, optimize=optimize)
+    # an integer tensor computed from floats is no input either
+    q = tg.compute((4, 3), lambda i, j: tg.cast(x[i, j] * 4.0, "int32"), name="q")
+    y = tg.compute((4, 3), lambda i, j: x[i, j] * tg.cast(q[i, j], F64), name="y")
+    with pytest.raises(tg.DifferentiationError, match="'q'"):
+        tg.differentiate(y, [x, q], optimize=optimize)
 
 
 def test_reduction_with_where_and_init():
