@@ -45,29 +45,33 @@ def _tensor_list(tensors, what):
     return tensors
 
 
-def prepare(outputs, contractions=False):
+def prepare(outputs, contractions=False, plain=frozenset()):
     """The program as it is lowered: (with ``contractions``) sums masked by residues
     rewritten by zero elimination where they then run on products (:mod:`.residues`),
     elementwise stages read once inlined (with
     ``contractions``, not into a stage that has a gemm plan, and copies read through by
-    the products that read them)."""
-    keep = (lambda t: contraction_plan(t) is not None) if contractions else None
+    the products that read them). Stages named in ``plain`` keep their loops."""
+    def plan_of(t):
+        return None if t.name in plain else contraction_plan(t)
+
+    keep = (lambda t: plan_of(t) is not None) if contractions else None
     prepared = _tensor_list(outputs, "outputs")
     if contractions:
         prepared = drop_residue_masks(prepared, keep)
     prepared = inline_read_once(prepared, keep_inputs_of=keep)
     if contractions:
-        prepared = read_through_copies(
-            prepared, lambda t: runs_as_products(contraction_plan(t)))
+        prepared = read_through_copies(prepared, lambda t: runs_as_products(plan_of(t)))
     return prepared
 
 
-def lower_program(inputs, outputs, *, name="kernel", contractions=False):
+def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=()):
     """The kernel computing ``outputs`` from ``inputs`` (placeholders), see module doc.
 
     With ``contractions``, every stage that is a contraction with a gemm plan becomes a
-    call of the gemm kernel (:mod:`.contraction`) instead of its loop nest.
+    call of the gemm kernel (:mod:`.contraction`) instead of its loop nest, except the
+    stages named in ``plain`` (those an expert schedules by hand).
     """
+    plain = frozenset(plain)
     inputs = _tensor_list(inputs, "inputs")
     outputs = _tensor_list(outputs, "outputs")
     for t in inputs:
@@ -75,7 +79,7 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False):
             raise TegradError(f"lower_program: input {t.name!r} is not a placeholder")
     if len({id(t) for t in inputs}) != len(inputs):
         raise TegradError("lower_program: an input is given twice")
-    prepared = prepare(outputs, contractions)
+    prepared = prepare(outputs, contractions, plain)
     names = Names()
     buffers, args = {}, []
     for t in inputs:
@@ -117,7 +121,7 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False):
             continue
         buf = buffer_of(t)
         ctx = StageContext(buffers, names, t.name)
-        found = contraction_plan(t) if contractions else None
+        found = contraction_plan(t) if contractions and t.name not in plain else None
         if found is not None:
             stmts.append(lower_contraction(t, buf, ctx, found, new_temp, padded))
         else:

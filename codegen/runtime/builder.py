@@ -155,8 +155,9 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None):
         if schedule == "none":
             kernel = lower_program(inputs, outputs, name=kernel_name)
         else:
+            # a stage scheduled by hand keeps its loop nest ("none": as written)
             kernel = lower_program(inputs, computed_once(outputs), name=kernel_name,
-                                   contractions=True)
+                                   contractions=True, plain=schedule or ())
             kernel, record = auto_schedule(kernel, overrides=schedule)
         kernel = parallelize_stages(kernel, threads=threads)
         executable = Executable(kernel, threads=threads)

@@ -69,6 +69,26 @@ def test_none_keeps_a_stage_plain_and_the_others_scheduled():
     assert plain.schedule.startswith("stage S\n  loops: i<6 { k<20 }")
 
 
+@pytest.mark.parametrize("request_", ["none", {"split": {"o": 8}}])
+def test_a_contraction_scheduled_by_hand_keeps_its_loops(request_):
+    """A stage named in ``schedule`` is lowered as its loop nest, not on a product kernel
+    (the loops the requests name exist), while the other products still are."""
+    from tegrad.codegen.loops.nodes import MatrixProduct
+    x = tg.placeholder((64, 48), dtype=F64, name="x")
+    w = tg.placeholder((32, 48), dtype=F64, name="w")
+    v = tg.placeholder((16, 32), dtype=F64, name="v")
+    k = tg.reduce_axis((0, 48), name="k")
+    y = tg.compute((64, 32), lambda i, o: tg.sum(x[i, k] * w[o, k], axis=k), name="y")
+    z = nn.dense(y, v)
+    f = tg.build([x, w, v], [z], schedule={y.name: request_})
+    products = [s for s in walk_stmts(f.kernel.body) if type(s) is MatrixProduct]
+    assert [p.c.name for p in products] == [z.name]
+    assert "gemm" not in f.schedule.split(f"stage {z.name}")[0]
+    rng = np.random.default_rng(1)
+    feeds = {t: rng.standard_normal(t.shape) for t in (x, w, v)}
+    np.testing.assert_allclose(f(*feeds.values())[0], tg.evaluate(z, feeds), rtol=1e-12)
+
+
 @pytest.mark.parametrize("schedule, problem", [
     ({"T": "none"}, "no stage named 'T'"),
     ({"B": {"split": {"q": 4}}}, "stage 'B' has no loop 'q'"),
