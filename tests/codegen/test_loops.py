@@ -110,6 +110,14 @@ def test_nodes_are_hashable_and_checked():
         For(i, c(0), c(3), Block(()), kind="sideways")
     with pytest.raises(ValueError):
         Buffer("z", (2,), "float64", "global")
+    # an element is named by one index per axis: a buffer of shape (2, 6) indexed as if
+    # seen with split axes (2, 3, 2) would drop an index when the address is formed
+    z = Buffer("z", (2, 6), "float64", "output")
+    j = Var("j", "int64")
+    for bad in (lambda: Load(z, (i, j, c(0))), lambda: Store(z, (i,), c(0.0)),
+                lambda: Accumulate(z, (i, j, j), c(1.0), tg.sum)):
+        with pytest.raises(ValueError, match="indexed with"):
+            bad()
 
 
 def test_free_variables_are_those_no_loop_or_let_binds():
