@@ -71,6 +71,27 @@ def _check_name(name, default):
     return name
 
 
+#: the array operators and methods of tensors (``x * 2``, ``x.sum(axis=1)``): name ->
+#: function of the tensor and the call's arguments. :mod:`tegrad.ops.methods` fills it
+#: when the package loads, as the IR does not import the operator library.
+ARRAY_METHODS = {}
+
+
+def _array_method(name):
+    """The method ``name`` of tensors: a call of ``ARRAY_METHODS[name]``."""
+    def method(self, *args, **kwargs):
+        try:
+            fn = ARRAY_METHODS[name]
+        except KeyError:
+            raise TegradError(f"tensor {self.name!r}: {name} is not available (the operator "
+                              f"table of tegrad.ops.methods is not loaded)") from None
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"The array method ``{name}`` (see :mod:`tegrad.ops.methods`)."
+    return method
+
+
 class Tensor(TensorLike):
     """A multi-dimensional array defined by ``op``; ``t[i, j]`` reads an element.
 
@@ -121,6 +142,43 @@ class Tensor(TensorLike):
     def inputs(self):
         """The tensors this tensor's stage reads directly."""
         return self.op.input_tensors()
+
+    # The operators and methods of arrays, each a call into tegrad.ops through
+    # ARRAY_METHODS. ``==`` and ``!=`` are left out: tensors compare by identity, as keys
+    # of feeds and of adjoints. ``t[i, j]`` stays a read (an expression), not a slice.
+    # numpy defers to these methods (``array * t`` calls ``t.__rmul__``).
+    __array_ufunc__ = None
+
+    __add__ = _array_method("__add__")
+    __radd__ = _array_method("__radd__")
+    __sub__ = _array_method("__sub__")
+    __rsub__ = _array_method("__rsub__")
+    __mul__ = _array_method("__mul__")
+    __rmul__ = _array_method("__rmul__")
+    __truediv__ = _array_method("__truediv__")
+    __rtruediv__ = _array_method("__rtruediv__")
+    __floordiv__ = _array_method("__floordiv__")
+    __rfloordiv__ = _array_method("__rfloordiv__")
+    __mod__ = _array_method("__mod__")
+    __rmod__ = _array_method("__rmod__")
+    __pow__ = _array_method("__pow__")
+    __rpow__ = _array_method("__rpow__")
+    __matmul__ = _array_method("__matmul__")
+    __rmatmul__ = _array_method("__rmatmul__")
+    __neg__ = _array_method("__neg__")
+    __abs__ = _array_method("__abs__")
+    __lt__ = _array_method("__lt__")
+    __le__ = _array_method("__le__")
+    __gt__ = _array_method("__gt__")
+    __ge__ = _array_method("__ge__")
+    T = property(_array_method("T"))
+    sum = _array_method("sum")
+    mean = _array_method("mean")
+    max = _array_method("max")
+    min = _array_method("min")
+    reshape = _array_method("reshape")
+    transpose = _array_method("transpose")
+    astype = _array_method("astype")
 
 
 class _Frozen:

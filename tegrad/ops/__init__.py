@@ -29,6 +29,7 @@ from tegrad.ops.linalg import *  # noqa: F401,F403
 from tegrad.ops.reduce import *  # noqa: F401,F403
 from tegrad.ops.shape import *  # noqa: F401,F403
 from tegrad.ops.slicing import *  # noqa: F401,F403
+from tegrad.ops import methods  # noqa: E402,F401  (installs the tensors' array operators)
 
 __all__ = (elementwise.__all__ + binary.__all__ + broadcast.__all__ + shape.__all__
            + slicing.__all__ + layout.__all__ + indexing.__all__ + reduce.__all__
