@@ -9,7 +9,10 @@ square roots (within 2 ulp); ``pow`` by the constant 0.5 is ``sqrt``, as numpy's
 Semantics follow the evaluator's numpy implementations: ``round`` ties to even
 (``llvm.roundeven``); ``sigmoid`` is ``1 / (1 + e)`` or ``e / (1 + e)`` with
 ``e = exp(-|x|)`` (no overflow); ``erf`` is the C library's double ``erf`` (what Python's
-``math.erf`` calls) rounded to the operand's dtype; ``sign`` keeps NaN; integer ``abs``
+``math.erf`` calls) rounded to the operand's dtype, and so are ``asinh``, ``acosh``,
+``atanh``, ``log1p`` and ``expm1``; ``tan``, ``asin``, ``acos``, ``atan``, ``atan2``,
+``sinh`` and ``cosh`` are LLVM's intrinsics (the C library's ``tanf``/``tan``, ... once
+lowered); every one of them links with libm alone; ``sign`` keeps NaN; integer ``abs``
 of the smallest integer wraps; integer ``pow`` is exact with wrapping (a negative exponent
 gives the truncated quotient ``1 / a**-b``: 1 or -1 for a = +-1, else 0, and 0 for a = 0).
 
@@ -286,13 +289,26 @@ def _float32_inline(inline, name):
     return lower
 
 
-def _erf(em, args, dtype):
-    (x,) = args
-    bld = em.builder
-    f64 = ir.DoubleType()
-    wide = x if dtype == "float64" else bld.fpext(x, f64)
-    y = bld.call(em.libm("erf", f64, [f64]), [wide])
-    return y if dtype == "float64" else bld.fptrunc(y, x.type)
+def _libm_double(name):
+    """The C library's double ``name`` on the operand widened to double, the result
+    rounded back to the operand's dtype (what numpy's float32 loops round to, or closer)."""
+    def lower(em, args, dtype):
+        (x,) = args
+        bld = em.builder
+        f64 = ir.DoubleType()
+        wide = x if dtype == "float64" else bld.fpext(x, f64)
+        y = bld.call(em.libm(name, f64, [f64]), [wide])
+        return y if dtype == "float64" else bld.fptrunc(y, x.type)
+    return lower
+
+
+_erf = _libm_double("erf")
+
+
+@_in_float32
+def _atan2(em, args, dtype):
+    y, x = args
+    return em.builder.call(em.intrinsic("llvm.atan2", y.type, 2), [y, x])
 
 
 def _int_pow(em, a, b, dtype):
@@ -435,6 +451,21 @@ INTRINSIC_LOWERINGS = {
     "trunc": _llvm_unary("trunc"),
     "sigmoid": _sigmoid,
     "erf": _erf,
+    # LLVM's intrinsics where it has one (a vector library could vectorise them; without
+    # one they become the C library's tan/tanf, ... per element), else the C library's
+    # double function, as erf
+    "tan": _llvm_unary("tan"),
+    "asin": _llvm_unary("asin"),
+    "acos": _llvm_unary("acos"),
+    "atan": _llvm_unary("atan"),
+    "atan2": _atan2,
+    "sinh": _llvm_unary("sinh"),
+    "cosh": _llvm_unary("cosh"),
+    "asinh": _libm_double("asinh"),
+    "acosh": _libm_double("acosh"),
+    "atanh": _libm_double("atanh"),
+    "log1p": _libm_double("log1p"),
+    "expm1": _libm_double("expm1"),
     "pow": _pow,
     "abs": _abs,
     "sign": _sign,

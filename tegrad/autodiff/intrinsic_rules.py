@@ -42,6 +42,16 @@ def _pow_dexponent(g, ans, a, b):
     return g * _zero_if(a == 0, ans * call("log", a))
 
 
+def _atan2_dy(g, ans, y, x):
+    # d/dy atan2(y, x) = x / (x^2 + y^2)
+    return g * x / (x * x + y * y)
+
+
+def _atan2_dx(g, ans, y, x):
+    # d/dx atan2(y, x) = -y / (x^2 + y^2)
+    return -(g * y / (x * x + y * y))
+
+
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 register_derivative("exp", lambda g, ans, x: g * ans)
@@ -53,6 +63,20 @@ register_derivative("sin", lambda g, ans, x: g * call("cos", x))
 register_derivative("cos", lambda g, ans, x: -(g * call("sin", x)))
 register_derivative("erf", lambda g, ans, x: g * (call("exp", -(x * x)) * _TWO_OVER_SQRT_PI))
 register_derivative("pow", _pow_dbase, _pow_dexponent)
+# tan' = 1 + tan^2 reuses the value (no cos, no division)
+register_derivative("tan", lambda g, ans, x: g * (ans * ans + 1))
+register_derivative("asin", lambda g, ans, x: g / call("sqrt", (1 - x) * (1 + x)))
+register_derivative("acos", lambda g, ans, x: -(g / call("sqrt", (1 - x) * (1 + x))))
+register_derivative("atan", lambda g, ans, x: g / (x * x + 1))
+register_derivative("atan2", _atan2_dy, _atan2_dx)
+register_derivative("sinh", lambda g, ans, x: g * call("cosh", x))
+register_derivative("cosh", lambda g, ans, x: g * call("sinh", x))
+register_derivative("asinh", lambda g, ans, x: g / call("sqrt", x * x + 1))
+# (x - 1)(x + 1) and (1 - x)(1 + x) rather than x^2 - 1: exact near |x| = 1
+register_derivative("acosh", lambda g, ans, x: g / call("sqrt", (x - 1) * (x + 1)))
+register_derivative("atanh", lambda g, ans, x: g / ((1 - x) * (1 + x)))
+register_derivative("log1p", lambda g, ans, x: g / (x + 1))
+register_derivative("expm1", lambda g, ans, x: g * (ans + 1))
 # abs'(0) = 0 (sign(0) = 0), like JAX and PyTorch
 register_derivative("abs", lambda g, ans, x: g * call("sign", x))
 register_derivative("sign", None)

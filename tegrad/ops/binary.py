@@ -18,13 +18,13 @@ import numpy as np
 from tegrad.ir import builders as api
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, TegradError
-from tegrad.ir.expr import Expr, binary, compare, select
+from tegrad.ir.expr import Expr, binary, call, compare, select
 from tegrad.ir.tensor import Tensor
 from tegrad.ops._common import is_integer, operator
 from tegrad.ops.broadcast import broadcast_compute
 
 __all__ = ["add", "subtract", "multiply", "divide", "floor_divide", "mod", "power",
-           "maximum", "minimum", "right_shift", "left_shift", "equal", "not_equal",
+           "maximum", "minimum", "atan2", "right_shift", "left_shift", "equal", "not_equal",
            "greater", "greater_equal", "less", "less_equal", "where"]
 
 
@@ -52,6 +52,13 @@ def _no_integer_division(lhs, rhs):
         if not _dt.is_float(dtype):
             raise DTypeError(f"true division needs float tensors, but tensor {name!r} has "
                              f"dtype {dtype}; use floor_divide for integers, or cast")
+
+
+def _floats_only(lhs, rhs):
+    for name, dtype in _tensor_dtypes(lhs, rhs):
+        if not _dt.is_float(dtype):
+            raise DTypeError(f"tensor {name!r} has dtype {dtype}; a float dtype is needed "
+                             f"(cast it)")
 
 
 def _integers_only(lhs, rhs):
@@ -119,6 +126,10 @@ mod = _make_binary("mod", lambda a, b: binary("floormod", a, b),
 power = _make_binary("power", api.power, "lhs ** rhs", "Integers or floats (``pow``).")
 maximum = _make_binary("maximum", lambda a, b: binary("max", a, b), "max(lhs, rhs)", _SAME)
 minimum = _make_binary("minimum", lambda a, b: binary("min", a, b), "min(lhs, rhs)", _SAME)
+atan2 = _make_binary("atan2", lambda a, b: call("atan2", a, b), "arctan2(lhs, rhs)",
+                     "The angle of the point ``(rhs, lhs)`` in ``[-pi, pi]`` (numpy's "
+                     "``arctan2(y, x)`` with ``y = lhs``, ``x = rhs``), float tensors.",
+                     check=_floats_only)
 right_shift = _make_binary("right_shift", _right_shift, "lhs >> rhs == lhs // 2**rhs",
                            "Floor division, so negative values shift arithmetically as in "
                            "numpy. " + _SHIFT, check=_integers_only)

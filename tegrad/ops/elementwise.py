@@ -10,11 +10,12 @@ from __future__ import annotations
 from tegrad.ir import builders as api
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, TegradError
-from tegrad.ir.expr import Const, binary, cast as _cast_expr, neg
+from tegrad.ir.expr import Const, binary, call, cast as _cast_expr, neg
 from tegrad.ir.tensor import Tensor, compute
 from tegrad.ops._common import check_shape, check_tensor, is_number, operator
 
-__all__ = ["log", "sqrt", "exp", "sigmoid", "tanh", "negative", "floor", "ceil", "trunc",
+__all__ = ["log", "sqrt", "exp", "sigmoid", "tanh", "tan", "asin", "acos", "atan", "sinh",
+           "cosh", "asinh", "acosh", "atanh", "log1p", "expm1", "negative", "floor", "ceil", "trunc",
            "round", "abs", "copy", "cast", "clip", "zeros", "zeros_like", "ones",
            "ones_like", "full", "full_like"]
 
@@ -48,6 +49,24 @@ exp = _make_unary("exp", api.exp, "exp(x)", _FLOATS)
 sigmoid = _make_unary("sigmoid", api.sigmoid, "1 / (1 + exp(-x))",
                       "computed without overflow, " + _FLOATS)
 tanh = _make_unary("tanh", api.tanh, "tanh(x)", _FLOATS)
+
+
+def _intrinsic(name, formula, note=_FLOATS):
+    """The operator ``name`` (PyTorch's name) applying the intrinsic of that name."""
+    return _make_unary(name, lambda e: call(name, e), formula, note)
+
+
+tan = _intrinsic("tan", "tan(x)")
+asin = _intrinsic("asin", "arcsin(x)", "NaN outside [-1, 1] (numpy's ``arcsin``); " + _FLOATS)
+acos = _intrinsic("acos", "arccos(x)", "NaN outside [-1, 1] (numpy's ``arccos``); " + _FLOATS)
+atan = _intrinsic("atan", "arctan(x)", "in (-pi/2, pi/2); " + _FLOATS)
+sinh = _intrinsic("sinh", "sinh(x)")
+cosh = _intrinsic("cosh", "cosh(x)")
+asinh = _intrinsic("asinh", "arcsinh(x)")
+acosh = _intrinsic("acosh", "arccosh(x)", "NaN below 1; " + _FLOATS)
+atanh = _intrinsic("atanh", "arctanh(x)", "+-inf at +-1 and NaN beyond; " + _FLOATS)
+log1p = _intrinsic("log1p", "log(1 + x)", "exact for tiny x (no cancellation); " + _FLOATS)
+expm1 = _intrinsic("expm1", "exp(x) - 1", "exact for tiny x (no cancellation); " + _FLOATS)
 negative = _make_unary("negative", neg, "-x", "integers or floats, not bool")
 floor = _make_unary("floor", _integer_identity(api.floor), "floor(x)",
                     "the largest whole value <= x, in x's dtype; " + _WHOLE)

@@ -164,6 +164,27 @@ for _name in _UNARY:
     for _label, _shape in _UNARY_SHAPES.items():
         _entry(f"{_name}/{_label}")(functools.partial(_unary, _name, _shape))
 
+# the intrinsics of the trigonometric, hyperbolic and log1p/expm1 family: as above, the
+# derivative inline (X)
+for _name in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+              "log1p", "expm1"):
+    for _label, _shape in _UNARY_SHAPES.items():
+        _entry(f"{_name}/{_label}")(functools.partial(_unary, _name, _shape))
+
+
+def _atan2(ys, xs):
+    y, x = _x(ys, "y"), _x(xs, "x")
+    out_shape = tuple(max(a, b) for a, b in zip((1,) * (len(xs) - len(ys)) + ys,
+                                                (1,) * (len(ys) - len(xs)) + xs))
+    Y = _n(out_shape)
+    # dy = head * x / (x^2 + y^2) inline: Y (y has the output's shape); dx[j] = sum over
+    # the broadcast rows of head * -y / (x^2 + y^2): X + Y
+    return ops.atan2(y, x), [y, x], [Y, _n(xs) + Y]
+
+
+_entry("atan2/row_broadcast")(functools.partial(_atan2, (12, 8), (8,)))
+_entry("atan2/column_broadcast")(functools.partial(_atan2, (2, 3, 5, 5), (3, 1, 1)))
+
 
 @_entry("cast/f64_to_f32")
 def _():
