@@ -1,8 +1,9 @@
 """Checks and conversions of the arrays a compiled function is called with.
 
 An argument must be an array of its placeholder's shape and dtype. A C-contiguous, aligned
-numpy array is used in place; any other array of the right dtype is copied; a Python
-list or scalar is converted only when the conversion is lossless. An ``out`` array must
+numpy array is used in place; any other array of the right dtype is copied; an array of
+another dtype, a Python list or a scalar is converted as :func:`tegrad.evaluate` converts
+its feeds, only when every value converts exactly. An ``out`` array must
 be a writeable, aligned, C-contiguous numpy array of the output's shape and dtype; that
 it overlaps no argument and no other ``out`` array is checked by the compiled code.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tegrad.ir.errors import DTypeError, FeedError, ShapeError, TegradError
+from tegrad.reference.evaluator import feed_array
 
 
 class ArraySpec:
@@ -30,47 +32,22 @@ class ArraySpec:
         return f"{self.name!r} (shape {self.shape}, {self.dtype})"
 
     def argument(self, value):
-        """``value`` as a C-contiguous aligned array of this spec (copied when needed)."""
-        if type(value) is np.ndarray:
-            if value.dtype != self.dtype:
-                raise DTypeError(f"argument {self.describe()} was given an array of dtype "
-                                 f"{value.dtype}; convert it with .astype({str(self.dtype)!r})")
-            if value.shape != self.shape:
-                raise ShapeError(f"argument {self.describe()} was given an array of shape "
-                                 f"{value.shape}")
-            flags = value.flags
-            if flags.c_contiguous and flags.aligned:
-                return value
-            return np.array(value, order="C", copy=True)
-        if isinstance(value, np.ndarray):
-            return self.argument(np.asarray(value))
-        return self._converted(value)
+        """``value`` as a C-contiguous aligned array of this spec (copied when needed).
 
-    def _converted(self, value):
-        try:
-            raw = np.asarray(value)
-        except (TypeError, ValueError) as err:
-            raise FeedError(f"argument {self.describe()}: cannot convert {type(value).__name__} "
-                            f"to an array: {err}") from None
-        if raw.dtype == object or raw.dtype.kind not in "biuf":
-            raise FeedError(f"argument {self.describe()}: cannot convert a "
-                            f"{type(value).__name__} of {raw.dtype} values")
-        if raw.shape != self.shape:
-            raise ShapeError(f"argument {self.describe()} was given a value of shape "
-                             f"{raw.shape}")
-        if raw.dtype == self.dtype:
-            return np.ascontiguousarray(raw)
-        if (raw.dtype.kind == "f" and self.dtype.kind in "biu") or \
-                (raw.dtype.kind in "iuf" and self.dtype.kind == "b"):
-            raise DTypeError(f"argument {self.describe()}: {raw.dtype} values do not convert "
-                             f"losslessly to {self.dtype}; convert them explicitly")
-        with np.errstate(all="ignore"):
-            converted = raw.astype(self.dtype)
-            back = converted.astype(raw.dtype)
-        if not np.array_equal(back, raw, equal_nan=raw.dtype.kind == "f"):
-            raise DTypeError(f"argument {self.describe()}: the values do not convert "
-                             f"losslessly to {self.dtype}; convert them explicitly")
-        return np.ascontiguousarray(converted)
+        An array of another dtype, a list or a number is converted by the rule of
+        :func:`tegrad.evaluate` (:func:`tegrad.reference.evaluator.feed_array`): only when
+        every value converts back to itself, so int64 labels feed an int32 input but 2.5
+        does not, and the error names the input.
+        """
+        if not (type(value) is np.ndarray and value.dtype == self.dtype):
+            value = feed_array(self, value)
+        if value.shape != self.shape:
+            raise ShapeError(f"argument {self.describe()} was given an array of shape "
+                             f"{value.shape}")
+        flags = value.flags
+        if flags.c_contiguous and flags.aligned:
+            return value
+        return np.array(value, order="C", copy=True)
 
     def out(self, value):
         """Check that ``value`` can receive this output in place."""
