@@ -55,12 +55,16 @@ def add_arguments(p):
                                     "machine)")
     p.add_argument("--cpu", help="CPU name (default: this machine's for the host, a portable "
                                  "baseline for another target)")
+    p.add_argument("--features", help="LLVM features added to the CPU's, e.g. +avx2,-fma "
+                                      "(names the target does not know are refused)")
     p.add_argument("--name", help="entry point name when the model defines `inputs` and "
                                   "`outputs` (default: the output's file name)")
     p.add_argument("--linker", help="C compiler driver that links the shared library "
                                     "(default: cc for the host, <triple>-gcc otherwise)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads the library's parallel loops run on (default: 1, none)")
+    p.add_argument("--check-bounds", action="store_true",
+                   help="check every element access at run time (a failure returns its code)")
     return p
 
 
@@ -111,8 +115,9 @@ def run(args, *, lower=None, make_module=None):
     name = args.name or default_entry_name(output)
     exports = load_exports(args.model, name=name)
     result = export_program(exports, output, target=args.target, cpu=args.cpu,
-                            linker=args.linker, lower=lower, make_module=make_module,
-                            threads=args.threads)
+                            features=getattr(args, "features", None), linker=args.linker,
+                            lower=lower, make_module=make_module, threads=args.threads,
+                            check_bounds=getattr(args, "check_bounds", False))
     print(f"exported {', '.join(e.name for e in result.entries)} for {result.target.triple}")
     print(f"  {result.object_path}\n  {result.header_path}")
     print(f"  {result.message}")

@@ -50,13 +50,16 @@ class ExportResult:
     message: str
 
 
-def export_kernels(kernels, path, *, make_module, target=None, cpu=None, linker=None):
+def export_kernels(kernels, path, *, make_module, target=None, cpu=None, features=None,
+                   linker=None):
     """Export ``kernels`` (``{entry name: Kernel}``) as native code for ``target``.
 
     ``make_module(kernel, target_spec) -> KernelModule`` gives each kernel's LLVM module
     (the backend); ``target`` is a triple (short forms like ``aarch64-linux-gnu``
     accepted; None: this machine); ``cpu`` a CPU name (None: the host's for the host, a
-    portable baseline otherwise); ``linker`` a C compiler driver (None: ``cc`` for the
+    portable baseline otherwise); ``features`` LLVM's ``"+a,-b"`` added to the CPU's (an
+    unknown CPU or feature raises :class:`ExportError` naming close matches, see
+    :func:`~tegrad.codegen.export.targets.target_spec`); ``linker`` a C compiler driver (None: ``cc`` for the
     host, ``<triple>-gcc`` otherwise). Writes ``<path>.o`` (``.obj`` for COFF),
     ``<path>.h`` and, when a linker is found, ``<path>.so`` (``.dll``, ``.dylib``).
 
@@ -70,7 +73,7 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, linker=
         raise ExportError("nothing to export: no kernels given")
     for name in kernels:
         check_entry_name(name)
-    spec = target_spec(target, cpu=cpu)
+    spec = target_spec(target, cpu=cpu, features=features)
     machine = spec.target_machine()
     data_layout = str(machine.target_data)
     exported = set(kernels) | {f"{name}_error_string" for name in kernels}

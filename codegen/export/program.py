@@ -23,17 +23,18 @@ def default_lower():
     return lower_program
 
 
-def default_module_factory(*, threads=1):
+def default_module_factory(*, threads=1, check_bounds=False):
     """The LLVM backend's module factory ``(kernel, target) -> KernelModule``: the one
     place where export meets the backend (``tegrad.codegen.llvm.emit.emit_kernel``, whose
     status code ``n`` is ``errors[n - 1]``, which passes its large local buffers after
     the temporaries as ``extra`` and which assumes only the natural alignment of each
-    buffer); parallel loops run on ``threads`` threads (1: serially, no pool)."""
+    buffer); parallel loops run on ``threads`` threads (1: serially, no pool); with
+    ``check_bounds`` every element access is checked (a failure returns its code)."""
     threads = _thread_count(threads)
 
     def make_module(kernel, target):
         emitted = emit_kernel(kernel, triple=target.triple, data_layout=target.data_layout,
-                              threads=threads)
+                              threads=threads, check_bounds=bool(check_bounds))
         checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}
         return KernelModule(emitted.module, emitted.name, checks, alignment=1,
                             extra=tuple(emitted.extra), threads=threads)
@@ -64,13 +65,14 @@ def default_entry_name(path):
     return c_identifier(pathlib.Path(path).name)
 
 
-def export_program(exports, path, *, target=None, cpu=None, linker=None, lower=None,
-                   make_module=None, threads=1):
+def export_program(exports, path, *, target=None, cpu=None, features=None, linker=None,
+                   lower=None, make_module=None, threads=1, check_bounds=False):
     """Export several programs as one library: ``exports`` maps each entry point's name
     to ``(inputs, outputs)`` (lists of tensors: the placeholders in call order, and the
     results). ``threads``: how many threads the library's parallel loops run on (1, the
-    default: none, the library starts no thread). Other options as
-    :func:`export_kernels`; returns its result."""
+    default: none, the library starts no thread). ``check_bounds``: every element access
+    checked at run time, a failure returning its error code (as ``tg.build``'s). Other
+    options as :func:`export_kernels`; returns its result."""
     threads = _thread_count(threads)
     exports = dict(exports)
     if not exports:
@@ -84,31 +86,41 @@ def export_program(exports, path, *, target=None, cpu=None, linker=None, lower=N
         inputs, outputs = pair
         kernels[name] = parallelize_stages(lower(list(inputs), outputs, name=name),
                                            threads=threads)
-    return export_kernels(kernels, path,
-                          make_module=make_module or default_module_factory(threads=threads),
-                          target=target, cpu=cpu, linker=linker)
+    factory = make_module or default_module_factory(threads=threads,
+                                                    check_bounds=check_bounds)
+    return export_kernels(kernels, path, make_module=factory, target=target, cpu=cpu,
+                          features=features, linker=linker)
 
 
-def export(inputs, outputs, path, *, target=None, cpu=None, name=None, linker=None,
-           lower=None, make_module=None, threads=1):
+def export(inputs, outputs, path, *, target=None, cpu=None, features=None, name=None,
+           linker=None, lower=None, make_module=None, threads=1, check_bounds=False):
     """Compile the program ``inputs -> outputs`` and write ``<path>.o``, ``<path>.h`` and
     (when a linker for the target is found) ``<path>.so``: one C entry point called
     ``name`` (default: the file name of ``path``), whose parallel loops run on ``threads``
-    threads (default 1: none); see :func:`export_kernels`."""
+    threads (default 1: none); with ``check_bounds``, every element access is checked at
+    run time; see :func:`export_kernels` for ``target``, ``cpu`` and ``features``.
+
+    >>> import tegrad as tg, tempfile, os
+    >>> x = tg.placeholder((3,), name="x")
+    >>> y = tg.compute((3,), lambda i: x[i] + 1, name="y")
+    >>> r = tg.export([x], [y], os.path.join(tempfile.mkdtemp(), "plus_one"))
+    >>> "int plus_one(const float *x, float *y, void *workspace);" in r.header_path.read_text()
+    True
+    """
     name = default_entry_name(path) if name is None else name
     return export_program({name: (inputs, outputs)}, path, target=target, cpu=cpu,
-                          linker=linker, lower=lower, make_module=make_module,
-                          threads=threads)
+                          features=features, linker=linker, lower=lower,
+                          make_module=make_module, threads=threads, check_bounds=check_bounds)
 
 
-def export_kernel(kernel, path, *, target=None, cpu=None, name=None, linker=None,
-                  make_module=None, threads=1):
+def export_kernel(kernel, path, *, target=None, cpu=None, features=None, name=None,
+                  linker=None, make_module=None, threads=1, check_bounds=False):
     """Export an already lowered ``kernel`` (a built function's) as entry point ``name``
     (default: the kernel's name), its parallel loops on ``threads`` threads (default 1:
-    none)."""
+    none), every element access checked with ``check_bounds``."""
     threads = _thread_count(threads)
     name = kernel.name if name is None else name
     kernel = parallelize_stages(kernel, threads=threads)
-    return export_kernels({name: kernel}, path,
-                          make_module=make_module or default_module_factory(threads=threads),
-                          target=target, cpu=cpu, linker=linker)
+    factory = make_module or default_module_factory(threads=threads, check_bounds=check_bounds)
+    return export_kernels({name: kernel}, path, make_module=factory, target=target, cpu=cpu,
+                          features=features, linker=linker)

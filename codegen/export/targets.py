@@ -11,7 +11,11 @@ for the host and for other machines (aarch64, armv7, riscv64, wasm32, Windows x8
 """
 from __future__ import annotations
 
+import difflib
 import functools
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -131,23 +135,99 @@ class TargetSpec:
                               f"(cpu {self.cpu!r}, features {self.features!r}): {e}") from None
 
 
-def target_spec(target=None, *, cpu=None):
+def target_spec(target=None, *, cpu=None, features=None):
     """The :class:`TargetSpec` for ``target`` (a triple, short forms accepted; ``None`` is
-    the host) and ``cpu`` (``None``: the host CPU and its features for the host, a portable
-    baseline for another machine; a CPU name: that CPU with its default features)."""
+    the host), ``cpu`` (``None``: the host CPU and its features for the host, a portable
+    baseline for another machine; a CPU name: that CPU with its default features) and
+    ``features`` (LLVM's ``"+a,-b"``, added to the CPU's: None adds none). A CPU or
+    feature the target does not know raises :class:`ExportError` naming close matches
+    (LLVM itself would ignore the name, or stop the process).
+
+    >>> target_spec("x86_64-linux-gnu", cpu="haswel")
+    Traceback (most recent call last):
+    ...
+    tegrad.codegen.export.errors.ExportError: unknown CPU 'haswel' for target x86_64-unknown-linux-gnu; did you mean 'haswell'?
+    """
     initialize()
     host = host_triple()
     triple = host if target is None else normalize_triple(target)
     is_host = triple == host
-    if cpu is None and is_host:
+    if cpu is None and features is None and is_host:
         return TargetSpec(triple, llvm.get_host_cpu_name(),
                           llvm.get_host_cpu_features().flatten(), _baseline(triple)[2], True)
-    base_cpu, features, abi = _baseline(triple)
-    if cpu is not None:
-        base_cpu, features = cpu, ""
-    spec = TargetSpec(triple, base_cpu, features, abi, is_host)
+    check_processor(triple, cpu, features)
+    base_cpu, base_features, abi = _baseline(triple)
+    if cpu is None and is_host:
+        base_cpu, base_features = (llvm.get_host_cpu_name(),
+                                   llvm.get_host_cpu_features().flatten())
+    elif cpu is not None:
+        base_cpu, base_features = cpu, ""
+    if features:
+        base_features = ",".join(f for f in (base_features, features.replace(" ", "")) if f)
+    spec = TargetSpec(triple, base_cpu, base_features, abi, is_host)
     spec.target_machine()  # fail here, naming the target, if LLVM cannot generate code for it
     return spec
+
+
+#: a line of LLVM's CPU and feature listing: two spaces, the name, spaces, ``-``
+_LISTED = re.compile(r"^  (\S+)\s+- ", re.MULTILINE)
+
+#: run in a child process: LLVM prints the listing while it makes a target machine for
+#: the CPU "help" (to standard error, where this process could not read it)
+_LISTING = """import sys, llvmlite.binding as llvm
+llvm.initialize_all_targets()
+llvm.Target.from_triple(sys.argv[1]).create_target_machine(cpu="help")
+"""
+
+
+@functools.cache
+def processor_names(triple):
+    """``(cpus, features)``: the names LLVM knows for ``triple`` (its ``-mcpu=help``
+    listing, read once per target and process in a child process, about 0.3 s); None
+    when the listing cannot be read (then names are not checked)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _LISTING, triple], capture_output=True,
+                              text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = done.stderr
+    start, middle = (text.find("Available CPUs for this target:"),
+                     text.find("Available features for this target:"))
+    if start < 0 or middle < start:
+        return None
+    cpus = frozenset(_LISTED.findall(text[start:middle]))
+    features = frozenset(_LISTED.findall(text[middle:]))
+    return (cpus, features) if cpus else None
+
+
+def check_processor(triple, cpu, features):
+    """Raise :class:`ExportError` unless LLVM knows ``cpu`` (a name or None) and every
+    ``+name`` / ``-name`` of ``features`` (a string or None) for ``triple``."""
+    if cpu is not None and (not isinstance(cpu, str) or not cpu.strip()):
+        raise ExportError(f"cpu must be a CPU name (a non-empty string), got {cpu!r}")
+    if features is not None and not isinstance(features, str):
+        raise ExportError(f"features must be a string like '+avx2,-fma', got {features!r}")
+    items = [f.strip() for f in (features or "").split(",") if f.strip()]
+    for item in items:
+        if item[0] not in "+-" or len(item) == 1:
+            raise ExportError(f"feature {item!r} for target {triple}: write '+name' to "
+                              f"enable a feature or '-name' to disable it")
+    known = processor_names(triple)
+    if known is None:
+        return
+    cpus, names = known
+    if cpu is not None and cpu not in cpus:
+        raise ExportError(f"unknown CPU {cpu!r} for target {triple}{_close(cpu, cpus)}")
+    for item in items:
+        if item[1:] not in names:
+            raise ExportError(f"unknown feature {item[1:]!r} (in {features!r}) for target "
+                              f"{triple}{_close(item[1:], names)}")
+
+
+def _close(name, known):
+    """``; did you mean ...?`` with the known names closest to ``name``, or nothing."""
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def _baseline(triple):

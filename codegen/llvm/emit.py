@@ -47,6 +47,7 @@ from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_expr, w
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
+from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.parallel import emit_parallel_loop, resolve_threads
 from tegrad.codegen.llvm.types import (I1, I8, I32, I64, PTR, Value, constant, memory_type,
                                        promote, register_type)
@@ -93,7 +94,7 @@ class KernelModule:
 
 
 def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None,
-                shared_gemm=False, defer_rare=False):
+                shared_gemm=False, defer_rare=False, check_bounds=False):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
 
     Loops marked ``parallel`` run on ``threads`` threads of the native pool (None: every
@@ -119,9 +120,20 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     emitted: where it would run, the kernel stops with the status of
     ``(RARE_BRANCH, tensor, None)`` (the caller then runs a module emitted without
     ``defer_rare``, from the start: a kernel only reads its inputs).
+
+    With ``check_bounds``, every :class:`Load`, :class:`Store` and :class:`Accumulate`
+    checks its element before touching it: each index against its axis's extent (an index
+    wrong in one axis fails even where the flat offset stays inside the buffer) and the
+    flat offset against the buffer's size; the first violation stops the kernel with
+    ``("index_out_of_range", buffer, message)``, the message naming the buffer and the
+    stage (the tensor whose statement holds the access). Constant indices are checked
+    here instead. A :class:`MatrixProduct` is not checked at run time: its spans (every
+    element its offset tables and strides reach) are checked against its buffers when the
+    node is built, and its offset tables are constants, never data. Without
+    ``check_bounds`` nothing of this is emitted.
     """
     km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads),
-                        shared_gemm, defer_rare).run()
+                        shared_gemm, defer_rare, check_bounds).run()
     if python_abi is not None:
         _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
@@ -252,8 +264,9 @@ def _stmt_size(s):
 
 class _KernelEmitter:
     def __init__(self, kernel, triple, data_layout, threads, shared_gemm=False,
-                 defer_rare=False):
+                 defer_rare=False, check_bounds=False):
         self.kernel = kernel
+        self.check_bounds = check_bounds
         self.threads = threads
         self.shared_gemm = shared_gemm
         self.defer_rare = defer_rare
@@ -263,8 +276,9 @@ class _KernelEmitter:
         #: the gemm function emitted for each distinct spec
         self.gemms = {}
         # never the name of a C function the kernel may call (a kernel named "exp")
-        self.symbol = f"tegrad.{kernel.name}"
-        self.module = ir.Module(name=kernel.name)
+        # (ASCII and short whatever the kernel's name: see .names)
+        self.symbol = f"tegrad.{llvm_name(kernel.name)}"
+        self.module = ir.Module(name=llvm_name(kernel.name))
         if triple:
             self.module.triple = triple
         if data_layout:
@@ -330,7 +344,7 @@ class _KernelEmitter:
         fn.attributes.add("nounwind")
         args = set(self.kernel.args)
         for arg, buf in zip(fn.args, buffers):
-            arg.name = buf.name
+            arg.name = llvm_name(buf.name)
             arg.add_attribute("noalias")
             if buf not in args:
                 # storage the runtime allocates; arguments are numpy arrays, whose data
@@ -496,11 +510,18 @@ class _KernelEmitter:
 
     def offset(self, buffer, indices):
         """The linear element offset of ``buffer[indices]`` (C order), bounds-checked when
-        an index depends on loaded data."""
+        an index depends on loaded data, and every index when the kernel checks bounds."""
         total = None
         stride = 1
+        inside = []  # with check_bounds: the i1 conditions the access needs
+        known_inside = True  # every index a constant inside its axis
         for index, extent in reversed(list(zip(indices, buffer.shape, strict=True))):
             i = self.expr(index, "int64").ir
+            if self.check_bounds and not self.has_effects(index):
+                known = isinstance(i, ir.Constant) and 0 <= i.constant < extent
+                known_inside = known_inside and known
+                if not known:  # unsigned: a negative index is a huge one
+                    inside.append(self.builder.icmp_unsigned("<", i, ir.Constant(I64, extent)))
             if self.has_effects(index):
                 ok = self.builder.icmp_unsigned("<", i, ir.Constant(I64, extent))
                 source = next((n.buffer.name for n in walk_expr(index) if type(n) is _n.Load),
@@ -513,7 +534,20 @@ class _KernelEmitter:
             term = i if stride == 1 else self.builder.mul(i, ir.Constant(I64, stride))
             total = term if total is None else self.builder.add(total, term)
             stride *= extent
-        return ir.Constant(I64, 0) if total is None else total
+        total = ir.Constant(I64, 0) if total is None else total
+        if self.check_bounds and not known_inside:
+            inside.append(self.builder.icmp_unsigned("<", total, ir.Constant(I64, buffer.size)))
+            self._check_inside(buffer, inside)
+        return total
+
+    def _check_inside(self, buffer, inside):
+        """Stop unless every condition of ``inside`` holds (one branch per access: the
+        checks cost the optimiser little)."""
+        ok = inside[0]
+        for cond in inside[1:]:
+            ok = self.builder.and_(ok, cond)
+        self.fail_unless(ok, "index_out_of_range", buffer.name, _n.check_message(
+            "index_out_of_range", buffer.name, buffer.name, self.tensor))
 
     def address(self, buffer, indices):
         try:
@@ -556,7 +590,7 @@ class _KernelEmitter:
                                    self.new_block("for.latch"), self.new_block("for.end"))
         bld.branch(head)
         bld.position_at_end(head)
-        i = bld.phi(I64, name=s.var.name)
+        i = bld.phi(I64, name=llvm_name(s.var.name))
         i.add_incoming(begin, pre)
         bld.cbranch(bld.icmp_signed("<", i, end), loop, done)
         bld.position_at_end(loop)
@@ -831,7 +865,8 @@ def _allocate(em, s):
     b = s.buffer
     if b not in em.pointers:
         at_entry = ir.IRBuilder(em.entry)
-        em.pointers[b] = at_entry.alloca(memory_type(b.dtype), size=max(b.size, 1), name=b.name)
+        em.pointers[b] = at_entry.alloca(memory_type(b.dtype), size=max(b.size, 1),
+                                          name=llvm_name(b.name))
     em.stmt(s.body)
 
 

@@ -40,6 +40,7 @@ from tegrad.ir import expr as _ex
 from tegrad.codegen.kernels.threadpool import (TASK_FN_TYPE, VOIDPTR, declare_parallel_for)
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs
 from tegrad.codegen.llvm.types import I32, I64, PTR, Value
+from tegrad.codegen.llvm.names import llvm_name
 
 #: ``ctx.status`` while no task has failed
 NO_FAILURE = (1 << 64) - 1
@@ -122,7 +123,7 @@ def emit_parallel_loop(em, s, begin, end, body):
 
     # the kernel's side: fill the context, fork-join, report a recorded failure
     bld = em.builder
-    ctx = ir.IRBuilder(em.entry).alloca(ctx_type, name=f"{s.var.name}.ctx")
+    ctx = ir.IRBuilder(em.entry).alloca(ctx_type, name=f"{llvm_name(s.var.name)}.ctx")
 
     def field(builder, base, k, etype=None):
         # llvmlite types an alloca's pointer (then no source type) but not an argument
@@ -154,7 +155,7 @@ def emit_parallel_loop(em, s, begin, end, body):
 
 def _declare_task(em, s, buffers, fields):
     em.tasks += 1
-    base = f"{em.symbol}.{s.var.name}.task{em.tasks}"
+    base = f"{em.symbol}.{llvm_name(s.var.name)}.task{em.tasks}"
     task = ir.Function(em.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), name=base)
     task.linkage = "internal"
     task.attributes.add("nounwind")
@@ -164,7 +165,7 @@ def _declare_task(em, s, buffers, fields):
     task_body.attributes.add("alwaysinline")
     task_body.attributes.add("nounwind")
     for arg, buf in zip(task_body.args, buffers):
-        arg.name = buf.name
+        arg.name = llvm_name(buf.name)
         arg.add_attribute("noalias")
         outer = em.pointers.get(buf)
         if outer is not None and getattr(outer, "attributes", None) is not None \

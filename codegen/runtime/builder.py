@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import numbers
+import os
 import re
 import threading
 
@@ -99,7 +100,18 @@ def _check_schedule(schedule):
     return schedule
 
 
-def build(inputs, outputs, *, threads=None, name=None, schedule=None):
+def _check_bounds_default(check_bounds):
+    """``check_bounds``, or when None the environment's ``TEGRAD_CHECK_BOUNDS`` (set and
+    not ``0``: on)."""
+    if check_bounds is None:
+        return os.environ.get("TEGRAD_CHECK_BOUNDS", "0").strip() not in ("", "0")
+    if not isinstance(check_bounds, bool):
+        raise TegradError(f"build: check_bounds must be True, False or None, got "
+                          f"{check_bounds!r}")
+    return check_bounds
+
+
+def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_bounds=None):
     """Compile the program computing ``outputs`` from the placeholders ``inputs``.
 
     ``outputs`` is a tensor, a list of tensors, or a :func:`tegrad.differentiate` result
@@ -112,6 +124,13 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None):
     independent and its work pays for a fork-join (see
     :mod:`tegrad.codegen.schedule.parallel`); results do not depend on ``threads``.
     ``name`` names the kernel (default: from the outputs' names).
+
+    ``check_bounds=True`` checks every element access of the compiled loops at run time
+    (each index against its axis, the offset against the buffer) and raises
+    ``tg.OutOfBoundsError`` naming the buffer and the stage at the first one outside;
+    slower, for finding a miscompiled program. ``None`` (the default) takes it from the
+    environment variable ``TEGRAD_CHECK_BOUNDS`` (``1``: on; unset or ``0``: off). It is
+    part of the cache key.
 
     Stages computing the same values run once, and each stage's loops are scheduled
     automatically (see ``f.schedule``); ``schedule``
@@ -140,7 +159,8 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None):
     inputs = _check_inputs(inputs, outputs)
     kernel_name = _kernel_name(name, outputs)
     schedule = _check_schedule(schedule)
-    options = (threads, kernel_name, _frozen(schedule))
+    check_bounds = _check_bounds_default(check_bounds)
+    options = (threads, kernel_name, _frozen(schedule), check_bounds)
     identity = (tuple(map(id, inputs)), tuple(map(id, outputs)), options)
     with _lock:
         f = _functions.get(identity)
@@ -160,7 +180,7 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None):
                                    contractions=True, plain=schedule or ())
             kernel, record = auto_schedule(kernel, overrides=schedule)
         kernel = parallelize_stages(kernel, threads=threads)
-        executable = Executable(kernel, threads=threads)
+        executable = Executable(kernel, threads=threads, check_bounds=check_bounds)
         executable = (executable, record)
         with _lock:
             _remember(_executables, key, executable)

@@ -85,11 +85,13 @@ class Executable:
     contiguous aligned numpy arrays of the buffers' shapes and dtypes, already checked).
 
     Its parallel loops run on ``threads`` threads of the process's native pool (None:
-    every usable core, counted now; 1: no pool at all)."""
+    every usable core, counted now; 1: no pool at all). With ``check_bounds``, every
+    access to a buffer is checked at run time (see :func:`emit_kernel`)."""
 
-    def __init__(self, kernel, *, threads=None):
+    def __init__(self, kernel, *, threads=None, check_bounds=False):
         self.kernel = kernel
         self.threads = resolve_threads(threads)
+        self.check_bounds = bool(check_bounds)
         self._overlaps = overlap_pairs(kernel.args)
         km, text, loaded = self._compile(defer_rare=True)
         n_args = len(kernel.args)
@@ -108,7 +110,7 @@ class Executable:
         deferred or not."""
         km = emit_kernel(self.kernel, triple=host_triple(), data_layout=data_layout(),
                          python_abi=python_abi(), threads=self.threads, shared_gemm=True,
-                         defer_rare=defer_rare)
+                         defer_rare=defer_rare, check_bounds=self.check_bounds)
         if PARALLEL_FOR in km.module.globals:
             parallel_for_address()  # the JIT resolves the module's calls to the pool
         text = str(km.module)
