@@ -21,6 +21,12 @@ def _reference_counts(arrays):
 _UNREFERENCED = _reference_counts((np.empty(0),))[0]
 
 
+#: how a compiled function pickles: :mod:`tegrad.codegen.runtime.pickling`, which builds
+#: functions and so sits above this module, installs ``"reduce"`` (function -> its
+#: ``__reduce__`` value) when the package loads
+PICKLING = {}
+
+
 class CompiledFunction:
     """A tegrad program compiled to native code.
 
@@ -133,6 +139,16 @@ class CompiledFunction:
         (default 1: the library starts none): see :func:`tegrad.export`."""
         return export_kernel(self.kernel, path, target=target, cpu=cpu, name=name,
                              linker=linker, threads=threads)
+
+    def __reduce__(self):
+        """Pickled by its program and build options, built again when unpickled (see
+        :mod:`tegrad.codegen.runtime.pickling`), so it can go to a worker process."""
+        try:
+            reduce = PICKLING["reduce"]
+        except KeyError:
+            raise TegradError("compiled functions cannot be pickled: "
+                              "tegrad.codegen.runtime.pickling is not loaded") from None
+        return reduce(self)
 
     def __repr__(self):
         ins = ", ".join(t.name for t in self.inputs)

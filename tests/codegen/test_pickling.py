@@ -1,0 +1,77 @@
+"""Compiled functions pickle by their program and options (tegrad.codegen.runtime.pickling):
+to a spawned multiprocessing pool, and back in the same process through the build cache."""
+import multiprocessing
+import pickle
+
+import numpy as np
+import pytest
+
+import tegrad as tg
+from tegrad import nn, ops
+
+
+def training_step(batch=8):
+    x = tg.placeholder((batch, 6), name="x")
+    labels = tg.placeholder((batch,), dtype="int32", name="labels")
+    w = tg.placeholder((4, 6), name="w")
+    loss = nn.softmax_cross_entropy(nn.dense(x, w), labels)
+    return tg.build([x, labels, w], [loss, *tg.differentiate(loss, [w])])
+
+
+def arguments(seed, batch=8):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((batch, 6)).astype("float32"),
+            rng.integers(0, 4, batch).astype("int32"),
+            rng.standard_normal((4, 6)).astype("float32"))
+
+
+def test_a_spawned_pool_runs_a_compiled_function():
+    step = training_step()
+    tasks = [arguments(seed) for seed in range(4)]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        results = pool.starmap(step, tasks)
+    for args, got in zip(tasks, results):
+        for a, b in zip(step(*args), got):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_unpickling_in_the_same_process_reuses_the_build():
+    step = training_step()
+    again = pickle.loads(pickle.dumps(step))
+    assert again is not step and again._executable is step._executable
+    assert [t.name for t in again.inputs] == ["x", "labels", "w"]
+    args = arguments(7)
+    for a, b in zip(step(*args), again(*args)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_scatters_scans_and_options_survive():
+    x = tg.placeholder((5, 3), dtype="float64", name="x")
+    idx = tg.placeholder((4,), dtype="int32", name="idx")
+    picked = ops.take(x, idx, axis=0)
+    (dx,) = tg.differentiate(ops.sum(picked * picked), [x])
+    cumulative = tg.scan((5, 3), lambda i, j: x[i, j], tg.sum, axis=0, name="cumulative")
+    f = tg.build([x, idx], [dx, cumulative], threads=1, schedule="none", name="picked")
+    g = pickle.loads(pickle.dumps(f))
+    assert g._executable.threads == 1 and g._schedule_record is None
+    assert g.kernel.name == "picked"
+    xv, iv = np.arange(15.0).reshape(5, 3), np.array([0, 2, 2, 4], dtype="int32")
+    for a, b in zip(f(xv, iv), g(xv, iv)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_reducer_of_lambdas_is_an_error_naming_the_function():
+    x = tg.placeholder((4,), name="x")
+    k = tg.reduce_axis((0, 4), name="k")
+    logsumexp = tg.comm_reducer(lambda a, b: tg.max(a, b), lambda dtype: -1e30, name="mx")
+    f = tg.build([x], [tg.compute((), lambda: logsumexp(x[k], axis=k), name="m")])
+    with pytest.raises(tg.TegradError, match="compiled function 'm' cannot be pickled"):
+        pickle.dumps(f)
+
+
+def test_schedule_requests_are_refused_naming_the_stages():
+    x = tg.placeholder((8,), dtype="float64", name="x")
+    y = tg.compute((8,), lambda i: x[i] * 2.0, name="y")
+    f = tg.build([x], [y], schedule={"y": {"unroll": "i"}})
+    with pytest.raises(tg.TegradError, match="schedule= requests for the stages 'y'"):
+        pickle.dumps(f)
