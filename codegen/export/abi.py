@@ -24,6 +24,7 @@ workspace is the last) is NULL or not aligned as the header requires.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -70,16 +71,35 @@ memcpy memmove memset memcmp bcmp malloc calloc realloc free abort exit main pri
 sincos sincosf __errno_location syscall pthread_create pthread_detach pthread_self""".split())
 
 
-def c_identifier(name):
-    """``name`` made a valid C identifier (other characters become ``_``; a C keyword or
-    a leading digit gets an ``_``).
+#: the longest identifier made from a name: C promises 63 significant characters, and an
+#: argument's macros add the entry point's name before it and up to 8 characters after
+IDENT_LIMIT = 40
 
-    >>> c_identifier("d(w1)"), c_identifier("int"), c_identifier("0x")
-    ('d_w1_', 'int_', '_0x')
+
+def c_identifier(name):
+    """``name`` made a valid C (and C++) identifier: a character beyond ASCII becomes
+    ``u`` and its hexadecimal code point, others but letters, digits and ``_`` become
+    ``_``, runs of ``_`` one (C++ reserves ``__``), a C keyword
+    or a leading digit gets an ``_``, a leading ``_`` and capital a ``t``; a name longer
+    than :data:`IDENT_LIMIT` is cut and ends in a hash of the whole name (names differing
+    anywhere get different identifiers). Different names may still meet (``a b`` and
+    ``a_b``): :func:`entry_point` makes its parameters distinct.
+
+    >>> c_identifier("d(w1)"), c_identifier("int"), c_identifier("0x"), c_identifier("μ x")
+    ('d_w1_', 'int_', '_0x', 'u3bc_x')
+    >>> c_identifier("a" * 1000 + "b")[-12:], len(c_identifier("a" * 1000 + "b"))
+    ('aaa_3766e1b0', 40)
     """
-    ident = re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"
+    ident = re.sub(r"[^\x00-\x7f]", lambda m: f"u{ord(m.group()):x}", name)
+    ident = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_]", "_", ident)) or "_"
     if ident[0].isdigit():
         ident = "_" + ident
+    if re.match(r"_[A-Z]", ident):
+        ident = "t" + ident
+    if len(ident) > IDENT_LIMIT:
+        digest = hashlib.blake2s(name.encode("utf-8", "surrogatepass"),
+                                 digest_size=4).hexdigest()
+        ident = f"{ident[:IDENT_LIMIT - len(digest) - 1].rstrip('_')}_{digest}"
     if ident in _C_KEYWORDS:
         ident += "_"
     return ident

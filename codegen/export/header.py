@@ -10,7 +10,21 @@
 """
 from __future__ import annotations
 
+import re
+
 from tegrad.codegen.export.abi import c_identifier
+
+
+def comment_text(text):
+    """``text`` safe inside a C comment: ASCII (other characters as ``\\u`` escapes,
+    like newlines and tabs) and never ending the comment.
+
+    >>> print(comment_text("μ*/x"))
+    \\u03bc*\\/x
+    """
+    ascii_text = text.encode("ascii", "backslashreplace").decode("ascii")
+    ascii_text = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", ascii_text)
+    return ascii_text.replace("*/", "*\\/")
 
 
 def header_text(library, entries, target_description):
@@ -53,22 +67,30 @@ def header_text(library, entries, target_description):
 
 def _entry_lines(entry):
     prefix = entry.name.upper()
-    macros = _unique_macros(prefix, [p.ident for p in entry.args])
-    width = max([len(p.name) for p in entry.args] + [4])
+    # every macro name of the entry is distinct, whatever its tensors are called (a
+    # tensor "workspace" would otherwise define PREFIX_WORKSPACE_BYTES twice)
+    taken = {f"{prefix}_{what}" for what in ("ALIGNMENT", "WORKSPACE_BYTES", "THREADS",
+                                             "NUM_INPUTS", "NUM_OUTPUTS")}
+    macros = _unique_macros(prefix, [p.ident for p in entry.args], taken,
+                            {p.ident: _ARRAY_MACROS + tuple(f"DIM{a}" for a in range(len(p.shape)))
+                             for p in entry.args})
+    shown = {p.ident: comment_text(repr(p.name)) for p in entry.args}
+    width = min(max([len(s) for s in shown.values()] + [4]), 24)
     lines = [f"/* {entry.name}"]
     for role, title in (("input", "inputs"), ("output", "outputs")):
         params = [p for p in entry.args if p.role == role]
-        lines.append(f" *   {title}:" + ("" if params else " none"))
+        lines.append(f" *   {title} (tensor, dtype, shape, C parameter, macros):"
+                     + ("" if params else " none"))
         for p in params:
             shape = "[" + ", ".join(map(str, p.shape)) + "]"
-            lines.append(f" *     {p.name:<{width}}  {p.dtype:<8} {shape:<14} "
+            lines.append(f" *     {shown[p.ident]:<{width}}  {p.dtype:<8} {shape:<14} "
                          f"{p.c_decl}  ({macros[p.ident]}_*)")
     alignment = entry.max_alignment
     lines.append(f" *   workspace: {entry.workspace_bytes} bytes; every pointer aligned to "
                  f"{alignment} bytes suffices (the codes below say what each needs)")
     lines.append(" *   returns 0 (success) or:")
     for code in [c for c, _, _ in entry.checks] + [-(i + 1) for i in range(len(entry.params))]:
-        lines.append(f" *     {code:>4}  {entry.error_message(code)}")
+        lines.append(f" *     {code:>4}  {comment_text(entry.error_message(code))}")
     lines.append(" */")
     lines.append(f"#define {prefix}_ALIGNMENT {alignment}")
     lines.append(f"#define {prefix}_WORKSPACE_BYTES {entry.workspace_bytes}")
@@ -84,10 +106,10 @@ def _entry_lines(entry):
         lines.append(f"#define {m}_SIZE {p.size}")
         lines.append(f"#define {m}_BYTES {p.nbytes}")
     names = _unique_macros(f"{prefix}_ERROR",
-                           [f"{kind}_{c_identifier(tensor)}" for _, kind, tensor in entry.checks])
+                           [_error_key(kind, tensor) for _, kind, tensor in entry.checks], taken)
     defined = set()
     for code, kind, tensor in entry.checks:
-        key = f"{kind}_{c_identifier(tensor)}"
+        key = _error_key(kind, tensor)
         if key not in defined:  # a tensor checked at several places: its first code
             defined.add(key)
             lines.append(f"#define {names[key]} {code}")
@@ -97,18 +119,34 @@ def _entry_lines(entry):
     return lines
 
 
-def _unique_macros(prefix, keys):
-    """``{key: PREFIX_KEY}`` with upper-case names made distinct (``_2``, ``_3``...);
-    a repeated key gets the first name."""
-    out, taken = {}, set()
+def _error_key(kind, tensor):
+    return c_identifier(f"{kind}_{tensor}")
+
+
+#: the macros of each argument: ``NAME_DTYPE`` ... (and ``NAME_DIM0`` ... per axis)
+_ARRAY_MACROS = ("DTYPE", "NDIM", "SIZE", "BYTES")
+
+
+def _unique_macros(prefix, keys, taken, suffixes=None):
+    """``{key: PREFIX_KEY}`` (upper case, no ``__``, which C++ reserves), each made
+    distinct (``_2``, ``_3``...) from the names in ``taken``, as are the macros
+    ``PREFIX_KEY_SUFFIX`` for ``suffixes[key]``; adds them all to ``taken``. A repeated
+    key gets the first name.
+
+    >>> _unique_macros("F", ["x", "X", "_0x", "int_"], {"F_X_SIZE"}, {"x": ("SIZE",)})
+    {'x': 'F_X_2', 'X': 'F_X', '_0x': 'F_0X', 'int_': 'F_INT'}
+    """
+    out = {}
     for key in keys:
         if key in out:
             continue
-        base = f"{prefix}_{key.upper()}"
+        ends = (suffixes or {}).get(key, ())
+        base = re.sub(r"_+", "_", f"{prefix}_{key.upper()}").rstrip("_")
         name, n = base, 1
-        while name in taken:
+        while name in taken or any(f"{name}_{end}" in taken for end in ends):
             n += 1
             name = f"{base}_{n}"
         taken.add(name)
+        taken.update(f"{name}_{end}" for end in ends)
         out[key] = name
     return out
