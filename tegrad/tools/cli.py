@@ -1,16 +1,19 @@
 """The command line: ``python -m tegrad COMMAND`` (or the ``tegrad`` console script).
 
-Commands: ``demo`` (train on scikit-learn's digits with compiled gradients) and
+Commands: ``demo`` (train on scikit-learn's digits with compiled gradients),
 ``explain OP [--attr value ...]`` (an operator's gradients before and after zero
-elimination). Each command is a pair in ``COMMANDS``: a function adding its arguments to
+elimination; ``explain OP --help`` lists its attributes) and ``export`` (native code for
+C callers). Options are checked before a command does any work. Each command is a pair in ``COMMANDS``: a function adding its arguments to
 a subparser and one running it.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
+import tegrad
 from tegrad.codegen.export import cli as export_cli
 from tegrad.ir.errors import TegradError
 
@@ -38,10 +41,7 @@ def _demo_arguments(p):
 
 def _demo(args):
     from tegrad.tools.demo import DemoError, run
-    for name in ("epochs", "hidden", "batch"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise _UsageError(f"--{name} must be at least 1, got {value}")
+    _check_demo_options(args)
     try:
         run(model=args.model, epochs=args.epochs, hidden=args.hidden, lr=args.lr,
             batch=args.batch, seed=args.seed, threads=args.threads, save=args.save)
@@ -49,16 +49,38 @@ def _demo(args):
         raise _UsageError(str(err)) from None
 
 
+def _check_demo_options(args):
+    """Every option of ``demo`` that can be checked before loading data or compiling."""
+    for name in ("epochs", "hidden", "batch"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise _UsageError(f"--{name} must be at least 1, got {value}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise _UsageError(f"--lr must be a positive number, got {args.lr}")
+    if args.seed < 0:
+        raise _UsageError(f"--seed must be at least 0, got {args.seed}")
+    if args.save is not None:
+        folder = os.path.dirname(os.path.abspath(args.save))
+        if not os.path.isdir(folder):
+            raise _UsageError(f"--save {args.save}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK):
+            raise _UsageError(f"--save {args.save}: the folder {folder} is not writable")
+
+
 def _explain_arguments(p):
     p.add_argument("op", help="an operator of tegrad.ops or tegrad.nn, e.g. conv2d")
     p.add_argument("attrs", nargs=argparse.REMAINDER, metavar="--attr value",
                    help="operator attributes, e.g. --stride 2 --padding 1; values are "
-                   "ints, floats, tuples (2,2), true/false, none or strings")
+                   "ints, floats, tuples (2,2), true/false, none or strings; "
+                   "explain OP --help lists the operator's attributes")
 
 
 def _explain(args):
-    from tegrad.tools.explain_op import ExplainError, explain
+    from tegrad.tools.explain_op import ExplainError, explain, usage
     try:
+        if "-h" in args.attrs or "--help" in args.attrs:
+            print(usage(args.op))
+            return
         print(explain(args.op, _attribute_pairs(args.attrs)))
     except ExplainError as err:
         raise _UsageError(str(err)) from None
@@ -101,6 +123,7 @@ class _UsageError(Exception):
 def parser():
     """The argument parser of ``python -m tegrad``."""
     p = argparse.ArgumentParser(prog="tegrad", description="tegrad's command line tools")
+    p.add_argument("--version", action="version", version=f"tegrad {tegrad.__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (add_arguments, _, help_text) in COMMANDS.items():
         add_arguments(sub.add_parser(name, help=help_text, description=help_text))
@@ -111,6 +134,10 @@ def main(argv=None):
     """Run a command; returns the exit status (2 for a usage error, 1 for a TegradError)."""
     args = parser().parse_args(argv)
     try:
+        # options every command shares are checked before the command does any work
+        threads = getattr(args, "threads", None)
+        if threads is not None and threads < 1:
+            raise _UsageError(f"--threads must be at least 1, got {threads}")
         COMMANDS[args.command][1](args)
     except _UsageError as err:
         print(f"tegrad {args.command}: error: {err}", file=sys.stderr)

@@ -152,15 +152,53 @@ def _placeholder(spec, name):
     return tg.placeholder(tuple(spec), name=name)
 
 
-def build_operator(name, overrides=None):
-    """Operator ``name`` applied to placeholders of its sample shapes with its sample
-    attributes updated by ``overrides``; returns (output, tensor arguments, attributes).
-    An operator with several outputs gives its first."""
+def _sample_of(name):
     if name not in SAMPLES:
         why = " (it has no derivative)" if name in NOT_DIFFERENTIABLE else ""
         raise ExplainError(f"unknown operator {name!r}{why}; operators: "
                            f"{', '.join(sorted(SAMPLES))}")
-    tensors, attrs = SAMPLES[name]
+    return SAMPLES[name]
+
+
+def _describe_spec(spec):
+    if isinstance(spec, list):
+        return "[" + ", ".join(_describe_spec(s) for s in spec) + "]"
+    if isinstance(spec, Int):
+        return f"int32 {spec.shape}"
+    if isinstance(spec, Bool):
+        return f"bool {spec.shape}"
+    return f"float32 {tuple(spec)}"
+
+
+def usage(name):
+    """The text of ``python -m tegrad explain NAME --help``: the operator's tensors (on
+    their sample shapes) and every attribute with the value the explainer uses.
+
+    >>> print(usage("max_pool2d").splitlines()[4])
+      --kernel (2 here)
+    """
+    tensors, sample_attrs = _sample_of(name)
+    params = inspect.signature(operator_function(name)).parameters
+    doc = (inspect.getdoc(operator_function(name)) or "").split("\n\n")[0].replace("\n", " ")
+    lines = [f"usage: tegrad explain {name} [--attribute value ...]",
+             f"{name}: {doc}" if doc else name,
+             "tensors: " + ", ".join(f"{arg}: {_describe_spec(spec)}"
+                                     for arg, spec in tensors.items()),
+             "attributes (and the values used unless given):"]
+    for attr in attributes(name):
+        value = sample_attrs.get(attr, params[attr].default)
+        shown = "required" if value is inspect.Parameter.empty else f"{value!r} here"
+        lines.append(f"  --{attr} ({shown})")
+    if not attributes(name):
+        lines.append("  (no attributes)")
+    return "\n".join(lines)
+
+
+def build_operator(name, overrides=None):
+    """Operator ``name`` applied to placeholders of its sample shapes with its sample
+    attributes updated by ``overrides``; returns (output, tensor arguments, attributes).
+    An operator with several outputs gives its first."""
+    tensors, attrs = _sample_of(name)
     allowed = attributes(name)
     overrides = dict(overrides or {})
     for key in overrides:
@@ -204,8 +242,19 @@ def explain(name, overrides=None):
     if not inputs:
         lines.append("no float input reaches the output: nothing to differentiate")
         return "\n".join(lines)
-    res = tg.differentiate(out, inputs)
-    lines.append(res.explain(file=io.StringIO()))
+    names = ", ".join(t.name for t in inputs)
+    if out.ndim == 0:
+        res = tg.differentiate(out, inputs)
+        lines.append(f"differentiated: the scalar {out.name} with respect to {names}")
+    else:
+        # a head of ones (the gradient of sum(out)) would hide which element of the
+        # output each gradient element reads: flatten's dx would be 1.0
+        head = tg.placeholder(out.shape, dtype=out.dtype, name="head")
+        res = tg.differentiate(out, inputs, head=head)
+        lines.append(f"differentiated: the loss sum(head * {out.name}) with respect to "
+                     f"{names}, where head, an input of {out.name}'s shape, stands for the "
+                     f"gradient from the layers above (random numbers in a training step)")
+    lines.append(str(res.explain(file=io.StringIO())))
     program = compile_program(tg.placeholders(res.result), res)
     if program.loops is None:
         lines.append("compiled loop nest: native compilation is unavailable in this version "

@@ -4,8 +4,12 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
+
+import tegrad as tg
+from tegrad.tools import explain_op
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -84,3 +88,48 @@ def test_demo_rejects_settings_it_cannot_train_with():
     assert "larger than the 1438 training images" in _one_line_error(
         _run("demo", "--batch", "5000"))
     assert "--epochs must be at least 1" in _one_line_error(_run("demo", "--epochs", "0"))
+
+
+def test_version():
+    proc = _run("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"tegrad {tg.__version__}"
+
+
+def test_every_command_has_help():
+    for command in ("demo", "explain", "export"):
+        proc = _run(command, "--help")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"usage: tegrad {command}"), proc.stdout
+
+
+def test_explain_op_help_lists_the_attributes():
+    proc = _run("explain", "conv2d", "--help")
+    assert proc.returncode == 0, proc.stderr
+    listed = re.findall(r"^  --(\w+) \((.*)\)$", proc.stdout, re.M)
+    assert [name for name, _ in listed] == explain_op.attributes("conv2d")
+    assert ("stride", "1 here") in listed
+    assert "x: float32 (1, 2, 8, 8)" in proc.stdout
+    assert "unknown operator 'conv3d'" in _one_line_error(_run("explain", "conv3d", "--help"))
+
+
+def test_options_are_checked_before_any_work(tmp_path):
+    for args in (("demo", "--threads", "0"), ("export", "model.py", "--threads", "0"),
+                 ("demo", "--lr", "-1"), ("demo", "--seed", "-3"),
+                 ("demo", "--save", str(tmp_path / "missing" / "w.npz"))):
+        start = time.perf_counter()
+        line = _one_line_error(_run(*args))
+        assert args[-2] in line or "--save" in line, line
+        # no training, no compiling: the time of starting Python and importing tegrad
+        assert time.perf_counter() - start < 30
+    assert "folder" in _one_line_error(_run("demo", "--save", str(tmp_path / "no" / "w")))
+
+
+def test_explain_states_the_loss_it_differentiates():
+    proc = _run("explain", "flatten")
+    assert proc.returncode == 0, proc.stderr
+    assert "the loss sum(head * flatten)" in proc.stdout
+    after = proc.stdout.split("after zero elimination", 1)[1].splitlines()[1]
+    assert re.fullmatch(r"\s*dx\[i0, i1, i2\] = head\[i0, i1 \* 2 \+ i2\]", after), after
+    scalar = _run("explain", "mse_loss")
+    assert "the scalar mse_loss" in scalar.stdout and "head" not in scalar.stdout
