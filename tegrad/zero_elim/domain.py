@@ -160,12 +160,12 @@ def _drop_implied(constraints, params):
     kept = list(constraints)
     for con in list(kept):
         others = [c for c in kept if c is not con]
-        if _implied(con, others, params):
+        if implied(con, others, params):
             kept.remove(con)
     return kept
 
 
-def _implied(con, context, params):
+def implied(con, context, params):
     """True when the parameters' ranges and ``context`` imply the constraint ``con``."""
     names = set(con.variables())
     if any(n not in params for n in names):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from tegrad.ir.rewrite import rewrite_program
 from tegrad.zero_elim.inline import inline_elementwise
 from tegrad.zero_elim.stage import optimize_stage
+from tegrad.zero_elim.support import Supports
 
 
 def eliminate_zeros(tensors, *, keep=()):
@@ -26,5 +27,7 @@ def eliminate_zeros(tensors, *, keep=()):
     Returns a list parallel to ``tensors``; each result computes the same values.
     """
     tensors = list(tensors)
-    mapping = rewrite_program(tensors, optimize_stage, skip=keep)
+    # each stage sums only where the gradient stages it reads can be nonzero
+    supports = Supports()
+    mapping = rewrite_program(tensors, lambda t: optimize_stage(t, supports), skip=keep)
     return inline_elementwise([mapping[id(t)] for t in tensors], keep)

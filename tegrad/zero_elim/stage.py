@@ -9,6 +9,9 @@ writes a small part of the output (the gradient of a strided slice), and a term 
 by data on its own axes that shares no loop, when its scatter visits fewer points (the
 max-pool gradient over overlapping windows).
 
+With the supports of the stages already rewritten (:mod:`.support`), each term is first
+restricted to where the gradient stages it multiplies by can be nonzero.
+
 Reductions that depend on only some of the stage's axes then move into stages of their
 own (:mod:`.hoist`). The result computes the same values as the stage:
 ``stage[x] == optimized[x]`` for every ``x`` in the stage's shape.
@@ -33,14 +36,22 @@ def _zero(dtype):
     return Const(0, dtype)
 
 
-def optimize_stage(t):
-    """The stage of ``t`` with its zeros eliminated, as a new tensor (or ``t`` itself)."""
-    return _OptimizeStage()(t)
+def optimize_stage(t, supports=None):
+    """The stage of ``t`` with its zeros eliminated, as a new tensor (or ``t`` itself).
+
+    With ``supports`` (:class:`~tegrad.zero_elim.support.Supports` of the stages already
+    rewritten), each term sums only where the stages it multiplies by can be nonzero,
+    and the new stage's own support is recorded there.
+    """
+    return _OptimizeStage(supports)(t)
 
 
 class _OptimizeStage(StageMapper):
     """Zero elimination rewrites compute stages; inputs, scatters and scans stay as they
     are."""
+
+    def __init__(self, supports):
+        self.supports = supports
 
     def map_placeholder(self, t):
         return t
@@ -48,15 +59,17 @@ class _OptimizeStage(StageMapper):
     map_scatter = map_scan = map_placeholder
 
     def map_compute(self, t):
-        return _optimize_compute(t)
+        return _optimize_compute(t, self.supports)
 
 
-def _optimize_compute(t):
+def _optimize_compute(t, supports=None):
     op = t.op
     params = parameter_ranges(op.axes)
     axis_names = [ax.name for ax in op.axes]
     gathers, scatters = [], []
     for term in expand(op.body, taken=axis_names):
+        if supports is not None:
+            term = supports.guard(term)
         pinned, must = _scatter_index(term, axis_names, t.size)
         if must:
             scatters.append((term, pinned))
@@ -64,6 +77,27 @@ def _optimize_compute(t):
         simplified = solve_term_domain(term, params)
         if simplified is not None:
             gathers.append((simplified, term, pinned))
+    support = _support_alternatives(gathers, scatters, params)
+    out = _rewritten(t, gathers, scatters)
+    if supports is not None:
+        supports.record(out, support, op.axes)
+    return out
+
+
+def _support_alternatives(gathers, scatters, params):
+    """Per term, the conditions on the stage's axes outside which the term is zero."""
+    alternatives = [list(simplified[0]) for simplified, _, _ in gathers]
+    for term, _ in scatters:
+        simplified = solve_term_domain(term, params)
+        if simplified is not None:
+            alternatives.append(list(simplified[0]))
+    return alternatives
+
+
+def _rewritten(t, gathers, scatters):
+    """The stage from its solved gather terms and its scatter terms."""
+    op = t.op
+    axis_names = [ax.name for ax in op.axes]
     gathers = _scatter_cheaper_groups(t, gathers, scatters)
     body = _gather_body(gathers, t.dtype)
     body, _ = hoist_invariant_reductions(op.name, op.axes, body)
