@@ -2,6 +2,7 @@
 and is committed executed, with its outputs."""
 import json
 import pathlib
+import re
 import sys
 
 import nbformat
@@ -48,6 +49,32 @@ def test_notebook_is_committed_executed(path):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(c.execution_count is not None for c in code)
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+
+def _outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+
+
+def test_figures_are_committed_as_pngs():
+    figures = {p.stem[:2]: sum("image/png" in o.get("data", {}) for o in _outputs(p))
+               for p in NOTEBOOKS}
+    assert sum(figures.values()) >= 6, figures
+    assert all(figures[n] >= 1 for n in ("02", "03", "04")), figures
+
+
+def test_outputs_are_small_and_times_readable():
+    for path in NOTEBOOKS:
+        text = "".join(o.get("text", "") for o in _outputs(path))
+        assert len(text) < 20_000, path.name
+        assert not re.search(r"\b0\.00 ms", text), path.name
+
+
+def test_the_quickstart_uses_the_public_api_only():
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "tg.build(" in code
+    assert not re.search(r"tegrad\.(tools|codegen|ir|autodiff|zero_elim)|compile_program", code)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
