@@ -202,6 +202,32 @@ OPERATOR_CASES = {
     "binary_cross_entropy": lambda c: nn.binary_cross_entropy(
         c.x((2, 3), "p", lo=0.1, hi=0.9), c.x((2, 3), "t", lo=0, hi=1)),
     "mse_loss": lambda c: nn.mse_loss(c.x((2, 3)), c.x((2, 3), "y")),
+    "softmax_cross_entropy_spatial_ignore_smoothing": lambda c: nn.softmax_cross_entropy(
+        c.x((3, 4, 2)), c.ints((3, 2), -1, 4, "labels"), ignore_index=-1, label_smoothing=0.1),
+    "softmax_cross_entropy_none": lambda c: nn.softmax_cross_entropy(
+        c.x((3, 4)), c.ints((3,), 0, 4, "labels"), reduction="none"),
+    # --- layers of today's models
+    "gelu": lambda c: nn.gelu(c.x((2, 5), lo=-3, hi=3)),
+    "gelu_tanh": lambda c: nn.gelu(c.x((2, 5), lo=-3, hi=3), approximate="tanh"),
+    "silu": lambda c: nn.silu(c.x((2, 5), lo=-3, hi=3)),
+    "softplus": lambda c: nn.softplus(c.x((2, 5), lo=-3, hi=3), beta=2, threshold=3),
+    "layer_norm": lambda c: nn.layer_norm(c.x((3, 2, 3)), c.x((2, 3), "g"), c.x((2, 3), "b"),
+                                          axis=1),
+    "rms_norm": lambda c: nn.rms_norm(c.x((3, 4)), c.x((4,), "g")),
+    "embedding": lambda c: nn.embedding(c.x((5, 3), "table"), c.ints((2, 4), 0, 5, "ids")),
+    "conv1d_causal": lambda c: nn.conv1d(c.x((2, 2, 6)), c.x((3, 2, 3), "w"), padding=(2, 0)),
+    "conv1d_groups": lambda c: nn.conv1d(c.x((1, 4, 7)), c.x((2, 2, 2), "w"), groups=2,
+                                         stride=2, dilation=2, padding=1),
+    "conv2d_per_side_padding": lambda c: nn.conv2d(c.x((1, 2, 4, 4)), c.x((2, 2, 3, 2), "w"),
+                                                   padding=((2, 0), (1, 0))),
+    "scaled_dot_product_attention": lambda c: nn.scaled_dot_product_attention(
+        c.x((2, 3, 2)), c.x((2, 4, 2), "k"), c.x((2, 4, 3), "v")),
+    "scaled_dot_product_attention_causal": lambda c: nn.scaled_dot_product_attention(
+        c.x((2, 4, 2)), c.x((2, 4, 2), "k"), c.x((2, 4, 3), "v"), causal=True),
+    "multi_head_attention": lambda c: nn.multi_head_attention(
+        c.x((2, 3, 4)), c.x((2, 3, 4), "key"), c.x((2, 3, 4), "value"), c.x((4, 4), "wq"),
+        c.x((4, 4), "wk"), c.x((4, 4), "wv"), c.x((4, 4), "wo"), num_heads=2,
+        b_o=c.x((4,), "bo"), causal=True),
 }
 
 

@@ -61,6 +61,47 @@ def pair(value, op, what, minimum=None):
     return tuple(check_int(v, f"{op}: {what}", minimum=minimum) for v in values)
 
 
+def ints(value, op, what, count, minimum=None):
+    """An int or a sequence of ``count`` ints as a tuple of ``count`` checked ints."""
+    if is_integer(value):
+        values = (value,) * count
+    elif isinstance(value, (tuple, list)) and len(value) == count:
+        values = tuple(value)
+    else:
+        kind = {1: "an int", 2: "an int or a pair of ints"}.get(count, f"an int or {count} ints")
+        raise TegradError(f"{op}: {what} must be {kind}, got {value!r}")
+    return tuple(check_int(v, f"{op}: {what}", minimum=minimum) for v in values)
+
+
+def side_pads(value, op, count):
+    """Padding of ``count`` spatial dimensions as ``((before, after), ...)`` pairs.
+
+    An int pads every side alike; ``count`` ints pad both sides of each dimension; for
+    ``count == 1`` a pair is ``(left, right)``; otherwise ``count`` pairs give each
+    dimension's sides (``((top, bottom), (left, right))`` in 2-D).
+
+    >>> side_pads(1, "conv1d", 1), side_pads((2, 0), "conv1d", 1)
+    (((1, 1),), ((2, 0),))
+    >>> side_pads((1, 2), "conv2d", 2), side_pads(((2, 0), (1, 1)), "conv2d", 2)
+    (((1, 1), (2, 2)), ((2, 0), (1, 1)))
+    """
+    what = "padding"
+    if count == 1 and isinstance(value, (tuple, list)) and len(value) == 2:
+        return (ints(value, op, what, 2, minimum=0),)
+    if (isinstance(value, (tuple, list)) and len(value) == count
+            and all(isinstance(v, (tuple, list)) for v in value)):
+        for v in value:
+            if len(v) != 2:
+                raise TegradError(f"{op}: padding {value!r} must give (before, after) per "
+                                  f"dimension")
+        return tuple(ints(v, op, what, 2, minimum=0) for v in value)
+    if not is_integer(value) and not (isinstance(value, (tuple, list)) and len(value) == count
+                                      and all(is_integer(v) for v in value)):
+        raise TegradError(f"{op}: padding must be an int, {count} int(s) or {count} "
+                          f"(before, after) pair(s), got {value!r}")
+    return tuple((p, p) for p in ints(value, op, what, count, minimum=0))
+
+
 def const(value, dtype):
     """A constant of ``dtype``."""
     return Const(value, dtype)

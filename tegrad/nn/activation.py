@@ -1,4 +1,4 @@
-"""Activations: relu, leaky_relu, prelu, softmax and log_softmax.
+"""Activations: relu, leaky_relu, prelu, gelu, silu, softplus, softmax and log_softmax.
 
 Elementwise activations are one compute stage each, named after the operator. The
 softmaxes reduce along one axis in two stages (the maximum, then the sum of
@@ -11,7 +11,10 @@ softmaxes reduce along one axis in two stages (the maximum, then the sum of
 """
 from __future__ import annotations
 
-from tegrad.ir.builders import exp, if_then_else, log, stop_gradient
+import math
+
+from tegrad.ir.builders import call, erf, exp, if_then_else, log, sigmoid, stop_gradient, tanh
+from tegrad.ir.errors import TegradError
 from tegrad.ir.reduction import max as _max
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
@@ -19,7 +22,8 @@ from tegrad.ir.tensor import compute
 from tegrad.nn._util import channel_reader, check_number, check_tensor
 from tegrad.ops.validation import normalize_axis
 
-__all__ = ["relu", "leaky_relu", "prelu", "softmax", "log_softmax"]
+__all__ = ["relu", "leaky_relu", "prelu", "gelu", "silu", "softplus", "softmax",
+           "log_softmax"]
 
 
 def relu(x):
@@ -47,6 +51,66 @@ def prelu(x, alpha, axis=1):
     slope = channel_reader(alpha, x.shape[axis], "prelu", "alpha", x)
     return compute(x.shape, lambda *i: if_then_else(x[i] > 0, x[i], x[i] * slope(i[axis])),
                    name="prelu")
+
+
+def gelu(x, *, approximate="none"):
+    """Gaussian error linear unit (PyTorch's ``F.gelu``), elementwise:
+
+    ``approximate="none"``: ``x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2)))``;
+    ``approximate="tanh"``: ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))``.
+
+    >>> import numpy as np, tegrad as tg
+    >>> x = tg.placeholder((3,), dtype="float64", name="x")
+    >>> np.round(tg.evaluate(gelu(x), {x: np.array([-1.0, 0.0, 2.0])}), 4).tolist()
+    [-0.1587, 0.0, 1.9545]
+    """
+    check_tensor(x, "gelu", "x")
+    if approximate == "none":
+        def fn(v):
+            return v * (erf(v * (1 / math.sqrt(2))) + 1) * 0.5
+    elif approximate == "tanh":
+        def fn(v):
+            return v * (tanh((v + v * v * v * 0.044715) * math.sqrt(2 / math.pi)) + 1) * 0.5
+    else:
+        raise TegradError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return compute(x.shape, lambda *i: fn(x[i]), name="gelu")
+
+
+def silu(x):
+    """Sigmoid linear unit (swish, PyTorch's ``F.silu``): ``x * sigmoid(x)`` elementwise,
+    the sigmoid computed without overflow.
+
+    >>> import numpy as np, tegrad as tg
+    >>> x = tg.placeholder((2,), dtype="float64", name="x")
+    >>> np.round(tg.evaluate(silu(x), {x: np.array([-1.0, 2.0])}), 4).tolist()
+    [-0.2689, 1.7616]
+    """
+    check_tensor(x, "silu", "x")
+    return compute(x.shape, lambda *i: x[i] * sigmoid(x[i]), name="silu")
+
+
+def softplus(x, *, beta=1, threshold=20):
+    """``softplus(x) = log(1 + exp(beta x)) / beta``, and ``x`` itself where
+    ``beta x > threshold`` (PyTorch's ``F.softplus``, the same defaults). ``log1p`` keeps
+    the precision where ``exp(beta x)`` is tiny; the threshold keeps ``exp`` finite.
+
+    >>> import numpy as np, tegrad as tg
+    >>> x = tg.placeholder((3,), dtype="float64", name="x")
+    >>> np.round(tg.evaluate(softplus(x), {x: np.array([-50.0, 0.0, 30.0])}), 4).tolist()
+    [0.0, 0.6931, 30.0]
+    """
+    check_tensor(x, "softplus", "x")
+    beta = check_number(beta, "softplus", "beta")
+    threshold = check_number(threshold, "softplus", "threshold")
+    if beta == 0:
+        raise TegradError("softplus: beta must be nonzero (it divides the result)")
+
+    def fn(v):
+        scaled = v if beta == 1 else v * beta
+        smooth = call("log1p", exp(scaled))
+        return if_then_else(scaled > threshold, v, smooth if beta == 1 else smooth / beta)
+
+    return compute(x.shape, lambda *i: fn(x[i]), name="softplus")
 
 
 def logsumexp_parts(x, axis, op):

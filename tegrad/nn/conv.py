@@ -1,4 +1,5 @@
-"""2-D convolution and transposed convolution (NCHW data, OIHW weights).
+"""1-D and 2-D convolution and 2-D transposed convolution (NCL / NCHW data, OIL / OIHW
+weights).
 
 Each layer is one compute stage whose reduction reads the input at affine indices
 (``y * stride + ry * dilation - pad``); zero padding is a ``where=`` mask on the
@@ -17,38 +18,32 @@ from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import (check_same_dtype, check_tensor, check_window, in_bounds, pair,
-                             sliding_output, sliding_window, where_of)
+from tegrad.nn._util import (check_same_dtype, check_tensor, in_bounds, ints, pair, side_pads,
+                             sliding_window, where_of)
 from tegrad.ops.validation import check_int
 
-__all__ = ["conv2d", "conv2d_transpose"]
+__all__ = ["conv1d", "conv2d", "conv2d_transpose"]
 
 
-def _check_inputs(op, x, w):
-    check_tensor(x, op, "x", ndim=4)
-    check_tensor(w, op, "weight", ndim=4)
+def _check_inputs(op, x, w, ndim=4):
+    check_tensor(x, op, "x", ndim=ndim)
+    check_tensor(w, op, "weight", ndim=ndim)
     check_same_dtype(op, x, w, "weight")
 
 
-def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """2-D convolution (cross-correlation, as PyTorch and Relay):
+_DIMS = {1: ("length",), 2: ("height", "width")}
 
-    ``out[n, f, y, x] = sum_{rc, ry, rx} xp[n, g(f) * C/G + rc, y*sh + ry*dh - ph,
-    x*sw + rx*dw - pw] * w[f, rc, ry, rx]`` with ``xp`` the input padded with zeros,
-    ``g(f) = f // (O/G)`` the group of output channel ``f`` and ``G = groups``.
 
-    ``x`` is ``(N, C, H, W)``, ``w`` is ``(O, C/G, KH, KW)``; ``stride``, ``padding``
-    (symmetric) and ``dilation`` are ints or ``(h, w)`` pairs. The output is
-    ``(N, O, OH, OW)`` with ``OH = (H + 2ph - dh(KH-1) - 1) // sh + 1``.
-    """
-    op = "conv2d"
-    _check_inputs(op, x, w)
-    strides = pair(stride, op, "stride", 1)
-    pads = pair(padding, op, "padding", 0)
-    dilations = pair(dilation, op, "dilation", 1)
+def _convolution(op, nd, x, w, stride, padding, dilation, groups):
+    """The grouped convolution of ``x (N, C, *S)`` with ``w (O, C/G, *K)`` over its
+    ``len(S)`` spatial dimensions: one stage, padding as reduction masks."""
+    _check_inputs(op, x, w, nd + 2)
+    strides = ints(stride, op, "stride", nd, 1)
+    pads = side_pads(padding, op, nd)
+    dilations = ints(dilation, op, "dilation", nd, 1)
     groups = check_int(groups, f"{op}: groups", minimum=1)
-    n_batch, channels, height, width = x.shape
-    out_channels, group_channels, kh, kw = w.shape
+    n_batch, channels, sizes = x.shape[0], x.shape[1], x.shape[2:]
+    out_channels, group_channels, kernels = w.shape[0], w.shape[1], w.shape[2:]
     if channels % groups:
         raise ShapeError(f"{op}: groups={groups} does not divide the {channels} input "
                          f"channel(s) of x {x.name!r}")
@@ -59,11 +54,15 @@ def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
         raise ShapeError(f"{op}: weight {w.name!r} of shape {w.shape} has {group_channels} "
                          f"input channel(s) per group, but x {x.name!r} has {channels} "
                          f"channel(s) in {groups} group(s) ({channels // groups} per group)")
-    sizes, kernels = (height, width), (kh, kw)
-    out_hw = []
-    for d, dim in enumerate(("height", "width")):
-        check_window(op, x, sizes[d], kernels[d], dilations[d], pads[d], dim)
-        out_hw.append(sliding_output(sizes[d], kernels[d], strides[d], pads[d], dilations[d]))
+    out_sizes = []
+    for d, dim in enumerate(_DIMS[nd]):
+        (before, after), k, dil = pads[d], kernels[d], dilations[d]
+        effective = dil * (k - 1) + 1
+        if effective > sizes[d] + before + after:
+            raise ShapeError(f"{op}: the kernel of {x.name!r} along {dim} ({k}, dilated to "
+                             f"{effective}) is larger than the padded input ({sizes[d]} + "
+                             f"{before} + {after} = {sizes[d] + before + after})")
+        out_sizes.append((sizes[d] + before + after - effective) // strides[d] + 1)
     per_group_out = out_channels // groups
 
     def input_channel(ff, rc):
@@ -72,18 +71,63 @@ def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
         group = ff if per_group_out == 1 else ff // per_group_out
         return (group if group_channels == 1 else group * group_channels) + rc
 
-    def body(nn, ff, yy, xx):
+    def element(nn, ff, *out):
         rc = reduce_axis((0, group_channels), name="rc")
-        ry = reduce_axis((0, kh), name="ry")
-        rx = reduce_axis((0, kw), name="rx")
-        iy, cy = sliding_window(yy, ry, out_hw[0], kh, strides[0], dilations[0], pads[0],
-                                height)
-        ix, cx = sliding_window(xx, rx, out_hw[1], kw, strides[1], dilations[1], pads[1],
-                                width)
-        return _sum(x[nn, input_channel(ff, rc), iy, ix] * w[ff, rc, ry, rx],
-                    axis=[rc, ry, rx], where=where_of(cy + cx))
+        taps = [reduce_axis((0, k), name=f"r{'yx'[d] if nd == 2 else 'l'}")
+                for d, k in enumerate(kernels)]
+        index, conds = [], []
+        for d in range(nd):
+            i, c = sliding_window(out[d], taps[d], out_sizes[d], kernels[d], strides[d],
+                                  dilations[d], pads[d][0], sizes[d])
+            index.append(i)
+            conds += c
+        return _sum(x[(nn, input_channel(ff, rc), *index)] * w[(ff, rc, *taps)],
+                    axis=[rc, *taps], where=where_of(conds))
 
-    return compute((n_batch, out_channels, out_hw[0], out_hw[1]), body, name=op)
+    # the axes are named after the parameters
+    if nd == 1:
+        def body(nn, ff, xx):
+            return element(nn, ff, xx)
+    else:
+        def body(nn, ff, yy, xx):
+            return element(nn, ff, yy, xx)
+    return compute((n_batch, out_channels, *out_sizes), body, name=op)
+
+
+def conv1d(x, w, *, stride=1, padding=0, dilation=1, groups=1):
+    """1-D convolution (cross-correlation, PyTorch's ``F.conv1d``):
+
+    ``out[n, f, t] = sum_{rc, rl} xp[n, g(f) * C/G + rc, t*s + rl*d - left] * w[f, rc, rl]``
+    with ``xp`` the input padded with zeros and ``g(f) = f // (O/G)``.
+
+    ``x`` is ``(N, C, L)``, ``w`` is ``(O, C/G, K)``; ``stride`` and ``dilation`` are
+    ints; ``padding`` an int (both sides) or ``(left, right)``: ``padding=(d*(K-1), 0)``
+    is a causal convolution, without a padded copy. The output is ``(N, O, OL)`` with
+    ``OL = (L + left + right - d(K-1) - 1) // s + 1``.
+
+    >>> import numpy as np, tegrad as tg
+    >>> x = tg.placeholder((1, 1, 4), dtype="float64", name="x")
+    >>> w = tg.placeholder((1, 1, 2), dtype="float64", name="w")
+    >>> tg.evaluate(conv1d(x, w, padding=(1, 0)), {x: np.array([[[1., 2., 3., 4.]]]),
+    ...                                             w: np.ones((1, 1, 2))}).tolist()
+    [[[1.0, 3.0, 5.0, 7.0]]]
+    """
+    return _convolution("conv1d", 1, x, w, stride, padding, dilation, groups)
+
+
+def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation, as PyTorch and Relay):
+
+    ``out[n, f, y, x] = sum_{rc, ry, rx} xp[n, g(f) * C/G + rc, y*sh + ry*dh - top,
+    x*sw + rx*dw - left] * w[f, rc, ry, rx]`` with ``xp`` the input padded with zeros,
+    ``g(f) = f // (O/G)`` the group of output channel ``f`` and ``G = groups``.
+
+    ``x`` is ``(N, C, H, W)``, ``w`` is ``(O, C/G, KH, KW)``; ``stride`` and
+    ``dilation`` are ints or ``(h, w)`` pairs; ``padding`` an int, an ``(h, w)`` pair
+    (both sides alike) or per side ``((top, bottom), (left, right))``. The output is
+    ``(N, O, OH, OW)`` with ``OH = (H + top + bottom - dh(KH-1) - 1) // sh + 1``.
+    """
+    return _convolution("conv2d", 2, x, w, stride, padding, dilation, groups)
 
 
 def conv2d_transpose(x, w, stride=1, padding=0, output_padding=0, dilation=1):

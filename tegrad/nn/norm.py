@@ -1,4 +1,5 @@
-"""Normalisations: batch_norm, lrn (local response normalisation) and l2_normalize.
+"""Normalisations: batch_norm, layer_norm, rms_norm, lrn (local response normalisation)
+and l2_normalize.
 
 >>> import numpy as np, tegrad as tg
 >>> x = tg.placeholder((2, 3), dtype="float64", name="x")
@@ -9,16 +10,16 @@
 from __future__ import annotations
 
 from tegrad.ir.builders import power, sqrt, stop_gradient
-from tegrad.ir.errors import TegradError
+from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.reduction import max as _max
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import (channel_reader, check_number, check_tensor, in_bounds, reduce_axes,
-                             where_of)
+from tegrad.nn._util import (channel_reader, check_number, check_same_dtype, check_tensor,
+                             in_bounds, reduce_axes, where_of)
 from tegrad.ops.validation import check_int, is_integer, normalize_axis
 
-__all__ = ["batch_norm", "lrn", "l2_normalize"]
+__all__ = ["batch_norm", "layer_norm", "rms_norm", "lrn", "l2_normalize"]
 
 
 def _spread(kept_positions, kept_index, reduced_positions, reduced_index):
@@ -104,6 +105,115 @@ def batch_norm(x, gamma, beta, mean=None, var=None, axis=1, epsilon=1e-5, traini
         return out if shift is None else out + shift(c)
 
     return compute(x.shape, body, name=op), mean, var
+
+
+def _trailing(op, x, axis, eps, params):
+    """The checked ``(axis, eps)`` of a normalisation over the axes from ``axis`` on, and
+    a reader ``p -> (lambda i: p[i[axis:]])`` per given parameter ``params``
+    (``{what: tensor or None}``), each of shape ``x.shape[axis:]``."""
+    check_tensor(x, op, "x")
+    if x.ndim == 0:
+        raise ShapeError(f"{op}: x {x.name!r} is a scalar; it needs an axis to normalise")
+    axis = normalize_axis(axis, x.ndim, f"{op}: axis")
+    eps = check_number(eps, op, "eps")
+    if eps < 0:
+        raise TegradError(f"{op}: eps must be non-negative, got {eps}")
+    readers = {}
+    for what, p in params.items():
+        if p is None:
+            readers[what] = None
+            continue
+        check_tensor(p, op, what)
+        check_same_dtype(op, x, p, what)
+        if p.shape != x.shape[axis:]:
+            raise ShapeError(f"{op}: {what} {p.name!r} has shape {p.shape}, but x "
+                             f"{x.name!r} of shape {x.shape} is normalised over its axes "
+                             f"from {axis} on, of shape {x.shape[axis:]}")
+        readers[what] = (lambda t: lambda i: t[i[axis:]])(p)
+    return axis, eps, readers
+
+
+def _row_moments(x, axis, op, centred):
+    """Per leading index, the mean of ``x`` over the axes from ``axis`` on and its biased
+    variance (``centred``), or the mean of ``x^2`` alone."""
+    tail = x.shape[axis:]
+    count = 1
+    for s in tail:
+        count *= s
+
+    def row(i, value):
+        axes = reduce_axes(tail, "rn")
+        return _sum(value(i + tuple(axes)), axis=axes) / count
+
+    if not centred:
+        return compute(x.shape[:axis], lambda *i: row(i, lambda j: x[j] * x[j]),
+                       name=f"{op}_ms"), None
+    mean = compute(x.shape[:axis], lambda *i: row(i, lambda j: x[j]), name=f"{op}_mean")
+
+    def var_body(*i):
+        # the variance around k = stop_gradient(mean) as in batch_norm: the two-pass value,
+        # exact derivatives, no gradient path through the mean inside the sum (it cancels)
+        centre = stop_gradient(mean[i])
+
+        def square(j):
+            d = x[j] - centre
+            return d * d
+
+        shift = mean[i] - centre
+        return row(i, square) - shift * shift
+
+    return mean, compute(x.shape[:axis], var_body, name=f"{op}_var")
+
+
+def layer_norm(x, gamma=None, beta=None, *, axis=-1, eps=1e-5):
+    """Layer normalisation over the trailing axes of ``x`` from ``axis`` on (PyTorch's
+    ``F.layer_norm`` with ``normalized_shape = x.shape[axis:]``):
+
+    ``out = (x - mean) / sqrt(var + eps) * gamma + beta``, with ``mean`` and the biased
+    ``var`` taken over those axes per leading index; ``gamma`` and ``beta`` have shape
+    ``x.shape[axis:]`` and may be None (no scale / no shift).
+
+    >>> import numpy as np, tegrad as tg
+    >>> x = tg.placeholder((1, 4), dtype="float64", name="x")
+    >>> y = tg.evaluate(layer_norm(x, eps=0.0), {x: np.array([[1.0, 2.0, 3.0, 4.0]])})
+    >>> np.round(y, 4).tolist()
+    [[-1.3416, -0.4472, 0.4472, 1.3416]]
+    """
+    op = "layer_norm"
+    axis, eps, p = _trailing(op, x, axis, eps, {"gamma": gamma, "beta": beta})
+    mean, var = _row_moments(x, axis, op, centred=True)
+
+    def body(*i):
+        lead = i[:axis]
+        out = (x[i] - mean[lead]) / sqrt(var[lead] + eps)
+        if p["gamma"] is not None:
+            out = out * p["gamma"](i)
+        return out if p["beta"] is None else out + p["beta"](i)
+
+    return compute(x.shape, body, name=op)
+
+
+def rms_norm(x, gamma=None, *, axis=-1, eps=1e-6):
+    """Root-mean-square normalisation over the trailing axes from ``axis`` on (PyTorch's
+    ``F.rms_norm`` with ``normalized_shape = x.shape[axis:]``):
+
+    ``out = x / sqrt(mean(x^2) + eps) * gamma``, ``gamma`` of shape ``x.shape[axis:]`` or
+    None (no scale).
+
+    >>> import numpy as np, tegrad as tg
+    >>> x = tg.placeholder((1, 2), dtype="float64", name="x")
+    >>> tg.evaluate(rms_norm(x, eps=0.0), {x: np.array([[3.0, 4.0]])}).round(4).tolist()
+    [[0.8485, 1.1314]]
+    """
+    op = "rms_norm"
+    axis, eps, p = _trailing(op, x, axis, eps, {"gamma": gamma})
+    ms, _ = _row_moments(x, axis, op, centred=False)
+
+    def body(*i):
+        out = x[i] / sqrt(ms[i[:axis]] + eps)
+        return out if p["gamma"] is None else out * p["gamma"](i)
+
+    return compute(x.shape, body, name=op)
 
 
 def lrn(x, size=5, axis=1, alpha=1e-4, beta=0.75, bias=2.0):

@@ -56,8 +56,10 @@ def test_softmax_cross_entropy_errors():
         nn.softmax_cross_entropy(logits, _ph((3,), "y", "int32"))
     with pytest.raises(tg.ShapeError, match="softmax_cross_entropy: labels 'y2' must have 1 dim"):
         nn.softmax_cross_entropy(logits, _ph((4, 1), "y2", "int32"))
-    with pytest.raises(tg.ShapeError, match="softmax_cross_entropy: logits 'l3' must have 2 dim"):
+    with pytest.raises(tg.ShapeError, match="softmax_cross_entropy: labels 'y' must have 2 dim"):
         nn.softmax_cross_entropy(_ph((4, 3, 1), "l3"), _ph((4,), "y", "int32"))
+    with pytest.raises(tg.ShapeError, match="softmax_cross_entropy: logits 'l1' must have 2 dim"):
+        nn.softmax_cross_entropy(_ph((4,), "l1"), _ph((4,), "y", "int32"))
 
 
 def bce_ref(p, t):

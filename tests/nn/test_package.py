@@ -10,7 +10,9 @@ OPERATORS = ["relu", "leaky_relu", "prelu", "softmax", "log_softmax", "bias_add"
              "global_max_pool2d", "global_avg_pool2d", "upsampling", "resize", "lrn",
              "l2_normalize", "conv2d_winograd_weight_transform",
              "conv2d_winograd_without_weight_transform", "softmax_cross_entropy",
-             "binary_cross_entropy", "mse_loss"]
+             "binary_cross_entropy", "mse_loss", "gelu", "silu", "softplus", "layer_norm",
+             "rms_norm", "embedding", "conv1d", "scaled_dot_product_attention",
+             "multi_head_attention"]
 
 
 def test_all_lists_every_operator():
@@ -44,7 +46,13 @@ def test_keyword_names_are_fixed():
         "l2_normalize": ["x", "eps", "axis"],
         "conv2d_winograd_weight_transform": ["w", "tile_size"],
         "conv2d_winograd_without_weight_transform": ["x", "u", "stride", "padding", "tile_size"],
-        "softmax_cross_entropy": ["logits", "labels"],
+        "softmax_cross_entropy": ["logits", "labels", "ignore_index", "label_smoothing",
+                                  "reduction"],
+        "gelu": ["x", "approximate"], "silu": ["x"], "softplus": ["x", "beta", "threshold"],
+        "layer_norm": ["x", "gamma", "beta", "axis", "eps"],
+        "rms_norm": ["x", "gamma", "axis", "eps"], "embedding": ["table", "ids"],
+        "conv1d": ["x", "w", "stride", "padding", "dilation", "groups"],
+        "scaled_dot_product_attention": ["q", "k", "v", "mask", "causal", "scale"],
         "binary_cross_entropy": ["probs", "targets"], "mse_loss": ["a", "b"],
     }
     for name, params in expected.items():
@@ -62,6 +70,7 @@ def test_outputs_are_named_after_the_operator():
     v = tg.placeholder((2, 2), dtype="float64", name="v")
     b = tg.placeholder((2,), dtype="float64", name="b")
     labels = tg.placeholder((2,), dtype="int32", name="labels")
+    s3 = tg.placeholder((2, 2, 2), dtype="float64", name="s3")
     u = nn.conv2d_winograd_weight_transform(w)
     built = {
         "relu": nn.relu(x), "leaky_relu": nn.leaky_relu(x), "prelu": nn.prelu(x, b),
@@ -77,6 +86,11 @@ def test_outputs_are_named_after_the_operator():
             nn.conv2d_winograd_without_weight_transform(x, u),
         "softmax_cross_entropy": nn.softmax_cross_entropy(v, labels),
         "binary_cross_entropy": nn.binary_cross_entropy(v, v), "mse_loss": nn.mse_loss(v, v),
+        "gelu": nn.gelu(x), "silu": nn.silu(x), "softplus": nn.softplus(x),
+        "layer_norm": nn.layer_norm(x), "rms_norm": nn.rms_norm(x),
+        "embedding": nn.embedding(v, labels), "conv1d": nn.conv1d(s3, s3),
+        "scaled_dot_product_attention": nn.scaled_dot_product_attention(x, x, x),
+        "multi_head_attention": nn.multi_head_attention(s3, s3, s3, v, v, v, v, num_heads=1),
     }
     assert sorted(built) == sorted(OPERATORS)
     for name, t in built.items():
