@@ -133,12 +133,16 @@ class CompiledFunction:
         """The machine code, as assembly."""
         return self._executable.asm
 
-    def export(self, path, *, target=None, cpu=None, name=None, linker=None, threads=1):
+    def export(self, path, *, target=None, cpu=None, name=None, linker=None, threads=1,
+               check_bounds=None):
         """Write this function as ``<path>.o``, ``<path>.h`` and (when a linker for the
         target is found) a shared library, whose parallel loops run on ``threads`` threads
-        (default 1: the library starts none): see :func:`tegrad.export`."""
+        (default 1: the library starts none), its accesses checked as this function's
+        unless ``check_bounds`` says otherwise: see :func:`tegrad.export`."""
+        if check_bounds is None:
+            check_bounds = self._executable.check_bounds
         return export_kernel(self.kernel, path, target=target, cpu=cpu, name=name,
-                             linker=linker, threads=threads)
+                             linker=linker, threads=threads, check_bounds=check_bounds)
 
     def __reduce__(self):
         """Pickled by its program and build options, built again when unpickled (see

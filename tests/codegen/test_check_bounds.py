@@ -132,3 +132,11 @@ def test_export_with_check_bounds_returns_the_code(tmp_path):
     code = lib.shifted(ctypes.c_void_p(a.ctypes.data), ctypes.c_void_p(b.ctypes.data), None)
     assert code > 0
     assert b"'A': index out of range" in lib.shifted_error_string(code)
+
+
+def test_compiled_function_exports_with_its_checks(tmp_path):
+    x = tg.placeholder((300,), name="x")  # not unrolled: constant indices need no check
+    y = tg.compute((300,), lambda n: x[n] * 2, name="y")
+    checked = tg.build([x], [y], check_bounds=True).export(tmp_path / "checked")
+    plain = tg.build([x], [y], check_bounds=False).export(tmp_path / "plain")
+    assert checked.entries[0].checks and not plain.entries[0].checks
