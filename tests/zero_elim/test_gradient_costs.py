@@ -1129,6 +1129,167 @@ _entry("mse_loss/matrix")(functools.partial(_pair_loss, nn.mse_loss, (12, 10)))
 _entry("mse_loss/nchw")(functools.partial(_pair_loss, nn.mse_loss, (2, 3, 5, 5)))
 
 
+# --- layers of today's models -------------------------------------------------------------
+# elementwise activations: dx = head * f'(x) inline: X
+
+def _activation(fn, shape, **attrs):
+    x = _x(shape)
+    return fn(x, **attrs), [x], [_n(shape)]
+
+
+_entry("gelu/erf")(functools.partial(_activation, nn.gelu, (12, 10)))
+_entry("gelu/tanh")(functools.partial(_activation, nn.gelu, (2, 3, 4, 4), approximate="tanh"))
+_entry("silu/matrix")(functools.partial(_activation, nn.silu, (12, 10)))
+_entry("silu/nchw")(functools.partial(_activation, nn.silu, (2, 3, 4, 4)))
+_entry("softplus/default")(functools.partial(_activation, nn.softplus, (12, 10)))
+_entry("softplus/beta2_threshold5")(functools.partial(_activation, nn.softplus, (2, 3, 4, 4),
+                                                      beta=2, threshold=5))
+
+
+def _layer_norm(shape, axis):
+    x = _x(shape)
+    G = _n(shape[axis:])
+    g, b = _x(shape[axis:], "g"), _x(shape[axis:], "b")
+    X = _n(shape)
+    M = X // G
+    # as batch_norm with the roles of the axes swapped: the forward's mean (M + X) and
+    # var (M + X); dx = g-scaled head through xhat with sb = sum head * g (M + X) and
+    # sg = sum head * g * xhat (M + X) per row: 4 (M + X) + X
+    # dgamma[j] = sum over rows of head * xhat: mean + var + G + X; dbeta: G + X
+    return (nn.layer_norm(x, g, b, axis=axis), [x, g, b],
+            [4 * (M + X) + X, 2 * (M + X) + G + X, G + X])
+
+
+_entry("layer_norm/last_axis")(functools.partial(_layer_norm, (16, 12), -1))
+_entry("layer_norm/trailing_two")(functools.partial(_layer_norm, (4, 6, 5), 1))
+
+
+def _rms_norm(shape, axis):
+    x = _x(shape)
+    g = _x(shape[axis:], "g")
+    G, X = _n(shape[axis:]), _n(shape)
+    M = X // G
+    # the forward's mean square ms (M + X); dx = g head / r - x sum(head g x) / (G r^3)
+    # with the row sum (M + X): 2 (M + X) + X; dgamma = ms + sum over rows (G + X)
+    return nn.rms_norm(x, g, axis=axis), [x, g], [2 * (M + X) + X, (M + X) + G + X]
+
+
+_entry("rms_norm/last_axis")(functools.partial(_rms_norm, (16, 12), -1))
+_entry("rms_norm/channels_on")(functools.partial(_rms_norm, (2, 3, 8, 8), 1))
+
+
+def _embedding(rows, width, ids_shape):
+    table = _x((rows, width), "table")
+    ids = _x(ids_shape, "ids", dtype="int32")
+    # dtable[ids[i], d] += head[i, d]: a scatter over the looked-up rows, I * D
+    return nn.embedding(table, ids), [table], [_n(ids_shape) * width]
+
+
+_entry("embedding/matrix_ids")(functools.partial(_embedding, 20, 8, (6, 5)))
+_entry("embedding/vector_ids")(functools.partial(_embedding, 50, 16, (64,)))
+
+
+def _conv1d(xs, ws, stride=1, padding=0, dilation=1, groups=1):
+    x, w = _x(xs), _x(ws, "w")
+    out = nn.conv1d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    n, c, length = xs
+    o, cg, k = ws
+    before = padding[0] if isinstance(padding, tuple) else padding
+    hits = _window_hits(length, out.shape[2], k, stride, before, dilation)
+    # as conv2d along one axis: V = N * O * C/G * (pairs (t, rl) inside the input);
+    # dx: X + V, dw: W + V
+    V = n * o * cg * sum(hits)
+    return out, [x, w], [_n(xs) + V, _n(ws) + V]
+
+
+_entry("conv1d/causal")(functools.partial(_conv1d, (2, 4, 16), (6, 4, 3), padding=(2, 0)))
+_entry("conv1d/stride2_dilation2_groups2")(functools.partial(
+    _conv1d, (2, 4, 17), (6, 2, 3), stride=2, padding=1, dilation=2, groups=2))
+
+
+@_entry("conv2d/per_side_padding")
+def _():
+    xs, ws = (1, 3, 8, 8), (4, 3, 3, 3)
+    x, w = _x(xs), _x(ws, "w")
+    out = nn.conv2d(x, w, padding=((2, 0), (2, 0)))
+    hy = _window_hits(8, out.shape[2], 3, 1, 2, 1)
+    hx = _window_hits(8, out.shape[3], 3, 1, 2, 1)
+    V = 4 * 3 * sum(hy) * sum(hx)
+    # as conv2d/pad1 with the padding on the top and left sides only: X + V, W + V
+    return out, [x, w], [_n(xs) + V, _n(ws) + V]
+
+
+def _attention_costs(b, t, s, d, e, causal):
+    """Hand costs of scaled_dot_product_attention's gradients for q, k and v (and the
+    forward's stages they read): Z scores per batch element pair, P kept pairs."""
+    Z = b * t * s
+    P = b * t * (t + 1) // 2 if causal else Z
+    M = b * t
+    # the forward's stages the gradients read: scores (Z + P d), max (M + P), sum
+    # (M + P), probabilities (Z)
+    forward = Z + P * d + 2 * (M + P) + Z
+    # dp[t, s] = sum_e head * v (Z + P e); r[t] = sum_s p dp (M + P); ds = p (dp - r)
+    # inline; dq[t, :] = scale sum_s ds k (B T D + P D), dk likewise (B S D + P D)
+    shared = forward + Z + P * e + M + P
+    # dv[s, :] = sum_t p head: B S E + P E
+    return [shared + b * t * d + P * d, shared + b * s * d + P * d,
+            forward + b * s * e + P * e]
+
+
+def _attention(b, t, s, d, e, causal):
+    q, k, v = _x((b, t, d), "q"), _x((b, s, d), "k"), _x((b, s, e), "v")
+    out = nn.scaled_dot_product_attention(q, k, v, causal=causal)
+    return out, [q, k, v], _attention_costs(b, t, s, d, e, causal)
+
+
+_entry("scaled_dot_product_attention/full")(functools.partial(_attention, 2, 6, 6, 4, 3,
+                                                              False))
+_entry("scaled_dot_product_attention/causal")(functools.partial(_attention, 2, 6, 6, 4, 3,
+                                                                True))
+
+
+def _multi_head(n, t, e, heads, causal):
+    q = _x((n, t, e), "query")
+    ws = [_x((e, e), f"w{c}") for c in "qkvo"]
+    out = nn.multi_head_attention(q, q, q, *ws, num_heads=heads, causal=causal)
+    dh = e // heads
+    b = n * heads
+    Z = b * t * t
+    P = b * t * (t + 1) // 2 if causal else Z
+    M = b * t
+    # dw_o[o, j] = sum_{n, t} head * att (W + N T E E), reading the attention's forward:
+    # three projections (N T E + N T E E each), scores, max, sum, probabilities and the
+    # weighted values (B T Dh + P Dh)
+    forward = 3 * (n * t * e + n * t * e * e) + Z + P * dh + 2 * (M + P) + Z + b * t * dh + P * dh
+    return out, [ws[3]], [e * e + n * t * e * e + forward]
+
+
+_entry("multi_head_attention/two_heads")(functools.partial(_multi_head, 2, 5, 8, 2, False))
+_entry("multi_head_attention/causal_four_heads")(functools.partial(_multi_head, 1, 6, 8, 4,
+                                                                   True))
+
+
+def _cross_entropy_extended(shape, **attrs):
+    logits = _x(shape, "logits")
+    labels = _x((shape[0],) + shape[2:], "labels", dtype="int32")
+    X = _n(shape)
+    P = X // shape[1]
+    # the forward's row max (P + X) and sum (P + X); with ignore_index and a mean, the
+    # count of kept labels (1 + P); dlogits = head * (kept ? (softmax - (1 - eps) onehot -
+    # eps / C) / count : 0) inline: X
+    count = 1 + P if attrs.get("ignore_index") is not None else 0
+    return (nn.softmax_cross_entropy(logits, labels, **attrs), [logits],
+            [2 * (P + X) + count + X])
+
+
+_entry("softmax_cross_entropy/smoothing")(functools.partial(
+    _cross_entropy_extended, (8, 5), label_smoothing=0.1))
+_entry("softmax_cross_entropy/spatial_ignore")(functools.partial(
+    _cross_entropy_extended, (4, 5, 3), ignore_index=-100))
+_entry("softmax_cross_entropy/spatial_none")(functools.partial(
+    _cross_entropy_extended, (4, 5, 3), reduction="none"))
+
+
 # --- custom reducers (tg.comm_reducer) ----------------------------------------------------
 # y[i] = R_k f(x[i, k]) for a reducer without a builtin rule: the derivative of the
 # combine at (rest_k, f(k)) needs, for every element, the reduction of all the others.
@@ -1168,6 +1329,14 @@ def _():
 
 XFAIL = {
     # optimised / hand-derived / forward iterations in each reason
+    "scaled_dot_product_attention/causal:v": "666 / 582 / 582: one stage over every (t, s) "
+                                             "pair and row more than the adjoint needs",
+    "softmax_cross_entropy/smoothing:logits": "168 / 136 / 153: a per-row stage beyond the "
+                                              "max and sum",
+    "softmax_cross_entropy/spatial_ignore:logits": "253 / 217 / 170: a per-position stage "
+                                                   "beyond the max, sum and count",
+    "softmax_cross_entropy/spatial_none:logits": "240 / 204 / 156: a per-position stage "
+                                                 "beyond the max and sum",
 }
 
 
