@@ -5,7 +5,8 @@ from sys import getrefcount
 
 import numpy as np
 
-from tegrad.ir.errors import TegradError
+from tegrad.ir.errors import FeedError, TegradError
+from tegrad.reference.memory import BufferTooLargeError, check_buffers_fit
 from tegrad.codegen.export.program import export_kernel
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, by_name, check_count
@@ -54,13 +55,25 @@ class CompiledFunction:
         self._in_specs = tuple(ArraySpec(t.name, t.shape, t.dtype) for t in self.inputs)
         self._out_specs = tuple(ArraySpec(t.name, t.shape, t.dtype) for t in self.outputs)
         self._n_in = len(self._in_specs)
+        # the input named "out", which a call can give by position only
+        names = [s.name for s in self._in_specs]
+        self._out_position = names.index("out") if "out" in names else None
         self._in_kinds = tuple((s.dtype, s.shape) for s in self._in_specs)
         self._empty = [(s.shape, s.dtype) for s in self._out_specs]
+        # outputs larger than the machine are refused by the calls that would allocate
+        # them (a call given out= arrays that exist needs no more memory)
+        try:
+            check_buffers_fit([(s.name, s.shape, s.dtype) for s in self._out_specs], "output")
+            self._oversized = None
+        except BufferTooLargeError as err:
+            self._oversized = str(err)
         self._run = executable.run
         # the outputs of earlier calls, each set reused once nothing else references it
         self._spares = []
 
     def __call__(self, *arrays, out=None, **named):
+        if out is not None and self._out_position is not None:
+            self._check_out_clash(out, arrays, named)
         if named:
             arrays = by_name(self._in_specs, arrays, named)
         if len(arrays) != self._n_in:
@@ -75,8 +88,7 @@ class CompiledFunction:
                 arrays = tuple(spec.argument(a) for spec, a in zip(self._in_specs, arrays))
                 break
         if out is None:
-            outs = self._unreferenced_spare() or [np.empty(shape, dtype)
-                                                  for shape, dtype in self._empty]
+            outs = self._unreferenced_spare() or self._new_outputs()
         else:
             if not isinstance(out, (list, tuple)):
                 raise TegradError(f"out must be a list of {len(self._out_specs)} arrays, got "
@@ -94,6 +106,27 @@ class CompiledFunction:
         if out is None:
             self._spares.append(tuple(outs))
         return outs
+
+    def _new_outputs(self):
+        if self._oversized is not None:
+            raise BufferTooLargeError(self._oversized)
+        return [np.empty(shape, dtype) for shape, dtype in self._empty]
+
+    def _check_out_clash(self, out, arrays, named):
+        """Refuse a call that meant to give the input named ``out`` by keyword (it is not
+        among the positional arguments): Python binds ``f(out=a)`` to the ``out=``
+        keyword (the arrays the outputs are written into), never to the input."""
+        position = self._out_position
+        if position < len(arrays):
+            return
+        names = [s.name for s in self._in_specs]
+        given = len(arrays) + len(named)
+        raise FeedError(
+            f"the input 'out' (placeholder {self._in_specs[position].describe()}) cannot be "
+            f"given by keyword: out= is the keyword for the arrays the outputs are written "
+            f"into. Pass the inputs by position, f({', '.join(names)}), with 'out' as "
+            f"argument {position + 1} (this call gave {given} other argument(s) and "
+            f"out={type(out).__name__})")
 
     def _unreferenced_spare(self):
         """The outputs of an earlier call when nothing but this function references them

@@ -32,6 +32,9 @@ import threading
 import numpy as np
 
 from tegrad.ir.errors import OutOfBoundsError, TegradError
+from tegrad.reference.memory import check_buffers_fit
+from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.loops.nodes import Allocate
 from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
 from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.parallel import resolve_threads
@@ -66,6 +69,17 @@ def aligned_empty(shape, dtype, alignment=STORAGE_ALIGNMENT):
     return raw[start:start + n * dtype.itemsize].view(dtype)[:int(np.prod(shape))].reshape(shape)
 
 
+def owned_buffers(kernel):
+    """The buffers whose storage a kernel's executable may own: its temporaries and its
+    local buffers (those too large for the stack live in that storage; the others are
+    counted too, as no buffer larger than the machine fits anywhere)."""
+    out = list(kernel.temps)
+    for s in walk_stmts(kernel.body):
+        if isinstance(s, Allocate) and s.buffer not in out:
+            out.append(s.buffer)
+    return out
+
+
 def status_error(kind, tensor, message=None):
     """The exception a kernel's status ``(kind, tensor, message)`` stands for (the
     message of a ``Check`` node, or None for the emitter's own checks)."""
@@ -89,6 +103,10 @@ class Executable:
     access to a buffer is checked at run time (see :func:`emit_kernel`)."""
 
     def __init__(self, kernel, *, threads=None, check_bounds=False):
+        # before compiling: a temporary larger than the machine is refused by name, not
+        # by numpy's MemoryError once the compile time is spent
+        check_buffers_fit([(b.name, b.shape, "uint8" if b.dtype == "bool" else b.dtype)
+                           for b in owned_buffers(kernel)], "temporary")
         self.kernel = kernel
         self.threads = resolve_threads(threads)
         self.check_bounds = bool(check_bounds)
@@ -191,4 +209,4 @@ class Executable:
                               f"{args[m].name!r}")
 
 
-__all__ = ["Executable", "aligned_empty", "python_abi", "status_error"]
+__all__ = ["Executable", "aligned_empty", "owned_buffers", "python_abi", "status_error"]

@@ -15,6 +15,7 @@ outside a tensor at an active point raises :class:`OutOfBoundsError`.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from types import GeneratorType
 
@@ -235,8 +236,9 @@ class ExprEvaluator(Mapper):
         return result
 
     def _check_reduction_memory(self, scope, red_shape):
-        """Refuse a reduction whose broadcast index space cannot fit the memory limit."""
-        if self.limit is None:
+        """Refuse a reduction whose broadcast index space cannot fit the memory limit (or
+        the physical memory, whatever the limit)."""
+        if self.stage is None:
             return
         outer = np.broadcast_shapes(*(np.shape(v) for v in scope.env.values()))
         points = int(np.prod(outer, dtype=object)) * int(np.prod(red_shape, dtype=object))
@@ -291,15 +293,16 @@ def _evaluate_compute(t, values, limit=None):
     op = t.op
     ev = ExprEvaluator(values, t, limit)
     ndim = len(t.shape)
-    work = _reduction_work(op.body) * max(int(np.prod(t.shape[1:], dtype=np.int64)), 1)
+    work = _reduction_work(op.body) * max(math.prod(t.shape[1:]), 1)  # exact, never wraps
     rows_per_chunk = max(1, CHUNK_ELEMENTS // work)
     if ndim == 0 or rows_per_chunk >= t.shape[0]:
         _check_compute_memory(t, work * (t.shape[0] if ndim else 1), 1, limit)
         chunks = [None]
     else:
         _check_compute_memory(t, work * rows_per_chunk, 2, limit)
-        chunks = [(s, min(s + rows_per_chunk, t.shape[0]))
-                  for s in range(0, t.shape[0], rows_per_chunk)]
+        # lazily: a stage of 2**31 rows, one per chunk, must not first build 2**31 tuples
+        chunks = ((s, min(s + rows_per_chunk, t.shape[0]))
+                  for s in range(0, t.shape[0], rows_per_chunk))
     parts = []
     for rows in chunks:
         scope = _Scope(_index_arrays(op.axes, ndim, rows), ndim, None)
@@ -310,9 +313,8 @@ def _evaluate_compute(t, values, limit=None):
 
 
 def _check_compute_memory(t, chunk_points, copies, limit):
-    """Refuse a compute stage whose output (``copies`` of it) or one chunk cannot fit."""
-    if limit is None:
-        return
+    """Refuse a compute stage whose output (``copies`` of it) or one chunk cannot fit
+    (the limit, and the machine's physical memory whatever the limit)."""
     output = t.size * np.dtype(t.dtype).itemsize * copies
     _memory.check_stage_memory(t, output, "its output buffer" if copies == 1 else
                                "its output buffer and its chunks", limit)
@@ -326,12 +328,11 @@ def _evaluate_scatter(t, values, limit=None):
     ev = ExprEvaluator(values, t, limit)
     ndim = len(op.axes)
     domain = tuple(ax.extent.value for ax in op.axes)
-    if limit is not None:
-        points = int(np.prod(domain, dtype=object))
-        needed = t.size * np.dtype(t.dtype).itemsize + _memory.temporary_bytes(
-            points * (1 + max(len(target.indices) for target in op.targets)))
-        _memory.check_stage_memory(t, needed, f"its output and a domain of {points} points",
-                                   limit)
+    points = int(np.prod(domain, dtype=object))
+    needed = t.size * np.dtype(t.dtype).itemsize + _memory.temporary_bytes(
+        points * (1 + max(len(target.indices) for target in op.targets)))
+    _memory.check_stage_memory(t, needed, f"its output and a domain of {points} points",
+                               limit)
     out = (np.zeros(t.shape, dtype=t.dtype) if op.init is None
            else values[id(op.init)].astype(t.dtype, copy=True))
     everywhere = _Scope(_index_arrays(op.axes, ndim), ndim, None)
@@ -357,10 +358,9 @@ def _evaluate_scatter(t, values, limit=None):
 def _evaluate_scan(t, values, limit=None):
     """A sequential loop along the scanned axis, vectorised over the other axes."""
     op = t.op
-    if limit is not None:
-        _memory.check_stage_memory(t, t.size * np.dtype(t.dtype).itemsize
-                                   + _memory.temporary_bytes(t.size),
-                                   "its output and its source", limit)
+    _memory.check_stage_memory(t, t.size * np.dtype(t.dtype).itemsize
+                               + _memory.temporary_bytes(t.size),
+                               "its output and its source", limit)
     ev = ExprEvaluator(values, t, limit)
     ndim = len(t.shape)
     source = np.broadcast_to(ev(op.source, _Scope(_index_arrays(op.axes, ndim), ndim, None)),

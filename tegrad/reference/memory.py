@@ -17,10 +17,25 @@ Traceback (most recent call last):
 ...
 tegrad.ir.errors.TegradError: stage 'y' (shape (1000, 1000), 1000000 points) needs about 4.0 MB to evaluate (its output buffer), more than the memory limit of 1.0 MB; raise it with tg.set_memory_limit(bytes) or tg.evaluate(..., memory_limit=bytes)
 >>> _ = tg.set_memory_limit(previous)
+
+Whatever the limit, no buffer may need more than the machine's physical memory
+(:func:`physical_memory`): the evaluator and compiled functions (their temporaries when
+built, their outputs when called) refuse such a buffer up front with a
+:class:`BufferTooLargeError` naming it, its shape and its bytes, instead of numpy's
+``MemoryError`` or ``ValueError`` naming no tensor (or a swapping, then killed, process).
+
+>>> check_buffers_fit([("big", (2**31 - 1, 2**31 - 1), "float32")], "temporary")
+Traceback (most recent call last):
+...
+tegrad.reference.memory.BufferTooLargeError: the temporary 'big' (shape (2147483647, 2147483647), float32) needs 18.4 EB (18446744056529682436 bytes), more than this machine's physical memory (...)
 """
 from __future__ import annotations
 
+import functools
+import math
 import os
+
+import numpy as np
 
 from tegrad.ir.errors import TegradError
 
@@ -32,6 +47,76 @@ TEMPORARY_ITEM_BYTES = 8
 TEMPORARIES_PER_POINT = 4
 
 _limit = None
+
+#: where a control group's memory limit is read (cgroup v2, then v1): a container's
+#: processes are killed past it, whatever memory the machine has
+CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+class BufferTooLargeError(TegradError, MemoryError):
+    """A buffer (a stage's output or temporary) needs more bytes than the machine's
+    physical memory, so it is refused before anything is allocated."""
+
+
+@functools.lru_cache(maxsize=None)
+def physical_memory():
+    """Bytes of physical memory this process may use: the machine's, or its control
+    group's limit when that is lower; None when neither is known (read once)."""
+    sizes = []
+    try:
+        sizes.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        pass
+    for path in CGROUP_LIMIT_FILES:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max" (v2) or a huge number (v1) mean no limit
+            sizes.append(int(text))
+    sizes = [n for n in sizes if n > 0]
+    return min(sizes) if sizes else None
+
+
+def buffer_bytes(shape, dtype):
+    """The bytes of a C-contiguous array (exact: Python integers do not overflow).
+
+    >>> buffer_bytes((2**31 - 1, 2**31 - 1), "float64") > 2**64
+    True
+    """
+    return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+
+
+def check_buffers_fit(buffers, role, memory=None):
+    """Raise a :class:`BufferTooLargeError` when one of ``buffers`` (``(name, shape,
+    dtype)`` triples), or all of them together, need more bytes than ``memory``
+    (default: :func:`physical_memory`; nothing is checked when it is unknown). ``role``
+    names them in the message ("temporary", "output").
+
+    >>> check_buffers_fit([("y", (1000,), "float64")], "output", memory=4000)
+    Traceback (most recent call last):
+    ...
+    tegrad.reference.memory.BufferTooLargeError: the output 'y' (shape (1000,), float64) needs 8.0 kB (8000 bytes), more than this machine's physical memory (4.0 kB)
+    """
+    memory = physical_memory() if memory is None else memory
+    if memory is None:
+        return
+    sized = [(name, tuple(shape), np.dtype(dtype), buffer_bytes(shape, dtype))
+             for name, shape, dtype in buffers]
+    for name, shape, dtype, n in sized:
+        if n > memory:
+            raise BufferTooLargeError(
+                f"the {role} {name!r} (shape {shape}, {dtype}) needs {format_bytes(n)} "
+                f"({n} bytes), more than this machine's physical memory "
+                f"({format_bytes(memory)})")
+    total = sum(n for *_, n in sized)
+    if total > memory:
+        parts = ", ".join(f"{name!r} (shape {shape}, {dtype}): {format_bytes(n)}"
+                          for name, shape, dtype, n in sorted(sized, key=lambda s: -s[3]))
+        raise BufferTooLargeError(
+            f"the {role} buffers need {format_bytes(total)} ({total} bytes) together, more "
+            f"than this machine's physical memory ({format_bytes(memory)}): {parts}")
 
 
 def available_memory():
@@ -79,15 +164,25 @@ def memory_limit():
 
 def format_bytes(n):
     """``4.0 MB`` (powers of 1000)."""
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB", "EB"):
+        if n < 1000 or unit == "EB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
         n /= 1000
-    return f"{n:.1f} PB"
+    return f"{n:.1f} EB"
 
 
 def check_stage_memory(t, needed, what, limit):
-    """Raise a TegradError naming the stage ``t`` when ``needed`` bytes exceed ``limit``."""
+    """Raise a TegradError naming the stage ``t`` when ``needed`` bytes exceed ``limit``;
+    a :class:`BufferTooLargeError` when they exceed the machine's physical memory, whatever
+    the limit (a limit set above it does not make the memory exist)."""
+    memory = physical_memory()
+    if memory is not None and needed > memory:
+        over_limit = (f"the memory limit of {format_bytes(limit)} and "
+                      if limit is not None and limit < needed else "")
+        raise BufferTooLargeError(
+            f"stage {t.name!r} (shape {t.shape}, {t.dtype}, {t.size} points) needs about "
+            f"{format_bytes(needed)} ({needed} bytes) to evaluate ({what}), more than "
+            f"{over_limit}this machine's physical memory ({format_bytes(memory)})")
     if limit is None or needed <= limit:
         return
     raise TegradError(f"stage {t.name!r} (shape {t.shape}, {t.size} points) needs about "
