@@ -9,9 +9,11 @@
 [[3.0, 3.0], [3.0, 3.0]]
 """
 from tegrad.ir import dtypes
-from tegrad.ir.builders import (abs, all, any, call, cast, ceil, const, cos, erf, exp, floor,
-                                floordiv, floormod, if_then_else, log, max_value, min_value, power,
-                                round, sigmoid, sign, sin, sqrt, stop_gradient, tanh, trunc)
+from tegrad.ir.builders import (abs, acos, acosh, all, any, asin, asinh, atan, atan2, atanh,
+                                call, cast, ceil, const, cos, cosh, erf, exp, expm1, floor,
+                                floordiv, floormod, if_then_else, log, log1p, max_value, min_value,
+                                power, round, sigmoid, sign, sin, sinh, sqrt, stop_gradient, tan,
+                                tanh, trunc)
 from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, ImmutableError,
                               IndexingError, OutOfBoundsError, ScopeError, ShapeError,
                               TegradError)

@@ -10,7 +10,9 @@ from tegrad.ir.errors import TegradError
 
 __all__ = ["const", "cast", "if_then_else", "all", "any", "floordiv", "floormod", "exp",
            "log", "sqrt", "tanh", "sigmoid", "power", "abs", "sign", "floor", "ceil", "round",
-           "trunc", "sin", "cos", "erf", "max_value", "min_value", "call", "stop_gradient"]
+           "trunc", "sin", "cos", "erf", "tan", "asin", "acos", "atan", "atan2", "sinh",
+           "cosh", "asinh", "acosh", "atanh", "log1p", "expm1", "max_value", "min_value",
+           "call", "stop_gradient"]
 
 
 def const(value, dtype=None):
@@ -90,6 +92,22 @@ trunc = _unary("trunc", "Integer value toward zero.")
 sin = _unary("sin", "Sine.")
 cos = _unary("cos", "Cosine.")
 erf = _unary("erf", "The error function.")
+tan = _unary("tan", "Tangent.")
+asin = _unary("asin", "Inverse sine, in [-pi/2, pi/2] (NaN outside [-1, 1]).")
+acos = _unary("acos", "Inverse cosine, in [0, pi] (NaN outside [-1, 1]).")
+atan = _unary("atan", "Inverse tangent, in (-pi/2, pi/2).")
+sinh = _unary("sinh", "Hyperbolic sine.")
+cosh = _unary("cosh", "Hyperbolic cosine.")
+asinh = _unary("asinh", "Inverse hyperbolic sine.")
+acosh = _unary("acosh", "Inverse hyperbolic cosine (NaN below 1).")
+atanh = _unary("atanh", "Inverse hyperbolic tangent (NaN outside [-1, 1]).")
+log1p = _unary("log1p", "``log(1 + x)``, accurate for tiny ``x``.")
+expm1 = _unary("expm1", "``exp(x) - 1``, accurate for tiny ``x``.")
+
+
+def atan2(y, x):
+    """The angle of the point ``(x, y)``, in [-pi, pi], with numpy's signs and zeros."""
+    return call("atan2", y, x)
 
 
 def stop_gradient(x):

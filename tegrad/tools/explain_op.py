@@ -53,14 +53,15 @@ SAMPLES = {
     # tegrad.ops
     **{name: _sample(_UNARY) for name in (
         "log", "sqrt", "exp", "sigmoid", "tanh", "negative", "floor", "ceil", "trunc",
-        "round", "abs", "copy")},
+        "round", "abs", "copy", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+        "acosh", "atanh", "log1p", "expm1")},
     "cast": _sample(_UNARY, dtype="float32"),
     "clip": _sample(_UNARY, a_min=-0.5, a_max=0.5),
     "full": _sample({"fill_value": ()}, shape=(2, 3)),
     "full_like": _sample({"x": (2, 3), "fill_value": ()}),
     **{name: _sample(_BINARY) for name in (
         "add", "subtract", "multiply", "divide", "floor_divide", "mod", "power", "maximum",
-        "minimum")},
+        "minimum", "atan2")},
     "where": _sample({"cond": Bool((2, 3)), "a": (2, 3), "b": (3,)}),
     "broadcast_to": _sample({"x": (3, 1)}, shape=(2, 3, 4)),
     "broadcast_to_like": _sample({"x": (1, 4), "y": (3, 4)}),
@@ -84,6 +85,14 @@ SAMPLES = {
     # tegrad.nn
     **{name: _sample({"x": (2, 5)}) for name in ("relu", "leaky_relu", "softmax",
                                                  "log_softmax", "l2_normalize")},
+    **{name: _sample({"x": (2, 3)}) for name in ("gelu", "silu", "softplus", "layer_norm",
+                                                 "rms_norm")},
+    "embedding": _sample({"table": (5, 3), "ids": Int((2, 4))}),
+    "conv1d": _sample({"x": (1, 2, 8), "w": (3, 2, 3)}),
+    "scaled_dot_product_attention": _sample({"q": (2, 3, 2), "k": (2, 4, 2), "v": (2, 4, 3)}),
+    "multi_head_attention": _sample({"query": (2, 3, 4), "key": (2, 3, 4), "value": (2, 3, 4),
+                                     "w_q": (4, 4), "w_k": (4, 4), "w_v": (4, 4),
+                                     "w_o": (4, 4)}, num_heads=2),
     "prelu": _sample({"x": (2, 3, 2), "alpha": (3,)}),
     "bias_add": _sample({"x": (2, 3, 2), "b": (3,)}),
     "dense": _sample({"x": (4, 8), "w": (6, 8), "bias": (6,)}),

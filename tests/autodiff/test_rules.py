@@ -60,6 +60,18 @@ INTRINSIC_CASES = {
     "ceil": (lambda a, b: tg.ceil(a * 3) + a, 0.1, 0.3),
     "round": (lambda a, b: tg.round(a * 3) + a, 0.2, 0.4),
     "trunc": (lambda a, b: tg.trunc(a * 3) + a, 0.1, 0.3),
+    "tan": (lambda a, b: tg.tan(a), -1, 1),
+    "asin": (lambda a, b: tg.asin(a), -0.9, 0.9),
+    "acos": (lambda a, b: tg.acos(a), -0.9, 0.9),
+    "atan": (lambda a, b: tg.atan(a), -3, 3),
+    "atan2": (lambda a, b: tg.atan2(a, b + 2), -1, 1),
+    "sinh": (lambda a, b: tg.sinh(a), -2, 2),
+    "cosh": (lambda a, b: tg.cosh(a), -2, 2),
+    "asinh": (lambda a, b: tg.asinh(a), -3, 3),
+    "acosh": (lambda a, b: tg.acosh(a), 1.2, 3),
+    "atanh": (lambda a, b: tg.atanh(a), -0.9, 0.9),
+    "log1p": (lambda a, b: tg.log1p(a), -0.5, 2),
+    "expm1": (lambda a, b: tg.expm1(a), -1, 1),
 }
 
 
