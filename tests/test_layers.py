@@ -20,7 +20,7 @@ LAYERS = [
     ["tegrad.pipeline"],
     ["tegrad.ops"],
     ["tegrad.nn"],
-    ["tegrad.testing", "tegrad.explain"],
+    ["tegrad.testing", "tegrad.explain", "tegrad.torch"],
     ["tegrad"],
     # the command-line programs are written against the public API (import tegrad as tg);
     # the package never imports them

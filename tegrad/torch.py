@@ -1,0 +1,378 @@
+"""tegrad programs as PyTorch operators: :func:`operator`.
+
+``tegrad.torch.operator(inputs, outputs, name=...)`` compiles a program with
+:func:`tegrad.build` and registers it with ``torch.library`` as the custom operator
+``tegrad::<name>``. Called on tensors it returns tensors, and autograd differentiates it:
+its backward is :func:`tegrad.differentiate` of the outputs, with the incoming gradients
+as heads, compiled for the inputs that need a gradient (each set of them built the first
+time it is needed, then cached). That backward is a tegrad operator too, so second
+derivatives work, and ``torch.compile`` keeps the operator as one opaque node.
+
+PyTorch is an optional dependency (``pip install "tegrad[torch]"``); importing this
+module without it raises :class:`TorchNotInstalledError`.
+
+>>> import torch, tegrad as tg, tegrad.torch
+>>> x = tg.placeholder((3,), dtype="float64", name="x")
+>>> y = tg.compute((3,), lambda i: x[i] * x[i], name="y")
+>>> square = tegrad.torch.operator([x], [y], name="doctest_square")
+>>> t = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+>>> square(t).sum().backward()
+>>> t.grad.tolist()
+[2.0, 4.0, 6.0]
+"""
+from __future__ import annotations
+
+import keyword
+import re
+import threading
+
+import numpy as np
+
+from tegrad.autodiff.result import Gradients
+from tegrad.codegen.runtime.builder import build
+from tegrad.codegen.runtime.program_key import program_key
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.errors import DTypeError, FeedError, ShapeError, TegradError
+from tegrad.ir.stages import is_placeholder
+from tegrad.ir.tensor import Tensor, compute, placeholder
+from tegrad.pipeline import differentiate
+
+
+class TorchNotInstalledError(TegradError, ImportError):
+    """PyTorch, which :mod:`tegrad.torch` needs, is not installed."""
+
+
+try:
+    import torch
+except ImportError as err:
+    raise TorchNotInstalledError(
+        "tegrad.torch needs PyTorch, which is not installed; install it with "
+        "pip install \"tegrad[torch]\" (it pins the CPU build tegrad is tested with)") from err
+
+#: the namespace of the registered operators (``torch.ops.tegrad.<name>``)
+NAMESPACE = "tegrad"
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: name -> (key of its program, Operator); a name is registered with torch once per process
+_registry = {}
+_registry_lock = threading.Lock()
+
+
+def _torch_dtype(dtype):
+    # numpy is the common ground: tegrad dtypes are numpy's names
+    return torch.from_numpy(np.empty(0, dtype=np.dtype(dtype))).dtype
+
+
+def _check_name(name):
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise TegradError(f"operator: name must be an identifier (letters, digits and _), "
+                          f"got {name!r}")
+    return name
+
+
+def _as_list(value, what):
+    if isinstance(value, (Tensor, Gradients)):
+        value = [value]
+    try:
+        items = list(value)
+    except TypeError:
+        raise TegradError(f"operator: {what} must be a tensor or a list of tensors, got "
+                          f"{value!r}") from None
+    flat = []
+    for item in items:
+        if isinstance(item, Gradients):
+            flat.extend(item.result)
+        elif isinstance(item, Tensor):
+            flat.append(item)
+        else:
+            raise TegradError(f"operator: {what} must be tegrad tensors, got {item!r}")
+    return flat
+
+
+def _check_program(inputs, outputs):
+    inputs, outputs = _as_list(inputs, "inputs"), _as_list(outputs, "outputs")
+    if not inputs:
+        # the registered operator's outputs are created on its inputs' device
+        raise TegradError("operator: inputs is empty; an operator takes at least one tensor")
+    for t in inputs:
+        if not is_placeholder(t):
+            raise TegradError(f"operator: inputs must be placeholders, got {t!r}")
+    if not outputs:
+        raise TegradError("operator: outputs is empty; an operator returns at least one tensor")
+    if len({id(t) for t in outputs}) != len(outputs):
+        raise TegradError("operator: outputs lists a tensor twice (a PyTorch operator's "
+                          "outputs may not alias each other)")
+    return inputs, outputs
+
+
+def _schema(inputs, outputs):
+    """``(Tensor x, Tensor w) -> (Tensor, Tensor)``, with the placeholders' names where
+    they are usable argument names."""
+    names, seen = [], set()
+    for k, t in enumerate(inputs):
+        n = t.name
+        if not (n and _NAME.match(n) and not keyword.iskeyword(n) and n not in seen
+                and n.lower() not in {"tensor", "self", "out", "int", "float", "bool"}):
+            n = f"arg{k}"
+        while n in seen:
+            n = f"{n}_{k}"
+        seen.add(n)
+        names.append(n)
+    args = ", ".join(f"Tensor {n}" for n in names)
+    result = "Tensor" if len(outputs) == 1 else f"({', '.join(['Tensor'] * len(outputs))})"
+    return f"({args}) -> {result}"
+
+
+def _plain(tensors):
+    """Whether the call can run eagerly without PyTorch's dispatcher: plain tensors, and no
+    tracing mode, fake mode or functorch transform that must see the operator."""
+    if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
+        return False
+    tensor = torch.Tensor
+    for t in tensors:
+        if type(t) is not tensor:
+            return False
+    return True
+
+
+class _Apply(torch.autograd.Function):
+    """The eager route with gradients (the registered operator's autograd computes the
+    same, through the dispatcher, at several times the cost per call)."""
+
+    @staticmethod
+    def forward(ctx, op, *tensors):
+        ctx.op = op
+        ctx.save_for_backward(*tensors)
+        outs = op._run([t.detach() for t in tensors])
+        ints = [o for o, f in zip(outs, op._float_out) if not f]
+        if ints:
+            ctx.mark_non_differentiable(*ints)
+        return outs[0] if op._single else outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) + ctx.op._backward(ctx.saved_tensors, grads, ctx.needs_input_grad[1:])
+
+
+class Operator:
+    """A tegrad program as a differentiable PyTorch operator (see :func:`operator`).
+
+    ``op(*tensors)`` returns a tensor, or a tuple for several outputs. ``op.custom_op`` is
+    the ``torch.library`` operator (``torch.ops.tegrad.<name>``), ``op.function`` the
+    compiled forward, ``op.vjp(mask)`` the backward operator for the inputs ``mask`` marks.
+    """
+
+    def __init__(self, inputs, outputs, function, *, name, threads):
+        self.inputs, self.outputs = list(inputs), list(outputs)
+        self.name, self.threads, self.function = name, threads, function
+        self._n = len(self.inputs)
+        self._single = len(self.outputs) == 1
+        self._in_dtypes = tuple(_torch_dtype(t.dtype) for t in self.inputs)
+        self._out_dtypes = tuple(_torch_dtype(t.dtype) for t in self.outputs)
+        self._float_in = tuple(_dt.is_float(t.dtype) for t in self.inputs)
+        self._float_out = tuple(_dt.is_float(t.dtype) for t in self.outputs)
+        self._vjps = {}
+        self._vjp_lock = threading.Lock()
+        self.custom_op = self._register()
+
+    # -- calls --------------------------------------------------------------------------
+
+    def __call__(self, *tensors):
+        if len(tensors) != self._n:
+            names = ", ".join(t.name for t in self.inputs)
+            raise FeedError(f"operator {self.name!r} takes {self._n} tensors ({names}), got "
+                            f"{len(tensors)}")
+        if torch.compiler.is_compiling() or not _plain(tensors):
+            return self.custom_op(*tensors)
+        if torch.is_grad_enabled():
+            for t in tensors:
+                if t.requires_grad:
+                    return _Apply.apply(self, *tensors)
+        outs = self._run(tensors)
+        return outs[0] if self._single else outs
+
+    def _run(self, tensors):
+        """The outputs (a tuple of tensors) of the compiled function on ``tensors``, whose
+        CPU memory it reads in place (the arrays ``.numpy()`` gives share it)."""
+        try:
+            arrays = [t.numpy() for t in tensors]
+        except (RuntimeError, TypeError, AttributeError):
+            # not a tensor, not on the CPU, needing a gradient, or a lazy view: the checks
+            # name the argument, then a copy on the CPU
+            arrays = [self._array(k, t) for k, t in enumerate(tensors)]
+        try:
+            outs = self.function(*arrays)
+        except (DTypeError, ShapeError):
+            self._check(tensors)  # the same error in PyTorch's terms
+            raise
+        return tuple(torch.from_numpy(a) for a in outs)
+
+    def _describe(self, k):
+        t = self.inputs[k]
+        return f"argument {t.name!r} of operator {self.name!r} (shape {t.shape}, " \
+               f"{self._in_dtypes[k]})"
+
+    def _check(self, tensors):
+        """Raise a ``TegradError`` naming the first tensor of the wrong kind."""
+        for k, t in enumerate(tensors):
+            self._check_one(k, t)
+
+    def _check_one(self, k, t):
+        if not isinstance(t, torch.Tensor):
+            raise FeedError(f"{self._describe(k)} must be a torch.Tensor, got "
+                            f"{type(t).__name__}")
+        if t.dtype != self._in_dtypes[k]:
+            raise DTypeError(f"{self._describe(k)} was given a tensor of dtype {t.dtype}; "
+                             f"convert it with .to({self._in_dtypes[k]})")
+        if tuple(t.shape) != self.inputs[k].shape:
+            raise ShapeError(f"{self._describe(k)} was given a tensor of shape "
+                             f"{tuple(t.shape)}")
+
+    def _array(self, k, t):
+        self._check_one(k, t)
+        if t.device.type != "cpu":
+            raise TegradError(f"{self._describe(k)} is on {t.device}; tegrad runs on the CPU "
+                              f"(move it with .cpu())")
+        return t.detach().resolve_conj().resolve_neg().contiguous().numpy()
+
+    # -- gradients ----------------------------------------------------------------------
+
+    def vjp(self, mask):
+        """The operator computing the gradients of the inputs ``mask`` marks (a tuple of
+        bools, one per input) from the inputs and one head per float output: built the
+        first time, then cached."""
+        mask = tuple(bool(m) for m in mask)
+        op = self._vjps.get(mask)
+        if op is None:
+            self._check_mask(mask)
+        if op is not None:
+            return op
+        with self._vjp_lock:
+            op = self._vjps.get(mask)
+            if op is None:
+                op = self._vjps[mask] = self._build_vjp(mask)
+        return op
+
+    def _check_mask(self, mask):
+        if len(mask) != self._n or not any(mask):
+            raise TegradError(f"vjp of operator {self.name!r}: mask must mark some of its "
+                              f"{self._n} inputs, got {mask!r}")
+        for m, t, is_float in zip(mask, self.inputs, self._float_in):
+            if m and not is_float:
+                raise TegradError(f"vjp of operator {self.name!r}: mask marks the input "
+                                  f"{t.name!r} of dtype {t.dtype}; only float inputs have "
+                                  f"gradients")
+
+    def _build_vjp(self, mask):
+        wrt = [t for t, m in zip(self.inputs, mask) if m]
+        heads, per_input = [], [[] for _ in wrt]
+        for out, is_float in zip(self.outputs, self._float_out):
+            if not is_float:
+                continue
+            head = placeholder(out.shape, dtype=out.dtype, name=f"grad_{out.name}")
+            heads.append(head)
+            for k, g in enumerate(differentiate(out, wrt, head=head)):
+                per_input[k].append(g)
+        grads = [terms[0] if len(terms) == 1 else _total(terms, f"d{x.name}")
+                 for x, terms in zip(wrt, per_input)]
+        bits = "".join("1" if m else "0" for m in mask)
+        return operator(self.inputs + heads, grads, name=f"{self.name}_vjp{bits}",
+                        threads=self.threads)
+
+    def _backward(self, inputs, grads, needs):
+        """The gradients (a tuple, None where none is needed) of ``inputs`` given the
+        incoming ``grads`` of the outputs."""
+        mask = tuple(bool(n) and f for n, f in zip(needs, self._float_in))
+        if not any(mask) or not any(self._float_out):
+            return (None,) * self._n
+        heads = []
+        for g, out, dtype, is_float in zip(grads, self.outputs, self._out_dtypes,
+                                           self._float_out):
+            if is_float:
+                heads.append(torch.zeros(out.shape, dtype=dtype) if g is None else g)
+        result = self.vjp(mask)(*inputs, *heads)
+        result = iter((result,) if sum(mask) == 1 else result)
+        return tuple(next(result) if m else None for m in mask)
+
+    # -- registration -------------------------------------------------------------------
+
+    def _register(self):
+        op = torch.library.custom_op(f"{NAMESPACE}::{self.name}", self._impl, mutates_args=(),
+                                     schema=_schema(self.inputs, self.outputs))
+        op.register_fake(self._fake)
+        op.register_autograd(self._autograd_backward, setup_context=self._setup_context)
+        return op
+
+    def _impl(self, *tensors):
+        outs = self._run(tensors)
+        return outs[0] if self._single else outs
+
+    def _fake(self, *tensors):
+        # shapes and dtypes are checked while tracing, so torch.compile reports them early
+        for k, t in enumerate(tensors):
+            self._check_one(k, t)
+        device = tensors[0].device
+        outs = tuple(tensors[0].new_empty(t.shape, dtype=d, device=device)
+                     for t, d in zip(self.outputs, self._out_dtypes))
+        return outs[0] if self._single else outs
+
+    def _setup_context(self, ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def _autograd_backward(self, ctx, *grads):
+        return self._backward(ctx.saved_tensors, grads, ctx.needs_input_grad)
+
+    def __repr__(self):
+        ins = ", ".join(t.name for t in self.inputs)
+        outs = ", ".join(t.name for t in self.outputs)
+        return f"<tegrad.torch.Operator {NAMESPACE}::{self.name}({ins}) -> [{outs}]>"
+
+
+def _total(terms, name):
+    """The element-wise sum of same-shape tensors (one input's gradient from each output)."""
+    first = terms[0]
+
+    def body(*i):
+        value = first[i]
+        for t in terms[1:]:
+            value = value + t[i]
+        return value
+    return compute(first.shape, body, name=name)
+
+
+def operator(inputs, outputs, *, name, threads=None):
+    """The program computing ``outputs`` from the placeholders ``inputs`` as a PyTorch
+    operator, registered as ``torch.ops.tegrad.<name>``.
+
+    Call it with one ``torch.Tensor`` per input: it returns a tensor (a tuple for several
+    outputs) and autograd differentiates it with respect to its float inputs. Contiguous
+    CPU tensors are read in place; others are copied. ``threads`` is
+    :func:`tegrad.build`'s. A name is registered once per process: building the same
+    program under the same name again returns the same operator, a different program
+    under a taken name raises ``TegradError``.
+
+    >>> import torch, tegrad as tg, tegrad.torch
+    >>> a = tg.placeholder((2,), dtype="float32", name="a")
+    >>> b = tg.compute((2,), lambda i: a[i] + 1.0, name="b")
+    >>> inc = tegrad.torch.operator([a], [b], name="doctest_increment")
+    >>> inc(torch.zeros(2)).tolist()
+    [1.0, 1.0]
+    """
+    name = _check_name(name)
+    inputs, outputs = _check_program(inputs, outputs)
+    function = build(inputs, outputs, threads=threads, name=name)
+    key = (program_key(inputs, outputs), threads)
+    with _registry_lock:
+        known = _registry.get(name)
+        if known is not None:
+            if known[0] != key:
+                raise TegradError(f"operator: the name {name!r} is taken by another program "
+                                  f"in this process (torch.ops.{NAMESPACE}.{name}); choose "
+                                  f"another name")
+            return known[1]
+        op = Operator(inputs, outputs, function, name=name, threads=threads)
+        _registry[name] = (key, op)
+    return op
+
+
+__all__ = ["NAMESPACE", "Operator", "TorchNotInstalledError", "operator"]
