@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 
 import llvmlite.binding as llvm
@@ -112,7 +113,8 @@ def shared_function(name, build):
     """The address of the function ``name``, compiled once per process (whichever threads
     ask first) from ``build(module)``, which defines it with external linkage in a module
     of its own, and registered, so that every JIT module declaring ``name`` calls it (the
-    thread pool; a gemm micro-kernel or packing routine).
+    thread pool; a gemm micro-kernel or packing routine). The module's other external
+    functions are registered too (see :func:`shared_address`).
 
     >>> def build(module):
     ...     f = ir.Function(module, ir.FunctionType(ir.IntType(64), []), name="doc.seven")
@@ -127,7 +129,27 @@ def shared_function(name, build):
             if address is None:
                 module = ir.Module(name=name)
                 build(module)
-                address = compile_module(module).get_function_address(name)
-                llvm.add_symbol(name, address)
-                _shared[name] = address
+                engine = compile_module(module)
+                defined = [f.name for f in module.functions
+                           if not f.is_declaration and f.linkage in ("", "external")]
+                for other in sorted(defined, key=lambda n: n == name):  # name last
+                    llvm.add_symbol(other, engine.get_function_address(other))
+                    _shared[other] = engine.get_function_address(other)
+                address = _shared[name]
     return address
+
+
+def shared_address(name):
+    """The address of ``name`` if a module of :func:`shared_function` defined it (the
+    pool's reset after a fork), else None."""
+    return _shared.get(name)
+
+
+def _new_locks_in_child():
+    # a thread of the parent that held one at fork() never releases it in the child
+    global _lock, _shared_lock
+    _lock, _shared_lock = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)

@@ -27,8 +27,14 @@ claims the offer (offered -> running) before taking chunks; after the chunks are
 claimed the caller takes back every offer still unclaimed, so a worker the OS has not
 scheduled delays nothing. The caller waits for the count of pending workers by spinning,
 then in ``futex``. So a fork-join
-between busy threads costs no system call, and the child of a ``fork()``, which has the
-pool's state but not its threads, still completes its fork-joins.
+between busy threads costs no system call.
+
+The child of a ``fork()`` has the pool's state but not its threads: a fork-join under
+way in the parent left the mutex held and workers counted that do not exist there. The
+process's pool (:func:`parallel_for_address`) also defines :data:`AFTER_FORK`, which
+zeroes that state (no workers, mutex free, every word idle); it runs in every child
+forked through ``os.fork`` (``os.register_at_fork``), whose next fork-join creates its
+own workers.
 
 One fork-join at a time: concurrent callers are serialised by a futex mutex (not
 corrupted). A call from inside a range (``fn`` calling ``tegrad_parallel_for``, on the
@@ -49,6 +55,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 
 import llvmlite.ir as ir
 
@@ -60,6 +67,8 @@ from tegrad.codegen.kernels.irutil import (I32, I64, VOIDPTR, ceil_div, counted_
 
 #: the name of the pool's entry point in every module
 PARALLEL_FOR = "tegrad_parallel_for"
+#: the name of the function that resets the process's pool in a forked child
+AFTER_FORK = "tegrad_pool_after_fork"
 #: the caller plus at most this many workers minus one
 MAX_THREADS = 64
 #: checks of its word an idle worker makes before it sleeps (each with a pause hint)
@@ -391,6 +400,19 @@ class _Emitter:
         b.branch(idle)
         return fn
 
+    # -- the reset of a forked child ----------------------------------------------------
+
+    def emit_after_fork(self):
+        """``void AFTER_FORK()``: the pool as it was before its first fork-join (run by the
+        only thread of a forked child, so plain stores)."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), []), name=AFTER_FORK)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        for g in (self.mutex, self.slots, self.pending, self.caller_asleep, self.n_workers,
+                  self.owner, self.tids):
+            b.store(ir.Constant(g.value_type, None), g)
+        b.ret_void()
+        return fn
+
     # -- the entry point ----------------------------------------------------------------
 
     def emit_parallel_for(self, worker_fn):
@@ -478,25 +500,43 @@ class _Emitter:
         return fn
 
 
-def emit_thread_pool(module, *, triple=None):
+def emit_thread_pool(module, *, triple=None, after_fork=False):
     """Define the pool (its globals, worker and ``tegrad_parallel_for``) in ``module``.
 
     ``triple`` is the target's (the host's by default): it chooses the futex system call
-    number and the spin-wait hint. Returns the entry point; a module that already defines
-    it is left as it is.
+    number and the spin-wait hint. ``after_fork`` also defines :data:`AFTER_FORK`.
+    Returns the entry point; a module that already defines it is left as it is.
     """
     existing = module.globals.get(PARALLEL_FOR)
     if existing is not None and not existing.is_declaration:
         return existing
     em = _Emitter(module, triple or jit.host_triple())
-    return em.emit_parallel_for(em.emit_worker())
+    entry = em.emit_parallel_for(em.emit_worker())
+    if after_fork:
+        em.emit_after_fork()
+    return entry
 
 
 def parallel_for_address():
     """The address of the process's one pool, compiled on first use (once, whichever
     threads ask) and registered so that JIT modules which :func:`declare_parallel_for`
     call it."""
-    return jit.shared_function(PARALLEL_FOR, emit_thread_pool)
+    return jit.shared_function(PARALLEL_FOR, functools.partial(emit_thread_pool,
+                                                                after_fork=True))
+
+
+_AFTER_FORK_CTYPE = ctypes.CFUNCTYPE(None)
+
+
+def _reset_in_child():
+    """Reset the process's pool, if it was compiled, in a child just forked."""
+    address = jit.shared_address(AFTER_FORK)
+    if address is not None:
+        _AFTER_FORK_CTYPE(address)()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)
 
 
 PARALLEL_FOR_CTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,

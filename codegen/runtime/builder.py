@@ -32,6 +32,16 @@ _functions = collections.OrderedDict()
 _lock = threading.Lock()
 
 
+def _new_lock_in_child():
+    # a thread of the parent that held it at fork() never releases it in the child
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def _flatten_outputs(outputs):
     if isinstance(outputs, (Tensor, Gradients)):
         outputs = [outputs]

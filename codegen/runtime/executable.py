@@ -4,7 +4,9 @@ numpy arrays.
 The kernel's temporaries (and local buffers too large for the stack) are allocated once
 and reused across calls; a lock serialises calls that share them, so two Python threads
 calling at once both get correct results (ctypes releases the GIL during the native
-call). A non-zero status from the kernel becomes the error its check describes.
+call). A non-zero status from the kernel becomes the error its check describes. A child
+forked (``os.fork``) while another thread held such a lock gets every lock anew, as that
+thread does not exist there to release it.
 
 The rare branches of the kernel (the ``otherwise`` of a ``likely`` ``If``: a matrix
 product's exact loops for operands that are not all finite) are compiled only when a
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -67,6 +71,21 @@ def aligned_empty(shape, dtype, alignment=STORAGE_ALIGNMENT):
     raw = np.empty(n * dtype.itemsize + alignment, dtype=np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + n * dtype.itemsize].view(dtype)[:int(np.prod(shape))].reshape(shape)
+
+
+#: every executable alive, whose locks a forked child replaces
+_live = weakref.WeakSet()
+
+
+def _new_locks_in_child():
+    for exe in list(_live):
+        if exe._lock is not None:
+            exe._lock = threading.Lock()
+        exe._complete_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 def owned_buffers(kernel):
@@ -119,6 +138,7 @@ class Executable:
         self._storage = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
         self._lock = threading.Lock() if pointers else None
         self._complete_lock = threading.Lock()
+        _live.add(self)
         #: (call, errors of its statuses, loaded module, emitted IR), replaced as a whole
         #: once the rare branches are compiled (a call still running keeps its module)
         self._running = self._runner(km, text, loaded)

@@ -114,3 +114,63 @@ def test_a_placeholder_named_out_passed_by_position_works(named_out):
     result = np.empty(3)
     assert named_out(x, o, out=[result])[0] is result
     np.testing.assert_array_equal(result, x * o)
+
+
+# -- fork() while another thread is inside a compiled call ------------------------------
+
+FORK_SCRIPT = textwrap.dedent('''
+    import os, sys, threading, time
+    import numpy as np
+    import tegrad as tg
+
+    x = tg.placeholder((192, 192), dtype="float32", name="x")
+    k = tg.reduce_axis((0, 192), name="k")
+    t = tg.compute((192, 192), lambda i, j: x[i, j] * 2.0 + 1.0, name="t")
+    y = tg.compute((192, 192), lambda i, j: tg.sum(t[i, k] * t[k, j], axis=k), name="y")
+    z = tg.compute((192, 192), lambda i, j: tg.exp(y[i, j] * 1e-4) + t[i, j], name="z")
+    f = tg.build([x], [z], threads=2)
+    assert f._executable.storage_arrays, "the function should own temporaries (a lock)"
+    a = np.random.default_rng(0).standard_normal((192, 192)).astype(np.float32)
+    want = f(a)[0].copy()
+    stop = threading.Event()
+
+    def calls():
+        while not stop.is_set():
+            f(a)
+
+    caller = threading.Thread(target=calls)
+    caller.start()
+    children = []
+    for n in range(6):
+        time.sleep(0.003)
+        pid = os.fork()
+        if pid == 0:  # the caller thread is gone here, mid-call or not
+            ok = all(np.allclose(f(a)[0], want, rtol=1e-5) for _ in range(3))
+            os._exit(0 if ok else 3)
+        children.append(pid)
+    stop.set()
+    caller.join()
+    deadline = time.monotonic() + 20
+    codes = {}
+    while len(codes) < len(children) and time.monotonic() < deadline:
+        for pid in children:
+            if pid not in codes:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[pid] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    hung = [pid for pid in children if pid not in codes]
+    for pid in hung:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    print(len(hung), sorted(codes.values()))
+''')
+
+
+def test_children_forked_during_a_compiled_call_can_call_it():
+    run = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    hung, codes = run.stdout.split(" ", 1)
+    assert hung == "0", f"{hung} of 6 children hung"
+    assert codes.strip() == str([0] * 6), f"children's exit codes: {codes}"
