@@ -3,19 +3,30 @@
 Compiled code is cached by the program's structural key (:mod:`.program_key`) and the
 options, so building an equal program again (even from new tensor objects) reuses it;
 building the very same tensors again is a dictionary lookup.
+
+The cache keeps at most :data:`CACHE_SIZE` programs and :data:`CACHE_BYTES` bytes of
+them (their temporaries and compiled code, :attr:`Executable.nbytes`), dropping the least
+recently built first (the most recent one is kept whatever its size). It keeps no
+outputs: a function's spare output arrays live as long as the function the caller
+holds, which the cache references only weakly.
 """
 from __future__ import annotations
 
 import collections
+import ctypes
+import functools
+import gc
 import numbers
 import os
 import re
 import threading
+import weakref
 
 from tegrad.autodiff.result import Gradients
 from tegrad.ir.errors import TegradError
 from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
+from tegrad.reference.memory import physical_memory
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule.parallel import parallelize_stages
 from tegrad.codegen.runtime.compiled import CompiledFunction
@@ -26,9 +37,19 @@ from tegrad.codegen.schedule.dedupe import computed_once
 
 #: how many compiled programs the cache keeps (least recently used ones are dropped)
 CACHE_SIZE = 256
+#: the bytes the cached programs may hold (temporaries and code, as Executable.nbytes
+#: estimates): 1 GiB, or an eighth of the physical memory on a smaller machine. A
+#: program dropped costs a compile (0.1 s to a few s) when built again; held memory is
+#: lost to everything else for the process's life: 256 small programs (~1 MB of code
+#: each) stay within it, programs with temporaries of hundreds of MB are a handful
+CACHE_BYTES = min(2**30, (physical_memory() or 2**33) // 8)
 
+#: key -> (executable, schedule record)
 _executables = collections.OrderedDict()
+#: (ids of inputs, ids of outputs, options) -> (inputs, outputs, key, weak reference
+#: to the last function returned)
 _functions = collections.OrderedDict()
+_cached_bytes = 0
 _lock = threading.Lock()
 
 
@@ -87,6 +108,31 @@ def _remember(cache, key, value):
     cache.move_to_end(key)
     while len(cache) > CACHE_SIZE:
         cache.popitem(last=False)
+
+
+def _remember_executable(key, entry):
+    """Cache ``entry`` (the caller holds the lock), then drop the least recently built
+    programs while the cache holds more than CACHE_SIZE programs or CACHE_BYTES."""
+    global _cached_bytes
+    old = _executables.pop(key, None)
+    if old is not None:
+        _cached_bytes -= old[0].nbytes
+    _executables[key] = entry
+    _cached_bytes += entry[0].nbytes
+    while len(_executables) > 1 and (len(_executables) > CACHE_SIZE
+                                     or _cached_bytes > CACHE_BYTES):
+        _, (dropped, _) = _executables.popitem(last=False)
+        _cached_bytes -= dropped.nbytes
+
+
+def cache_bytes():
+    """The bytes the cached programs hold (see :data:`CACHE_BYTES`).
+
+    >>> clear_cache(); cache_bytes()
+    0
+    """
+    with _lock:
+        return _cached_bytes
 
 
 def _frozen(value):
@@ -173,13 +219,20 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     options = (threads, kernel_name, _frozen(schedule), check_bounds)
     identity = (tuple(map(id, inputs)), tuple(map(id, outputs)), options)
     with _lock:
-        f = _functions.get(identity)
-    if f is not None and all(a is b for a, b in zip(f.inputs, inputs)) \
-            and all(a is b for a, b in zip(f.outputs, outputs)):
-        return f
-    key = (program_key(inputs, outputs), options)
+        known = _functions.get(identity)
+    key = None
+    if known is not None and all(a is b for a, b in zip(known[0], inputs)) \
+            and all(a is b for a, b in zip(known[1], outputs)):
+        f = known[3]()
+        if f is not None:
+            return f
+        key = known[2]  # the function was dropped: its program may still be cached
+    if key is None:
+        key = (program_key(inputs, outputs), options)
     with _lock:
         executable = _executables.get(key)
+        if executable is not None:
+            _executables.move_to_end(key)
     if executable is None:
         record = None
         if schedule == "none":
@@ -193,19 +246,44 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
         executable = Executable(kernel, threads=threads, check_bounds=check_bounds)
         executable = (executable, record)
         with _lock:
-            _remember(_executables, key, executable)
+            _remember_executable(key, executable)
     executable, record = executable
     f = CompiledFunction(inputs, outputs, executable, schedule_record=record)
     with _lock:
-        _remember(_functions, identity, f)
+        _remember(_functions, identity, (tuple(inputs), tuple(outputs), key, weakref.ref(f)))
     return f
 
 
 def clear_cache():
-    """Forget every compiled program (the next builds compile again)."""
+    """Forget every compiled program (the next builds compile again), and give the memory
+    they held back to the system.
+
+    >>> clear_cache()
+    """
+    global _cached_bytes
     with _lock:
         _executables.clear()
         _functions.clear()
+        _cached_bytes = 0
+    gc.collect()  # programs in reference cycles (a traceback holding a function)
+    _trim_heap()
 
 
-__all__ = ["build", "clear_cache"]
+def _trim_heap():
+    """Return the C heap's free pages to the system (glibc keeps the pages freed by
+    LLVM's engines, scattered between live allocations: without this the process kept
+    about 0.7 MB per program dropped)."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+__all__ = ["CACHE_BYTES", "CACHE_SIZE", "build", "cache_bytes", "clear_cache"]

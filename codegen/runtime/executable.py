@@ -73,6 +73,12 @@ def aligned_empty(shape, dtype, alignment=STORAGE_ALIGNMENT):
     return raw[start:start + n * dtype.itemsize].view(dtype)[:int(np.prod(shape))].reshape(shape)
 
 
+#: the memory one LLVM execution engine holds for a small kernel (its target machine,
+#: module and code; measured with mallinfo2 over 20 engines)
+ENGINE_BYTES = 800 * 1024
+#: and per character of the kernel's emitted IR text (a dense gradient's 45 kB: +0.3 MB)
+IR_BYTES_PER_CHARACTER = 8
+
 #: every executable alive, whose locks a forked child replaces
 _live = weakref.WeakSet()
 
@@ -191,6 +197,14 @@ class Executable:
             return call(arrays)
         with self._lock:
             return call(arrays)
+
+    @property
+    def nbytes(self):
+        """An estimate of the memory this executable holds: its storage (temporaries and
+        large local buffers) and its compiled code, LLVM's engine included (measured: about
+        0.8 MB per engine, plus about 8 bytes per character of emitted IR)."""
+        storage = sum(a.nbytes for a in self.storage_arrays)
+        return storage + ENGINE_BYTES + IR_BYTES_PER_CHARACTER * len(self._running[3])
 
     @property
     def loaded(self):

@@ -174,3 +174,59 @@ def test_children_forked_during_a_compiled_call_can_call_it():
     hung, codes = run.stdout.split(" ", 1)
     assert hung == "0", f"{hung} of 6 children hung"
     assert codes.strip() == str([0] * 6), f"children's exit codes: {codes}"
+
+
+# -- the build cache ---------------------------------------------------------------------
+
+
+def _rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_distinct_builds_leave_little_memory_behind_once_the_cache_is_cleared():
+    from tegrad.codegen.runtime import builder
+    x = tg.placeholder((16,), dtype="float32", name="x")
+
+    def build_and_call(k):
+        f = tg.build([x], [tg.compute((16,), lambda i: x[i] * float(k) + 1.0, name="y")])
+        f(np.ones(16, np.float32))
+
+    for k in range(10):  # the first builds of a process set up LLVM for good
+        build_and_call(k)
+    builder.clear_cache()
+    before, n = _rss(), 60
+    for k in range(10, 10 + n):
+        build_and_call(k)
+    builder.clear_cache()
+    per_build = (_rss() - before) / n
+    # before: ~800 kB per build; what remains is llvmlite's pass builder, which never
+    # frees its instrumentation callbacks (~80-160 kB per optimised module)
+    assert per_build < 300 * 1024, f"{per_build / 1024:.0f} kB kept per build"
+    assert builder.cache_bytes() == 0
+
+
+def test_the_cache_stays_within_its_bytes_and_keeps_no_outputs(monkeypatch):
+    import weakref
+    from tegrad.codegen.runtime import builder
+    builder.clear_cache()
+    monkeypatch.setattr(builder, "CACHE_BYTES", 40 * 2**20)
+    a = tg.placeholder((2,), dtype="float32", name="a")
+    dropped = []
+    for k in range(5):
+        tmp = tg.compute((2048, 2048), lambda i, j: tg.cast(i + j, "float32") * a[0] + k,
+                         name="tmp")  # 16 MB, owned by the executable
+        y = tg.compute((2048, 2048), lambda i, j: tmp[i, j] + tmp[j, i], name="y")
+        f = tg.build([a], [y])
+        out = f(np.ones(2, np.float32))[0]
+        assert out[3, 5] == 2 * (8 + k)
+        assert builder.cache_bytes() <= builder.CACHE_BYTES
+        assert builder.cache_bytes() >= f._executable.nbytes >= 16 * 2**20
+        dropped.append((weakref.ref(f._executable), weakref.ref(out)))
+        del f, out
+    # the last program is cached; its output, returned before and dropped, is not kept
+    assert all(o() is None for _, o in dropped), "a cached function kept its outputs"
+    alive = sum(e() is not None for e, _ in dropped)
+    assert 1 <= alive <= 2, f"{alive} programs of 16 MB alive under a bound of 40 MB"
+    builder.clear_cache()
+    assert all(e() is None for e, _ in dropped)
