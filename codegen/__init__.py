@@ -5,6 +5,6 @@
 library for this machine or another target.
 """
 from tegrad.codegen.export.program import export
-from tegrad.codegen.runtime import CompiledFunction, build
+from tegrad.codegen.runtime import CompiledFunction, build, clear_cache
 
-__all__ = ["CompiledFunction", "build", "export"]
+__all__ = ["CompiledFunction", "build", "clear_cache", "export"]

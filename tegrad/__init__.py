@@ -14,9 +14,9 @@ from tegrad.ir.builders import (abs, acos, acosh, all, any, asin, asinh, atan, a
                                 floordiv, floormod, if_then_else, log, log1p, max_value, min_value,
                                 power, round, sigmoid, sign, sin, sinh, sqrt, stop_gradient, tan,
                                 tanh, trunc)
-from tegrad.ir.errors import (DifferentiationError, DTypeError, FeedError, ImmutableError,
-                              IndexingError, OutOfBoundsError, ScopeError, ShapeError,
-                              TegradError)
+from tegrad.ir.errors import (BufferTooLargeError, DifferentiationError, DTypeError, FeedError,
+                              ImmutableError, IndexingError, OutOfBoundsError, ScopeError,
+                              ShapeError, TegradError)
 from tegrad.reference.evaluator import evaluate
 from tegrad.reference.memory import set_memory_limit
 from tegrad.ir.expr import Expr, IterVar, Var, structural_equal
@@ -28,9 +28,10 @@ from tegrad.ir.tensor import Tensor, compute, placeholder, scan, scatter_add
 __version__ = "0.1.0"
 
 from tegrad import autodiff, nn, ops  # noqa: E402  (operator library and differentiation)
+from tegrad import optim  # noqa: E402  (optimizers as tensor expressions)
 from tegrad.pipeline import DifferentiationResult, differentiate, jacobian  # noqa: E402
 from tegrad import testing  # noqa: E402
 from tegrad.analysis.cost import Cost, cost  # noqa: E402
 from tegrad.zero_elim.explain import explain  # noqa: E402
 from tegrad.zero_elim.program import eliminate_zeros  # noqa: E402
-from tegrad.codegen import build, export  # noqa: E402
+from tegrad.codegen import build, clear_cache, export  # noqa: E402

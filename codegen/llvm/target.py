@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
 import threading
 
 import llvmlite.binding as llvm
@@ -22,9 +23,21 @@ import llvmlite.binding as llvm
 LIBM_SYMBOLS = ("erf", "exp", "expf", "exp2", "exp2f", "log", "logf", "sin", "sinf", "cos",
                 "cosf", "tanh", "tanhf", "pow", "powf", "fmod", "fmodf", "sqrt", "sqrtf",
                 "floor", "floorf", "ceil", "ceilf", "trunc", "truncf", "roundeven",
-                "roundevenf", "fmax", "fmin", "fmaxf", "fminf")
+                "roundevenf", "fmax", "fmin", "fmaxf", "fminf", "tan", "tanf", "asin", "asinf",
+                "acos", "acosf", "atan", "atanf", "atan2", "atan2f", "sinh", "sinhf", "cosh",
+                "coshf", "asinh", "acosh", "atanh", "log1p", "expm1")
 
 _lock = threading.Lock()
+
+
+def _new_lock_in_child():
+    # a thread of the parent compiling at fork() never releases the lock in the child
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 #: vectorised loops of at least this many lanes also get a vectorised epilogue
 EPILOGUE_MIN_LANES = 8

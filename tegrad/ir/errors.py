@@ -34,6 +34,11 @@ class OutOfBoundsError(TegradError, IndexError):
     """A tensor read (or scatter) outside the tensor's shape during evaluation."""
 
 
+class BufferTooLargeError(TegradError, MemoryError):
+    """A buffer (a stage's output or temporary) needs more bytes than the machine's
+    physical memory, so it is refused before anything is allocated."""
+
+
 class ImmutableError(TegradError, AttributeError):
     """An assignment to an attribute of a tensor or stage, which are immutable."""
 

@@ -27,7 +27,7 @@ built, their outputs when called) refuse such a buffer up front with a
 >>> check_buffers_fit([("big", (2**31 - 1, 2**31 - 1), "float32")], "temporary")
 Traceback (most recent call last):
 ...
-tegrad.reference.memory.BufferTooLargeError: the temporary 'big' (shape (2147483647, 2147483647), float32) needs 18.4 EB (18446744056529682436 bytes), more than this machine's physical memory (...)
+tegrad.ir.errors.BufferTooLargeError: the temporary 'big' (shape (2147483647, 2147483647), float32) needs 18.4 EB (18446744056529682436 bytes), more than this machine's physical memory (...)
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import os
 
 import numpy as np
 
-from tegrad.ir.errors import TegradError
+from tegrad.ir.errors import BufferTooLargeError, TegradError
 
 #: the fraction of the available memory one stage may use when no limit is set
 DEFAULT_FRACTION = 0.5
@@ -51,11 +51,6 @@ _limit = None
 #: where a control group's memory limit is read (cgroup v2, then v1): a container's
 #: processes are killed past it, whatever memory the machine has
 CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-
-
-class BufferTooLargeError(TegradError, MemoryError):
-    """A buffer (a stage's output or temporary) needs more bytes than the machine's
-    physical memory, so it is refused before anything is allocated."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,7 +92,7 @@ def check_buffers_fit(buffers, role, memory=None):
     >>> check_buffers_fit([("y", (1000,), "float64")], "output", memory=4000)
     Traceback (most recent call last):
     ...
-    tegrad.reference.memory.BufferTooLargeError: the output 'y' (shape (1000,), float64) needs 8.0 kB (8000 bytes), more than this machine's physical memory (4.0 kB)
+    tegrad.ir.errors.BufferTooLargeError: the output 'y' (shape (1000,), float64) needs 8.0 kB (8000 bytes), more than this machine's physical memory (4.0 kB)
     """
     memory = physical_memory() if memory is None else memory
     if memory is None:
