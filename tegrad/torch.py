@@ -123,18 +123,6 @@ def _schema(inputs, outputs):
     return f"({args}) -> {result}"
 
 
-def _plain(tensors):
-    """Whether the call can run eagerly without PyTorch's dispatcher: plain tensors, and no
-    tracing mode, fake mode or functorch transform that must see the operator."""
-    if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
-        return False
-    tensor = torch.Tensor
-    for t in tensors:
-        if type(t) is not tensor:
-            return False
-    return True
-
-
 class _Apply(torch.autograd.Function):
     """The eager route with gradients (the registered operator's autograd computes the
     same, through the dispatcher, at several times the cost per call)."""
@@ -182,7 +170,7 @@ class Operator:
             names = ", ".join(t.name for t in self.inputs)
             raise FeedError(f"operator {self.name!r} takes {self._n} tensors ({names}), got "
                             f"{len(tensors)}")
-        if torch.compiler.is_compiling() or not _plain(tensors):
+        if torch.compiler.is_compiling() or not self._plain(tensors):
             return self.custom_op(*tensors)
         if torch.is_grad_enabled():
             for t in tensors:
@@ -191,10 +179,27 @@ class Operator:
         outs = self._run(tensors)
         return outs[0] if self._single else outs
 
+    def _plain(self, tensors):
+        """Whether the call can run eagerly without PyTorch's dispatcher: plain tensors, and
+        no tracing mode, fake mode or functorch transform that must see the operator."""
+        if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
+            return False
+        tensor = torch.Tensor
+        for k, t in enumerate(tensors):
+            if type(t) is not tensor:
+                self._check_one(k, t)  # not a tensor at all: say which argument
+                return False  # a subclass (fake, functional, ...): the dispatcher's
+        return True
+
     def _run(self, tensors):
         """The outputs (a tuple of tensors) of the compiled function on ``tensors``, whose
         CPU memory it reads in place (the arrays ``.numpy()`` gives share it)."""
         try:
+            # dtypes must match exactly (the gradients PyTorch expects have the inputs'
+            # dtypes), though a compiled function would convert exactly representable values
+            for t, dtype in zip(tensors, self._in_dtypes):
+                if t.dtype is not dtype:
+                    raise TypeError
             arrays = [t.numpy() for t in tensors]
         except (RuntimeError, TypeError, AttributeError):
             # not a tensor, not on the CPU, needing a gradient, or a lazy view: the checks
@@ -202,7 +207,7 @@ class Operator:
             arrays = [self._array(k, t) for k, t in enumerate(tensors)]
         try:
             outs = self.function(*arrays)
-        except (DTypeError, ShapeError):
+        except (DTypeError, ShapeError, FeedError):
             self._check(tensors)  # the same error in PyTorch's terms
             raise
         return tuple(torch.from_numpy(a) for a in outs)
