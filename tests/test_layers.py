@@ -2,8 +2,8 @@
 
 The layers, lowest first (docs/architecture.md): the solver, the IR, the analyses, the
 reference evaluator, autodiff, zero elimination, code generation, the pipeline composing
-them, the operator library, the neural-network layers, the user tools, the package
-itself, and the command-line programs on top of its public API. Every import statement counts, at module level or inside a function: an import
+them, the operator library, the neural-network layers, the optimizers, the user tools,
+the package itself, and the command-line programs on top of its public API. Every import statement counts, at module level or inside a function: an import
 moved into a function to dodge a cycle is still a cycle.
 """
 import ast
@@ -20,6 +20,8 @@ LAYERS = [
     ["tegrad.pipeline"],
     ["tegrad.ops"],
     ["tegrad.nn"],
+    # optimizers: update rules written with the operators, beside the layers
+    ["tegrad.optim"],
     ["tegrad.testing", "tegrad.explain", "tegrad.torch"],
     ["tegrad"],
     # the command-line programs are written against the public API (import tegrad as tg);
