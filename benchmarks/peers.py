@@ -3,7 +3,10 @@ numpy and PyTorch (and the register-blocked gemm kernel on dense 512^3), all mea
 alternately in one process (so a busy machine slows every column alike). Each timed call
 follows an untimed call of the same contender, made once the other runtimes' worker
 threads have stopped spinning: a runtime is timed as in a loop of its own, not on a
-core another runtime's idle threads still hold.
+core another runtime's idle threads still hold. Every gradient is taken for a random
+output gradient (an input of the case, as in a training step), never of a plain sum,
+which would let zero elimination skip the product with it; GFLOP/s count only the work
+every contender must do (no multiply by padding zeros, no gradient nobody asks for).
 
     python benchmarks/peers.py [--threads N] [--repeats R] [--cases dense,conv2d]
 
@@ -67,6 +70,11 @@ def _window(xp, ry, rx, oh, ow, stride, dilation):
 
 def _out_size(size, k, stride, pad, dilation):
     return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+def _inside_taps(size, out, k, stride, pad, dilation):
+    """The (output position, tap) pairs along one axis that read the input, not padding."""
+    return sum(0 <= o * stride + r * dilation - pad < size for o in range(out) for r in range(k))
 
 
 def np_conv2d(x, w, stride=1, padding=0, dilation=1):
@@ -157,8 +165,12 @@ class Case:
     ``inputs(rng)`` gives numpy arrays; ``program()`` returns ``(placeholders, outputs)``
     with outputs ``[forward, *gradients]``; ``numpy(*arrays)`` and ``torch(*tensors)``
     return the same list (a forward-only case's numpy function is called with
-    ``grad=False`` and computes the forward alone). Gradients are those of ``sum(forward)`` with respect to the
-    inputs listed in ``grad_of`` (indices), or none when ``forward_only``.
+    ``grad=False`` and computes the forward alone). The gradients are those of the inputs
+    listed in ``grad_of`` (indices), or none when ``forward_only``: of a scalar forward
+    directly, else for a random output gradient ``head`` (the last input, as in a
+    training step; ``sum(forward)`` would let zero elimination skip the product with it),
+    which the numpy function takes as ``head=``. ``flops`` counts only the work every
+    contender must do.
     """
 
     name: str
@@ -173,28 +185,34 @@ class Case:
     tags: tuple = field(default=())
 
 
-def _tegrad_program(forward, grad_of, forward_only):
-    """``program()`` for a case: placeholders made by ``forward``, gradients by tegrad."""
+def _tegrad_program(forward, grad_of, forward_only, with_head):
+    """``program()`` for a case: placeholders made by ``forward``, gradients by tegrad
+    (for a head placeholder, appended to the inputs, when ``with_head``)."""
     def program():
         placeholders, out = forward()
         if forward_only:
             return placeholders, [out]
         wrt = [placeholders[i] for i in grad_of]
-        return placeholders, [out] + list(tg.differentiate(out, wrt))
+        if not with_head:
+            return placeholders, [out] + list(tg.differentiate(out, wrt))
+        head = tg.placeholder(out.shape, dtype=out.dtype, name="head")
+        return placeholders + [head], [out] + list(tg.differentiate(out, wrt, head=head))
     return program
 
 
-def _torch_program(forward, grad_of, forward_only):
+def _torch_program(forward, grad_of, forward_only, with_head):
     def run(*tensors):
         import torch
         if forward_only:
             with torch.no_grad():
                 return [forward(*tensors)]
+        if with_head:
+            *tensors, head = tensors
         wrt = [tensors[i] for i in grad_of]
         for t in wrt:
             t.grad = None
         out = forward(*tensors)
-        grads = torch.autograd.grad(out, wrt, torch.ones_like(out))
+        grads = torch.autograd.grad(out, wrt, head if with_head else None)
         return [out.detach()] + list(grads)
     return run
 
@@ -202,8 +220,10 @@ def _torch_program(forward, grad_of, forward_only):
 def make_case(name, shapes, tegrad_forward, numpy_fn, torch_forward, grad_of, *, flops=None,
               forward_only=False, int_inputs=None, tolerance=2e-3, tags=()):
     """A :class:`Case` from float32 input ``shapes`` (``int_inputs``: index -> (high,
-    shape) for integer inputs drawn in ``[0, high)``)."""
+    shape) for integer inputs drawn in ``[0, high)``). A case with gradients of a
+    non-scalar forward takes a random output gradient ``head`` as its last input."""
     int_inputs = int_inputs or {}
+    head_shape = None
 
     def inputs(rng):
         out = []
@@ -213,6 +233,8 @@ def make_case(name, shapes, tegrad_forward, numpy_fn, torch_forward, grad_of, *,
                 out.append(rng.integers(0, high, ishape).astype(np.int64))
             else:
                 out.append(rng.standard_normal(shape).astype(F32))
+        if head_shape:
+            out.append(rng.standard_normal(head_shape).astype(F32))
         return out
 
     def forward():
@@ -225,12 +247,21 @@ def make_case(name, shapes, tegrad_forward, numpy_fn, torch_forward, grad_of, *,
                 placeholders.append(tg.placeholder(shape, dtype="float32", name=f"in{i}"))
         return placeholders, tegrad_forward(*placeholders)
 
-    def numpy_run(*arrays):
-        return numpy_fn(*arrays, grad=False) if forward_only else numpy_fn(*arrays)
+    if not forward_only:
+        head_shape = tuple(forward()[1].shape) or None
+    with_head = head_shape is not None
 
-    return Case(name, inputs, _tegrad_program(forward, grad_of, forward_only), numpy_run,
-                _torch_program(torch_forward, grad_of, forward_only), grad_of, flops,
-                forward_only, tolerance, tags)
+    def numpy_run(*arrays):
+        if forward_only:
+            return numpy_fn(*arrays, grad=False)
+        if with_head:
+            *arrays, head = arrays
+            return numpy_fn(*arrays, head=head)
+        return numpy_fn(*arrays)
+
+    return Case(name, inputs, _tegrad_program(forward, grad_of, forward_only, with_head),
+                numpy_run, _torch_program(torch_forward, grad_of, forward_only, with_head),
+                grad_of, flops, forward_only, tolerance, tags)
 
 
 def _F():
@@ -242,11 +273,14 @@ def conv_case(name, stride, dilation, padding=1):
     """conv2d forward and both gradients for a random output gradient ``head`` (an input
     of the case, as in a training step): the loss is ``sum(conv2d(x, w) * head)``. With a
     head of ones instead, zero elimination would turn the gradients into window sums of
-    one operand, which is not the work a training step does."""
+    one operand, which is not the work a training step does. The flops count the
+    multiply-adds of taps that read the input (not the zero padding) three times: the
+    forward, dx and dw."""
     n, c, h, w, f = 8, 32, 32, 32, 64
     oh = _out_size(h, 3, stride, padding, dilation)
     ow = _out_size(w, 3, stride, padding, dilation)
-    flops = 3 * 2 * n * f * oh * ow * c * 9
+    flops = 3 * 2 * n * f * c * (_inside_taps(h, oh, 3, stride, padding, dilation)
+                                 * _inside_taps(w, ow, 3, stride, padding, dilation))
 
     def numpy_fn(x, wt, head, grad=True):
         out = np_conv2d(x, wt, stride, padding, dilation)
@@ -270,21 +304,19 @@ def conv_case(name, stride, dilation, padding=1):
 def dense_case():
     m = n = k = 512
 
-    def numpy_fn(x, w):
-        out = x @ w.T
-        g = np.ones_like(out)
-        return [out, g @ w, g.T @ x]
+    def numpy_fn(x, w, head):
+        return [x @ w.T, head @ w, head.T @ x]
 
     return make_case("dense 512x512x512", [(m, k), (n, k)], nn.dense, numpy_fn,
                      lambda x, w: _F().linear(x, w), (0, 1), flops=3 * 2 * m * n * k)
 
 
 def max_pool_case(name, shape, k, stride, dilation=1, forward_only=False, tags=()):
-    def numpy_fn(x, grad=True):
+    def numpy_fn(x, head=None, grad=True):
         out, _ = np_max_pool(x, k, stride, dilation)
         if not grad:
             return [out]
-        return [out, np_max_pool_backward(x, k, stride, np.ones_like(out), dilation)]
+        return [out, np_max_pool_backward(x, k, stride, head, dilation)]
 
     return make_case(name, [shape],
                      lambda x: nn.max_pool2d(x, k, stride=stride, dilation=dilation),
@@ -296,9 +328,8 @@ def max_pool_case(name, shape, k, stride, dilation=1, forward_only=False, tags=(
 def avg_pool_case():
     shape, k, s, p = (8, 64, 32, 32), 3, 1, 1
 
-    def numpy_fn(x):
-        out = np_avg_pool(x, k, s, p)
-        return [out, np_avg_pool_backward(x, k, s, p, np.ones_like(out))]
+    def numpy_fn(x, head):
+        return [np_avg_pool(x, k, s, p), np_avg_pool_backward(x, k, s, p, head)]
 
     return make_case("avg_pool 3x3 s1 p1 8x64x32x32", [shape],
                      lambda x: nn.avg_pool2d(x, k, stride=s, padding=p), numpy_fn,
@@ -321,11 +352,11 @@ def softmax_ce_case():
 def l2_normalize_case():
     eps = 1e-12
 
-    def numpy_fn(x):
+    def numpy_fn(x, head):
         s = np.maximum((x * x).sum(axis=1, keepdims=True), eps)
         r = 1 / np.sqrt(s)
         out = x * r
-        g = np.ones_like(out)
+        g = head
         # d/dx (x / sqrt(s)) . g = g / sqrt(s) - x * sum(g * x) / s^(3/2)
         dx = g * r - x * (g * x).sum(axis=1, keepdims=True) * r ** 3
         return [out, dx]
@@ -357,7 +388,9 @@ def mlp_case():
         F = _F()
         return F.cross_entropy(F.linear(F.relu(F.linear(x, w1, b1)), w2, b2), labels)
 
-    flops = 3 * 2 * batch * (d_in * hidden + hidden * classes)
+    # the input takes no gradient: two products per weight of the first layer, three of
+    # the second (the forward, dw2 and dh)
+    flops = 2 * batch * (2 * d_in * hidden + 3 * hidden * classes)
     return make_case("digits MLP step 64-128-10, batch 64",
                      [(batch, d_in), None, (hidden, d_in), (hidden,), (classes, hidden),
                       (classes,)], tegrad_fn, numpy_fn, torch_fn, (2, 3, 4, 5), flops=flops,
@@ -397,11 +430,11 @@ def transpose_case(op_name, forward_only):
     def tegrad_fn(a):
         return tg.compute((n, n), lambda i, j: combine(a[i, j], a[j, i]), name="sym")
 
-    def numpy_fn(a, grad=True):
+    def numpy_fn(a, head=None, grad=True):
         out = combine(a, a.T)
         if not grad:
             return [out]
-        g = np.ones_like(out)
+        g = head
         grad = g + g.T if op_name == "add" else g * a.T + (g * a).T
         return [out, grad]
 
@@ -414,11 +447,11 @@ def transpose_case(op_name, forward_only):
 def take_case(forward_only):
     rows, width, count = 1000, 64, 4096
 
-    def numpy_fn(x, idx, grad=True):
+    def numpy_fn(x, idx, head=None, grad=True):
         out = x[idx]
         if not grad:
             return [out]
-        g = np.ones_like(out)
+        g = head
         # sum the gradient rows of equal indices: sort, then reduce each run
         order = np.argsort(idx, kind="stable")
         sorted_idx = idx[order]
