@@ -4,10 +4,14 @@ The body is expanded into terms (:mod:`.terms`); each term's summation domain is
 simplified (:mod:`.domain`); terms that end on the same domain are added back into one
 sum; a term whose output index is fixed only by data (``I[b] == v``: a gradient of a
 data-dependent read) becomes a scatter-accumulate over its own domain instead of a
-gather that would scan that domain for every output element; so does a term that
-writes a small part of the output (the gradient of a strided slice), and a term selected
+gather that would scan that domain for every output element; so does a term whose
+gather would search a domain smaller than the output for the points hitting each output
+element, one whose index map is invertible (a direct gather: ``dx[x] = dy[x - 1]``) only
+when it writes at most half of the output (the gradient of a slice), and a term selected
 by data on its own axes that shares no loop, when its scatter visits fewer points (the
-max-pool gradient over overlapping windows).
+max-pool gradient over overlapping windows). Shifted reads (``blur[x] = in[x] + in[x +
+1]``) thus get gathers, each term guarded by its consumer's domain:
+``din[x] = (x < N - 1 ? dblur[x] : 0) + (x >= 1 ? dblur[x - 1] : 0)``.
 
 With the supports of the stages already rewritten (:mod:`.support`), each term is first
 restricted to where the gradient stages it multiplies by can be nonzero.
@@ -17,6 +21,8 @@ own (:mod:`.hoist`). The result computes the same values as the stage:
 ``stage[x] == optimized[x]`` for every ``x`` in the stage's shape.
 """
 from __future__ import annotations
+
+from fractions import Fraction
 
 from tegrad.ir.expr import Binary, Const, IterVar, Select, Var, structural_equal
 from tegrad.ir.mapper import free_var_names, substitute
@@ -70,13 +76,17 @@ def _optimize_compute(t, supports=None):
     for term in expand(op.body, taken=axis_names):
         if supports is not None:
             term = supports.guard(term)
-        pinned, must = _scatter_index(term, axis_names, t.size)
-        if must:
+        pinned, data = _scatter_index(term, axis_names)
+        if data:
             scatters.append((term, pinned))
             continue
         simplified = solve_term_domain(term, params)
-        if simplified is not None:
-            gathers.append((simplified, term, pinned))
+        if simplified is None:
+            continue
+        if _searching(pinned, simplified, term, t.size):
+            scatters.append((term, pinned))
+            continue
+        gathers.append((simplified, term, pinned))
     support = _support_alternatives(gathers, scatters, params)
     out = _rewritten(t, gathers, scatters)
     if supports is not None:
@@ -152,15 +162,13 @@ def _split_affine(conds):
             tuple(c for c in conds if to_constraint(c) is None))
 
 
-def _scatter_index(term, axis_names, size):
-    """``(pinned, must)``: output axes pinned by the term, and whether it must scatter.
+def _scatter_index(term, axis_names):
+    """``(pinned, data)``: output axes pinned by the term, and whether by data.
 
     Output axes are pinned by equalities ``v == e`` with ``e`` over the term's axes;
     ``pinned`` is None unless every output axis is pinned or one ``e`` depends on data.
-    A term must scatter when some ``e`` is data-dependent (a read: a gather would scan
-    the term's domain for every output point), or when it is fully pinned and its domain
-    is smaller than the output (a strided slice: a gather would visit every output point
-    to find the few that receive a value).
+    A term pinned by data (a read: a gather would scan the term's domain for every
+    output point) must scatter.
     """
     axes = {ax.name for ax in term.axes}
     if not axes or any(type(ax.lo) is not Const or type(ax.extent) is not Const
@@ -183,10 +191,59 @@ def _scatter_index(term, axis_names, size):
         return pinned, True
     if len(pinned) != len(axis_names):
         return None, False
+    return pinned, False
+
+
+def _box(term):
+    """Points of the term's rectangular domain (its axes have constant bounds)."""
     box = 1
     for ax in term.axes:
         box *= ax.extent.value
-    return pinned, box < size
+    return box
+
+
+def _direct(pinned, term, simplified):
+    """The term's index map is invertible: the pinned output axes are ``x == A y + c``
+    with ``A`` square over the term's axes ``y`` and of nonzero determinant, so its
+    gather computes the one point it reads, ``y == A^-1 (x - c)`` under conditions on
+    ``x``, with no loop left (a shift, a transpose, a shear, a stride)."""
+    if not pinned or simplified[1].axes or len(term.axes) != len(pinned):
+        return False
+    names = [ax.name for ax in term.axes]
+    rows = []
+    for e in pinned.values():
+        aff = to_affine(e)
+        if aff is None or not all(isinstance(atom, str) for atom in aff.as_dict()):
+            return False  # a division or a modulo: not linear in the term's axes
+        rows.append([aff.coeff(n) for n in names])
+    return _determinant(rows) != 0
+
+
+def _determinant(rows):
+    """The determinant of a small square matrix (exact, by Gaussian elimination)."""
+    m = [[Fraction(v) for v in row] for row in rows]
+    det = Fraction(1)
+    for col in range(len(m)):
+        pivot = next((r for r in range(col, len(m)) if m[r][col] != 0), None)
+        if pivot is None:
+            return 0
+        if pivot != col:
+            m[col], m[pivot] = m[pivot], m[col]
+            det = -det
+        det *= m[col][col]
+        for r in range(col + 1, len(m)):
+            f = m[r][col] / m[col][col]
+            m[r] = [a - f * b for a, b in zip(m[r], m[col])]
+    return det
+
+
+def _searching(pinned, simplified, term, size):
+    """A fully pinned term must scatter when its gather would search: each output point
+    loops over the term's domain to find the few points that hit it (an index map that
+    is not invertible), and that domain is smaller than the output."""
+    if not pinned or _direct(pinned, term, simplified):
+        return False
+    return _box(term) < size
 
 
 def _merge_key(outer, term):
@@ -198,11 +255,13 @@ def _merge_key(outer, term):
 def _scatter_cheaper_groups(t, gathers, scatters):
     """Move fully pinned terms to ``scatters`` where scattering visits fewer points.
 
-    Terms over one domain scatter together, one pass with an accumulation each (the
-    bilinear-resize gradient: four taps per output point); a lone term scatters when it
-    is selected by data on its own axes and shares no loop with other gathers (the
-    max-pool gradient over overlapping windows). Dense single terms stay gathers, which
-    write each output once.
+    Terms whose gathers are direct (an invertible index map: a shift, a transpose, a
+    stride) scatter, together, only when they write at most half the output (a slice's
+    gradient). Other terms over one domain scatter together, one pass with an
+    accumulation each (the bilinear-resize gradient: four taps per output point); a
+    lone term scatters when it is selected by data on its own axes and shares no loop
+    with other gathers (the max-pool gradient over overlapping windows). Dense single
+    terms stay gathers, which write each output once.
     """
     keys = [_merge_key(*g[0]) for g in gathers]
     groups = []
@@ -217,16 +276,26 @@ def _scatter_cheaper_groups(t, gathers, scatters):
             groups.append([(k, term, pinned)])
     moved = set()
     for group in groups:
-        if len(group) == 1:
+        direct = all(_direct(p, term, gathers[k][0]) for k, term, p in group)
+        if direct and 2 * _box(group[0][1]) > t.size:
+            continue  # the scatter would write more than half the output (see below)
+        if len(group) == 1 and not direct:
             k, term, _ = group[0]
             alone = sum(1 for key in keys if bool(key == keys[k])) == 1
             if not (_sparse(term) and alone):
                 continue
         indices = [k for k, _, _ in group]
-        gather = _stage_of(t, _gather_body([gathers[k][0] for k in indices], t.dtype))
         scatter = _scatter_stage(t.op.name, t, t.op.axes, [(term, p) for _, term, p in group],
                                  None)
-        if _fewer_iterations(scatter, gather):
+        if direct:
+            # a direct gather visits each output point once and computes where it
+            # reads, in parallel and vectorised (blur: dx[x] = dy[x] + dy[x - 1]); the
+            # scatter is kept only where it writes at most half its output (a slice)
+            move = _at_most_half(scatter, t.size)
+        else:
+            gather = _stage_of(t, _gather_body([gathers[k][0] for k in indices], t.dtype))
+            move = _fewer_iterations(scatter, gather)
+        if move:
             scatters.extend((term, p) for _, term, p in group)
             moved.update(indices)
     return [g[0] for k, g in enumerate(gathers) if k not in moved]
@@ -236,6 +305,15 @@ def _fewer_iterations(a, b):
     """``a`` iterates fewer points than ``b`` (False when either cannot be counted)."""
     try:
         return stage_cost(a).iterations < stage_cost(b).iterations
+    except CountError:
+        return False
+
+
+def _at_most_half(scatter, size):
+    """The scatter visits at most ``size / 2`` points (False when they cannot be
+    counted)."""
+    try:
+        return 2 * stage_cost(scatter).iterations <= size
     except CountError:
         return False
 

@@ -26,7 +26,7 @@ guarded sum is the hand-written gradient's value, not NaN. The guard also shrink
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Binary, Cast, Neg, Read
+from tegrad.ir.expr import Binary, Cast, Neg, Read, structural_equal
 from tegrad.analysis.affine import from_constraint, to_affine, to_constraint
 from tegrad.zero_elim.domain import implied, parameter_ranges
 from tegrad.zero_elim.terms import Term
@@ -95,8 +95,11 @@ class Supports:
             for con in constraints:
                 if not con.variables() <= at.keys():
                     continue  # an index that is not affine: no guard (the sum stays wider)
-                c = from_constraint(con.substitute(at).normalized())
-                if not any(c == old for old in term.conds + tuple(extra)):
+                con = con.substitute(at).normalized()
+                if con.truth is True:
+                    continue  # a constant index inside the support
+                c = from_constraint(con)
+                if not any(structural_equal(c, old) for old in term.conds + tuple(extra)):
                     extra.append(c)
         if not extra:
             return term
@@ -108,6 +111,11 @@ def _hull(alternatives, ranges):
     ranges imply: a conjunction containing the union of the alternatives."""
     if not alternatives or any(not alt for alt in alternatives):
         return []
+    unique = []
+    for alt in alternatives:
+        if not any(alt == other for other in unique):
+            unique.append(alt)
+    alternatives = unique
     kept = []
     for alt in alternatives:
         for con in alt:

@@ -488,6 +488,15 @@ def _():
     return out, [x], [_n(out.shape)]
 
 
+@_entry("strided_slice/crop_one_row")
+def _():
+    x = _x((10, 12))
+    out = ops.strided_slice(x, [1, 0], [10, 12])
+    # it writes most of x (more than half: no small part), through an invertible shift:
+    # dx[i, j] = i >= 1 ? head[i - 1, j] : 0, a gather writing each point once: X
+    return out, [x], [_n(x.shape)]
+
+
 @_entry("slice_like/all_axes")
 def _():
     x, like = _x((12, 10)), _x((5, 7), "like")
