@@ -255,7 +255,7 @@ class OptimizerState:
     """
 
     def __init__(self, kind, params, buffers, step):
-        self.kind = kind  # the optimizer's description of its state: (name, buffer names)
+        self.kind = kind  # (optimizer name, buffer names, whether it counts steps)
         self.params = tuple(params)
         self.buffers = tuple(buffers)  # one {buffer name: placeholder} per parameter
         self.step = step
@@ -361,7 +361,8 @@ class Optimizer:
         if not isinstance(state, OptimizerState):
             raise OptimizerError(f"state must be the OptimizerState of state_placeholders(), "
                                  f"got {state!r}")
-        if state.kind != self._kind():
+        # the same buffers and step count will do (Adam's state serves AdamW)
+        if state.kind[1:] != self._kind()[1:]:
             raise OptimizerError(f"state holds {state.kind[0]}'s buffers "
                                  f"{list(state.kind[1])}, not {self.name}'s "
                                  f"{list(self.buffers)}; make it with this optimizer's "

@@ -149,6 +149,8 @@ def test_invalid_updates():
           [grads[0], single], state)
     fails(optim.OptimizerError, "state holds sgd's buffers ['momentum_buffer'], not adam's",
           ps, grads, optim.sgd(0.1, momentum=0.9).state_placeholders(ps))
+    # Adam's and AdamW's states hold the same buffers: either serves the other
+    assert len(optim.adamw().update(ps, grads, state)) == len(ps) + len(state)
     others = params()
     fails(optim.OptimizerError, "state was made for the parameters", others, grads, state)
     fails(optim.OptimizerError, "state must be the OptimizerState", ps, grads, list(state))
