@@ -592,17 +592,44 @@ def available(contender):
     return None
 
 
-def stage_view(model, f, arrays, top=10):
-    """tegrad's schedule and costliest stages, and PyTorch eager's costliest operators."""
-    lines = [f"### {model.title}: tegrad's schedule\n", "```", str(f.schedule), "```", ""]
+def schedule_lines(f):
+    """``{stage name: how it runs}`` from a compiled function's schedule (the first line
+    under each stage's header: the gemm kernel or its loops)."""
+    out, names = {}, []
+    for line in str(f.schedule).splitlines():
+        if line.startswith(("stage ", "stages ")):
+            header = line.split(" ", 1)[1].split(" (")[0]
+            names = [n.strip() for n in header.split(",")]
+            fused = " (fused)" in line
+        elif names and line.startswith("  "):
+            how = line.strip()
+            if len(how) > 70:
+                how = how[:67] + "..."
+            for n in names:
+                out.setdefault(n, ("fused: " if fused else "") + how)
+    return out
+
+
+def stage_view(model, f, arrays, top=12):
+    """tegrad's costliest stages (their own flops: ``tg.cost`` of the program up to the
+    stage in topological order, less that up to the stage before) with how each runs, and PyTorch eager's costliest
+    operators (profiler, self CPU time of 5 steps)."""
     _, outputs, _ = model.program()
-    rows = []
-    for t in tg.topological_order(outputs):
-        c = tg.cost([t])
-        rows.append((t.name, tuple(t.shape), c.iterations, c.flops))
-    rows.sort(key=lambda r: -r[3])
-    lines.append("tegrad: costliest stages (flops of the stage and every stage it needs)\n")
-    lines.append(_table(["stage", "shape", "iterations", "flops"], rows[:top]))
+    how = schedule_lines(f)
+    order = tg.topological_order(outputs)
+    rows, total, done = [], tg.cost(outputs).flops, 0
+    for i, t in enumerate(order):
+        # a prefix of a topological order holds everything it needs: its cost less the
+        # shorter prefix's is the stage's own
+        upto = tg.cost(order[:i + 1]).flops
+        own, done = upto - done, upto
+        if own:
+            rows.append((t.name, "x".join(map(str, t.shape)) or "scalar", own,
+                         f"{100 * own / total:.1f}", how.get(t.name, "")))
+    rows.sort(key=lambda r: -r[2])
+    lines = [f"### {model.title}\n",
+             f"tegrad: the {top} stages of most flops (of {total} in all)\n",
+             _table(["stage", "shape", "flops", "% of flops", "runs as"], rows[:top])]
     try:
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -613,8 +640,9 @@ def stage_view(model, f, arrays, top=10):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(5):
                 step(t)
-        lines += ["", "PyTorch eager: operators by self CPU time (5 steps)", "```",
-                  prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top), "```"]
+        lines += ["", "PyTorch eager: operators by self CPU time (5 steps)\n", "```",
+                  prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top),
+                  "```"]
         del torch
     except ImportError:
         pass
