@@ -18,7 +18,7 @@ from __future__ import annotations
 from tegrad import autodiff
 from tegrad.autodiff.result import Gradients
 from tegrad.autodiff.reverse import jacobian_program
-from tegrad.zero_elim.explain import explain_pair
+from tegrad.zero_elim.explain import explain_pair, explained
 from tegrad.zero_elim.program import eliminate_zeros
 
 
@@ -49,14 +49,14 @@ class DifferentiationResult(Gradients):
                                      self.forward, naive=self)
 
     def explain(self, file=None):
-        """Print (and return) each gradient before and after zero elimination, with costs."""
+        """Each gradient before and after zero elimination, with costs, as text that a
+        REPL or notebook shows once (``print`` it in a script; ``file``: also written
+        there)."""
         naive = self.naive if self.naive is not None else self
         after = self if self.naive is not None else self.optimized()
         texts = [explain_pair(f"d{self.output.name}/d{inp.name}", before, opt, self.forward)
                  for inp, before, opt in zip(self.inputs, naive.result, after.result)]
-        text = "\n".join(texts)
-        print(text, file=file)
-        return text
+        return explained("\n".join(texts), file)
 
 
 def differentiate(output, inputs=None, *, head=None, manual=None, optimize=True):

@@ -15,7 +15,7 @@ def test_the_zero_elimination_example_prints_what_its_comments_say():
                               block).groups()
     forward = re.search(r"# the forward pass: iterations=(\d+)", block).group(1)
     scope = {"tg": tg}
-    exec(block.replace("res.explain()", "printed = res.explain()")
+    exec(block.replace("print(res.explain())", "printed = res.explain()")
          .replace("tg.cost(y)", "forward_cost = tg.cost(y)"), scope)
     dx = scope["printed"].split("dconv2d/dw:")[0]
     assert f"before zero elimination (iterations={before}," in dx

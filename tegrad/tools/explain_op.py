@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import io
 
 import tegrad as tg
 from tegrad import nn, ops
@@ -263,7 +262,7 @@ def explain(name, overrides=None):
         lines.append(f"differentiated: the loss sum(head * {out.name}) with respect to "
                      f"{names}, where head, an input of {out.name}'s shape, stands for the "
                      f"gradient from the layers above (random numbers in a training step)")
-    lines.append(str(res.explain(file=io.StringIO())))
+    lines.append(str(res.explain()))
     program = compile_program(tg.placeholders(res.result), res)
     if program.loops is None:
         lines.append("compiled loop nest: native compilation is unavailable in this version "

@@ -5,7 +5,7 @@
 >>> B = tg.placeholder((4, 2), name="B")
 >>> k = tg.reduce_axis((0, 4), name="k")
 >>> C = tg.compute((3, 2), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
->>> _ = tg.explain(tg.differentiate(C, [A], optimize=False)[0])
+>>> tg.explain(tg.differentiate(C, [A], optimize=False)[0])
 dA:
   before zero elimination (iterations=372, flops=648, memory=0):
     dA[i0, i1] = sum(sum(((i == i0 && k == i1) ? 1.0 : 0.0) * B[k, j], k in [0, 4)), i in [0, 3), j in [0, 2))
@@ -35,12 +35,29 @@ def explain_pair(title, before, after, keep=()):
     return "\n".join(lines)
 
 
+class Explanation(str):
+    """The text of an explanation, which a REPL or a notebook shows as it prints (once,
+    without quotes); ``print`` it in a script."""
+
+    def __repr__(self):
+        return str(self)
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(str(self))
+
+
+def explained(text, file):
+    """``text`` as an :class:`Explanation`, also written to ``file`` when one is given."""
+    if file is not None:
+        print(text, file=file)
+    return Explanation(text)
+
+
 def explain(tensor, keep=(), file=None):
-    """Zero-eliminate ``tensor`` and print (and return) its stages before and after.
+    """Zero-eliminate ``tensor``; its stages before and after, as an :class:`Explanation`
+    (written to ``file`` too, when given).
 
     ``keep`` lists stages left as they are and not printed (e.g. the forward program).
     """
     (after,) = eliminate_zeros([tensor], keep=keep)
-    text = explain_pair(tensor.name, tensor, after, keep)
-    print(text, file=file)
-    return text
+    return explained(explain_pair(tensor.name, tensor, after, keep), file)
