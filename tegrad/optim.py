@@ -432,16 +432,18 @@ class SGD(Optimizer):
         new_buffers = {}
         if self.momentum != 0:
             buf = buffers["momentum_buffer"]
+            # PyTorch's buffer is None before the first step, then a copy of the gradient
             first = compare("eq", step[()], 0)
             buf_next = _elementwise(p, f"{buf.name}.next", lambda i: select(
                 first, grad(i),
                 buf[i] * Const(self.momentum, dtype)
                 + Const(1.0 - self.dampening, dtype) * grad(i)))
             new_buffers["momentum_buffer"] = buf_next
-            if self.nesterov:
-                direction = lambda i: grad(i) + Const(self.momentum, dtype) * buf_next[i]  # noqa: E731
-            else:
-                direction = lambda i: buf_next[i]  # noqa: E731
+
+            def direction(i):
+                if self.nesterov:
+                    return grad(i) + Const(self.momentum, dtype) * buf_next[i]
+                return buf_next[i]
         else:
             direction = grad
         neg_lr = self._neg_lr(dtype)
@@ -467,7 +469,8 @@ def sgd(lr=1e-3, *, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.
     >>> opt = sgd(0.5, momentum=0.9)
     >>> state = opt.state_placeholders([w])
     >>> new = opt.update([w], [g], state)
-    >>> [a.tolist() for a in tg.evaluate(list(new), {w: [1.0], g: [2.0], **dict(zip(state, [[0.0], 0]))})]
+    >>> feed = {w: [1.0], g: [2.0], **dict(zip(state, state.initial_values()))}
+    >>> [a.tolist() for a in tg.evaluate(list(new), feed)]
     [[0.0], [2.0], 1]
     """
     return SGD(lr, momentum, dampening, nesterov, weight_decay, maximize, clip_grad_norm)
@@ -564,8 +567,9 @@ def adam(lr=1e-3, *, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=Fal
     as in :func:`sgd`.
 
     >>> import tegrad as tg
-    >>> adam(betas=(0.8, 0.99), amsgrad=True)
-    adam(lr=0.001, betas=(0.8, 0.99), eps=1e-08, weight_decay=0.0, amsgrad=True, maximize=False, clip_grad_norm=None)
+    >>> opt = adam(betas=(0.8, 0.99), amsgrad=True)
+    >>> opt.lr, opt.eps, opt.buffers
+    (0.001, 1e-08, ('exp_avg', 'exp_avg_sq', 'max_exp_avg_sq'))
     """
     return Adam("adam", lr, betas, eps, weight_decay, amsgrad, maximize, False, clip_grad_norm)
 
