@@ -182,6 +182,10 @@ CASES = {
         lambda: optim.adam(lr_placeholder, betas=(0.3, 0.9), clip_grad_norm=0.5),
         lambda ps: torch.optim.Adam(ps, lr=1.0, betas=(0.3, 0.9), foreach=False),
         {"clip": 0.5, "lr": lr_placeholder}),
+    "adam_maximize_decay": (
+        lambda: optim.adam(0.01, weight_decay=0.1, maximize=True),
+        lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1, maximize=True,
+                                    foreach=False), {}),
     "adamw": (lambda: optim.adamw(0.01),
               lambda ps: torch.optim.AdamW(ps, lr=0.01, foreach=False), {}),
     "adamw_amsgrad_schedule": (
@@ -217,7 +221,7 @@ def test_float32(model, case):
 
 
 @pytest.mark.parametrize("case", ["sgd_nesterov_decay", "adam_amsgrad_decay",
-                                  "adamw_amsgrad_schedule"])
+                                  "adam_maximize_decay", "adamw_amsgrad_schedule"])
 def test_evaluate_two_steps(case):
     """The reference evaluator runs the same update: two steps of tg.evaluate."""
     make, make_torch, options = CASES[case]
@@ -228,5 +232,5 @@ def test_every_case_runs():
     """Each case of the table is trained by some test above."""
     used = {"sgd", "sgd_momentum_dampening_schedule", "sgd_maximize_clip", "adam",
             "adam_clip_schedule", "adamw", "sgd_nesterov_decay", "adam_amsgrad_decay",
-            "adamw_amsgrad_schedule"}
+            "adamw_amsgrad_schedule", "adam_maximize_decay"}
     assert used == set(CASES)
