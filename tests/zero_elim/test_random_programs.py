@@ -11,6 +11,10 @@ differences along random directions, and for some programs the second-order grad
 The fuzzer runs ``FUZZ_COUNT`` programs per test run; run many more with::
 
     python tests/zero_elim/test_random_programs.py --seed 0 --count 20000
+
+(``--windows`` adds reads through the windows of strided, dilated convolutions,
+``s*i + d*k - p`` under their bounds, and residues ``i // s``, ``i % s``: the index
+kinds the compiled random programs of ``tests/codegen`` draw.)
 """
 import argparse
 import sys
@@ -61,9 +65,43 @@ class _Seeded:
         return int(self.rng.integers(lo, hi + 1))
 
 
-def _index(c, variables, extent):
-    """An integer index into a dimension of ``extent`` (in bounds where it is read)."""
-    kind = c.pick(["plain", "affine_mod", "div_mod", "div", "shifted"])
+#: the index kinds of ``_index`` (this file's tests draw these)
+INDEX_KINDS = ("plain", "affine_mod", "div_mod", "div", "shifted")
+#: with the reads of strided, dilated convolutions and the residues of their gradients
+WINDOW_KINDS = INDEX_KINDS + ("window", "window", "residue_div", "residue_mod")
+
+
+def window_index(c, terms, extent):
+    """``s*v + d*u - p`` for ``terms = [(v, size_v), (u, size_u)]`` (either may be None:
+    no term) with a stride ``s`` in 1-4, a dilation ``d`` in 1-3 and a padding ``p`` in
+    0-2 (1, 1 and 0 more often than the others), and the conditions keeping it in
+    ``[0, extent)`` (only those some ``v, u`` in their ranges can violate), as the
+    convolutions of ``tegrad.nn`` read their input."""
+    s, d, p = c.pick([1, 1, 2, 3, 4]), c.pick([1, 1, 2, 3]), c.pick([0, 0, 1, 2])
+    index, highest = None, -p
+    for (term, scale) in zip(terms, (s, d)):
+        if term is None:
+            continue
+        var, size = term
+        part = var if scale == 1 else var * scale
+        index = part if index is None else index + part
+        highest += scale * (size - 1)
+    if index is None:
+        return p % extent, []
+    if p:
+        index = index - p
+    conds = []
+    if p > 0:
+        conds.append(index >= 0)
+    if highest >= extent:
+        conds.append(index < extent)
+    return index, conds
+
+
+def _index(c, variables, extent, kinds=INDEX_KINDS):
+    """An integer index into a dimension of ``extent`` (in bounds where it is read), and
+    the guard of a padded read (or None)."""
+    kind = c.pick(list(kinds))
     v, size = variables[c.integer(0, len(variables) - 1)]
     if kind == "plain" and size <= extent:
         return v, None
@@ -72,6 +110,18 @@ def _index(c, variables, extent):
     if kind == "shifted" and size <= extent + 1:
         # a padded read: only where the guard holds
         return v - 1, tg.all(v >= 1, v - 1 < extent)
+    if kind == "window":
+        other = variables[c.integer(0, len(variables) - 1)]
+        index, conds = window_index(c, [(v, size), other], extent)
+        return index, (tg.all(*conds) if conds else None)
+    if kind == "residue_div":
+        step = c.integer(2, 4)
+        if size <= step * extent:
+            return v // step, None
+    if kind == "residue_mod":
+        step = c.integer(2, 4)
+        if step <= extent:
+            return v % step, None
     a = c.integer(-3, 3)
     u, _ = variables[c.integer(0, len(variables) - 1)]
     b = c.integer(-2, 2)
@@ -82,10 +132,10 @@ def _index(c, variables, extent):
     return inner % extent, None
 
 
-def _read(c, tensor, variables):
+def _read(c, tensor, variables, kinds=INDEX_KINDS):
     indices, guards = [], []
     for extent in tensor.shape:
-        idx, guard = _index(c, variables, extent)
+        idx, guard = _index(c, variables, extent, kinds)
         indices.append(idx)
         if guard is not None:
             guards.append(guard)
@@ -95,8 +145,8 @@ def _read(c, tensor, variables):
     return value
 
 
-def _body(c, inputs, variables, wraps):
-    terms = [_read(c, c.pick(inputs), variables) for _ in range(c.integer(1, 3))]
+def _body(c, inputs, variables, wraps, kinds=INDEX_KINDS):
+    terms = [_read(c, c.pick(inputs), variables, kinds) for _ in range(c.integer(1, 3))]
     out = terms[0]
     for t in terms[1:]:
         op = c.pick(["add", "mul", "sub"])
@@ -115,11 +165,12 @@ def _body(c, inputs, variables, wraps):
 
 
 def build_program(c, reducers=("none", "sum", "max"), wraps=("none", "tanh", "exp", "select"),
-                  options=False):
+                  options=False, kinds=INDEX_KINDS):
     """``(x, output)``: a random program of one to two stages over a placeholder ``x``.
 
     ``reducers`` names the reductions stages may use (keys of ``REDUCERS``, or "none");
-    with ``options`` a reduction may also have a ``where`` or an ``init``.
+    with ``options`` a reduction may also have a ``where`` or an ``init``; ``kinds`` are
+    the index kinds of its reads (``WINDOW_KINDS`` adds convolution windows).
     """
     x = tg.placeholder((c.integer(2, 5), c.integer(2, 5)), dtype=F64, name="x")
     inputs = [x]
@@ -138,14 +189,14 @@ def build_program(c, reducers=("none", "sum", "max"), wraps=("none", "tanh", "ex
         def fcompute(i, j, reduce=reduce, k=k, shape=shape, where=where, init=init):
             variables = [(i, shape[0]), (j, shape[1])]
             if reduce == "none":
-                return _body(c, inputs, variables, wraps)
+                return _body(c, inputs, variables, wraps, kinds)
             variables.append((k, extent))
-            body = _body(c, inputs, variables, wraps)
+            body = _body(c, inputs, variables, wraps, kinds)
             kwargs = {}
             if where:
                 kwargs["where"] = (k + i) % 3 != 1
             if init:
-                kwargs["init"] = _read(c, x, variables[:2]) * 0.5
+                kwargs["init"] = _read(c, x, variables[:2], kinds) * 0.5
             return REDUCERS[reduce](body, axis=k, **kwargs)
 
         inputs = inputs + [tg.compute(shape, fcompute, name=f"s{s}")]
@@ -198,11 +249,12 @@ def _matches_finite_differences(gradient, out, x, feed, head_value, rng):
     return True
 
 
-def fuzz_one(seed, second_order=False):
+def fuzz_one(seed, second_order=False, kinds=INDEX_KINDS):
     """Check the program of ``seed``; returns None, or a description of the mismatch."""
     rng = np.random.default_rng(seed)
     x, out = build_program(_Seeded(rng), reducers=("none",) + tuple(REDUCERS),
-                           wraps=("none", "tanh", "exp", "select", "square"), options=True)
+                           wraps=("none", "tanh", "exp", "select", "square"), options=True,
+                           kinds=kinds)
     head = tg.placeholder(out.shape, dtype=F64, name="head")
     feed = {x: rng.uniform(-1.0, 1.0, x.shape)}
     head_value = rng.uniform(-1.0, 1.0, out.shape)
@@ -245,11 +297,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Fuzz random program gradients.")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--count", type=int, default=FUZZ_COUNT, help="number of programs")
+    parser.add_argument("--windows", action="store_true",
+                        help="reads through convolution windows and residues too")
     args = parser.parse_args(argv)
+    kinds = WINDOW_KINDS if args.windows else INDEX_KINDS
     failures = 0
     for seed in range(args.seed, args.seed + args.count):
         try:
-            problem = fuzz_one(seed, second_order=seed % 10 == 0)
+            problem = fuzz_one(seed, second_order=seed % 10 == 0, kinds=kinds)
         except Exception as err:  # a crash is a failure too: report it and go on
             problem = f"seed {seed}: {type(err).__name__}: {err}"
         if problem is not None:
