@@ -5,7 +5,6 @@ fixed batch and saves its parameters' gradients to ``<prefix><rank>.pt``.
     python tests/torch/ddp_worker.py PREFIX   (with MASTER_ADDR, MASTER_PORT, RANK and
                                                WORLD_SIZE set, as torchrun sets them)
 """
-import os
 import sys
 
 import torch
