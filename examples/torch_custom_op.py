@@ -8,6 +8,7 @@ PyTorch's layer_norm and gelu. The script prints both losses as they train, then
 per training step of each (forward, backward and optimiser step, timed alternately).
 
     python examples/torch_custom_op.py [--steps 300] [--batch 256] [--hidden 512] [--threads N]
+    python examples/torch_custom_op.py --overhead   # a call's cost over the compiled function
 
 Under torchrun (several processes, on one machine or several) each process trains on its
 share of every batch inside DistributedDataParallel with the gloo backend; see the
@@ -90,6 +91,22 @@ def step_fn(model, optimiser):
     return step
 
 
+def call_overhead(op, tensors, calls=2000, rounds=30):
+    """Microseconds of CPU per call of ``op`` (no gradient) and of its compiled function
+    on the same memory, the least of ``rounds`` alternated runs of ``calls`` calls."""
+    arrays = [t.numpy() for t in tensors]
+    runs = {"operator": lambda: op(*tensors), "compiled": lambda: op.function(*arrays)}
+    best = dict.fromkeys(runs, float("inf"))
+    with torch.no_grad():
+        for _ in range(rounds):
+            for name, run in runs.items():
+                t0 = time.process_time()
+                for _ in range(calls):
+                    run()
+                best[name] = min(best[name], (time.process_time() - t0) / calls * 1e6)
+    return best
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=300)
@@ -102,7 +119,16 @@ def main(argv=None):
     p.add_argument("--print-every", type=int, default=50)
     p.add_argument("--threads", type=int, default=None,
                    help="threads of PyTorch and of the tegrad operator (default: each its own)")
+    p.add_argument("--overhead", action="store_true",
+                   help="only time a call of a tiny operator against its compiled function")
     args = p.parse_args(argv)
+    if args.overhead:
+        us = call_overhead(tegrad.torch.operator(*layer_norm_gelu_program(2, 4),
+                                                 name="layer_norm_gelu_2x4", threads=1),
+                           [torch.randn(2, 4), torch.ones(4), torch.zeros(4)])
+        print(f"us per call: operator {us['operator']:.2f}, its compiled function "
+              f"{us['compiled']:.2f}, overhead {us['operator'] - us['compiled']:.2f}")
+        return us
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 

@@ -16,3 +16,19 @@ def test_the_example_trains_both_models_to_the_same_losses(capsys):
         assert abs(a - b) <= 1e-5 * abs(b)
     printed = capsys.readouterr().out
     assert "ms per training step" in printed and set(ms) == {"tegrad", "pytorch"}
+
+
+def test_the_overhead_timer_calls_both_on_the_same_tensors():
+    spec = importlib.util.spec_from_file_location("torch_custom_op_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    import torch
+    import tegrad.torch
+    op = tegrad.torch.operator(*example.layer_norm_gelu_program(2, 4), name="ln_gelu_timer")
+    calls = []
+    compiled = op.function
+    op.function = lambda *arrays: calls.append(arrays) or compiled(*arrays)
+    us = example.call_overhead(op, [torch.randn(2, 4), torch.ones(4), torch.zeros(4)],
+                               calls=3, rounds=2)
+    assert set(us) == {"operator", "compiled"} and min(us.values()) > 0
+    assert len(calls) == 12  # 3 calls x 2 rounds, each of the operator and of the function
