@@ -593,9 +593,10 @@ def available(contender):
 
 
 def schedule_lines(f):
-    """``{stage name: how it runs}`` from a compiled function's schedule (the first line
-    under each stage's header: the gemm kernel or its loops)."""
-    out, names = {}, []
+    """``{stage name: [how it runs, ...]}`` from a compiled function's schedule (the first
+    line under each stage's header: the gemm kernel or its loops), one entry per stage of
+    that name in the schedule's order (names repeat: every conv2d stage is ``conv2d``)."""
+    out, names, fused = {}, [], False
     for line in str(f.schedule).splitlines():
         if line.startswith(("stage ", "stages ")):
             header = line.split(" ", 1)[1].split(" (")[0]
@@ -606,7 +607,8 @@ def schedule_lines(f):
             if len(how) > 70:
                 how = how[:67] + "..."
             for n in names:
-                out.setdefault(n, ("fused: " if fused else "") + how)
+                out.setdefault(n, []).append(("fused: " if fused else "") + how)
+            names = []
     return out
 
 
@@ -617,15 +619,16 @@ def stage_view(model, f, arrays, top=12):
     _, outputs, _ = model.program()
     how = schedule_lines(f)
     order = tg.topological_order(outputs)
-    rows, total, done = [], tg.cost(outputs).flops, 0
+    rows, total, done = [], tg.cost(outputs).flops, 0     # (placeholders cost nothing)
     for i, t in enumerate(order):
         # a prefix of a topological order holds everything it needs: its cost less the
         # shorter prefix's is the stage's own
         upto = tg.cost(order[:i + 1]).flops
         own, done = upto - done, upto
         if own:
+            runs = how.get(t.name) or [""]
             rows.append((t.name, "x".join(map(str, t.shape)) or "scalar", own,
-                         f"{100 * own / total:.1f}", how.get(t.name, "")))
+                         f"{100 * own / total:.1f}", runs.pop(0) if len(runs) > 1 else runs[0]))
     rows.sort(key=lambda r: -r[2])
     lines = [f"### {model.title}\n",
              f"tegrad: the {top} stages of most flops (of {total} in all)\n",
