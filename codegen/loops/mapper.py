@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from tegrad.analysis.affine import AffineForm
+from tegrad.analysis.affine import to_constraint as _to_constraint
 from tegrad.analysis.intervals import RangeForm
 from tegrad.ir.expr import Var
 from tegrad.ir.mapper import ChildrenMapper, Dispatcher, IdentityMapper, Substitutor
@@ -59,6 +60,19 @@ def to_affine(e):
     ('2*i + 1', None)
     """
     return _LoadAffineForm()(e)
+
+
+def to_constraint(c):
+    """The solver constraint of the integer comparison ``c`` of the loop IR, or None (a
+    side reads memory or is not quasi-affine).
+
+    >>> from tegrad.ir.expr import Var
+    >>> from tegrad.codegen.loops.nodes import Buffer, Load
+    >>> i, L = Var("i", "int64"), Buffer("L", (4,), "int64", "input")
+    >>> str(to_constraint(i < 3)), to_constraint(Load(L, (i,)) < 3)
+    ('i <= 2', None)
+    """
+    return _to_constraint(c, affine=to_affine)
 
 
 class _ClampedRange(RangeForm):

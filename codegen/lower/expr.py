@@ -21,10 +21,10 @@ from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, O
                              may_divide_by_zero)
 from tegrad.ir.mapper import IdentityMapper, fresh_name
 from tegrad.ir.printer import axis_end
-from tegrad.analysis.affine import conjunction, conjuncts, to_affine, to_constraint
+from tegrad.analysis.affine import conjunction, conjuncts
 from tegrad.solver.isl_bridge import is_implied
 
-from tegrad.codegen.loops.mapper import block, clamped_range, walk_expr
+from tegrad.codegen.loops.mapper import block, clamped_range, to_affine, to_constraint, walk_expr
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Buffer, Check, If, Load, Store
 from tegrad.codegen.lower.nest import INDEX, bound_constraints, const, domain_nest
 

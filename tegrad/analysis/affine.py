@@ -122,8 +122,10 @@ def to_constraints(cond):
     return out
 
 
-def to_constraint(c):
-    """The :class:`solver.Constraint` of one integer comparison, or None."""
+def to_constraint(c, affine=None):
+    """The :class:`solver.Constraint` of one integer comparison, or None. ``affine``
+    (default :func:`to_affine`) gives the affine form of each side: a code generator
+    whose expressions hold nodes of its own passes one that knows them."""
     negate = False
     if type(c) is Not:
         c, negate = c.a, True
@@ -132,7 +134,8 @@ def to_constraint(c):
     op = c.op
     if negate:
         op = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}[op]
-    a, b = to_affine(c.a), to_affine(c.b)
+    affine = affine or to_affine
+    a, b = affine(c.a), affine(c.b)
     if a is None or b is None:
         return None
     if op == "ne":

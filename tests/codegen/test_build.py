@@ -192,3 +192,17 @@ def test_program_keys_tell_programs_apart(variant):
     assert program_key(*_small_program(None)) == program_key(*_small_program(None))
     assert program_key(*_small_program("shared")) == program_key(*_small_program(None))
     assert program_key(*_small_program(variant)) != program_key(*_small_program(None))
+
+
+def test_a_guarded_stage_read_at_a_data_dependent_index():
+    """A stage whose guard is a conjunction, read at an index loaded from memory: the
+    guard's affine part is proved with the loop IR's affine forms (a load is no affine
+    form), not the expression language's (which has no loads)."""
+    x = tg.placeholder((4, 3), dtype="float64", name="x")
+    idx = tg.compute((4, 3), lambda a, b: tg.cast(tg.abs(x[a, b]) * 3.0, "int32") % 4,
+                     name="idx")
+    g = tg.compute((4, 3), lambda i, j: tg.if_then_else(tg.all(i >= 2, j >= 1), x[j - 1, 0],
+                                                        0.0), name="g")
+    y = tg.compute((4, 3), lambda i, j: g[idx[i, j], j] * 2.0, name="y")
+    a = np.random.default_rng(0).uniform(-1, 1, (4, 3))
+    np.testing.assert_array_equal(tg.build([x], [y])(a)[0], tg.evaluate(y, {x: a}))
