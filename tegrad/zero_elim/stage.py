@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from tegrad.ir.expr import Binary, Const, IterVar, Select, Var, structural_equal
-from tegrad.ir.mapper import free_var_names, substitute
+from tegrad.ir.expr import Binary, Const, IterVar, Reduce, Select, Var, structural_equal
+from tegrad.ir.mapper import free_var_names, fresh_name, substitute, walk
 from tegrad.analysis.cost import CountError, stage_cost
 from tegrad.analysis.simplify import simplify
 from tegrad.ir.stages import StageMapper
@@ -352,12 +352,25 @@ def _scatter_stage(name, t, out_axes, group, init):
                    for ax in out_axes if ax.name not in pinned0]
     # the terms' axes are rectangular (_scatter_index keeps only such terms)
     domain_axes += [IterVar(ax.var, ax.lo, ax.extent, "data") for ax in term0.axes]
+    # a domain axis named as a reduction axis inside a value (a second derivative sums
+    # again over the forward's axis) is renamed: a scatter's axes and the reductions of
+    # its targets may not share names
+    inner = {ax.name for term, _ in group for e in (term.value, *term.conds)
+             for node in walk(e) if type(node) is Reduce for ax in node.axes}
+    taken = inner | {ax.name for ax in domain_axes}
+    renamed = {}
+    for k, ax in enumerate(domain_axes):
+        if ax.name in inner:
+            renamed[ax.name] = Var(fresh_name(ax.name, taken), ax.var.dtype)
+            taken.add(renamed[ax.name].name)
+            domain_axes[k] = IterVar(renamed[ax.name], ax.lo, ax.extent, "data")
     shift = {ax.name: ax.var + ax.lo.value for ax in domain_axes if ax.lo.value != 0}
     axes = tuple(IterVar(ax.var, Const(0, ax.lo.dtype), ax.extent, "data") for ax in domain_axes)
     targets = []
     for term, pinned in group:
         def rewrite(e, pinned=pinned):
             e = substitute(e, pinned)
+            e = substitute(e, renamed) if renamed else e
             e = substitute(e, shift) if shift else e
             return simplify(normalize_indices(e))
 
