@@ -776,7 +776,7 @@ def char_lm(threads, steps, lr=3e-3, block=10, sizes=None):
         loss = model.torch({**pt, "ids": torch.from_numpy(x), "targets": torch.from_numpy(y)})
         loss.backward()
         opt.step()
-        return float(loss)
+        return loss.item()
 
     runs = {"tegrad": (tegrad_step, [], []), "torch": (torch_step_, [], [])}
     for first in range(0, steps, block):
