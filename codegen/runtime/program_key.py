@@ -19,8 +19,6 @@ True
 """
 from __future__ import annotations
 
-import gc
-
 from tegrad.ir import expr as _ex
 from tegrad.ir.errors import FeedError
 from tegrad.ir.expr import _node_values
@@ -203,18 +201,15 @@ def program_key(inputs, outputs):
     """A hashable key of the program computing ``outputs`` from ``inputs`` (raises
     ``FeedError`` for a placeholder the outputs need that is not an input)."""
     builder = _KeyBuilder(inputs)
-    # the key is thousands of small tuples: a cyclic collection triggered midway would
-    # cost ten times the walk (none of them can be part of a cycle)
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        out_refs = tuple(builder.tensor(t) for t in outputs)
-        stages = []
-        while len(stages) < len(builder.pending):
-            stages.append(builder.stage(builder.pending[len(stages)]))
-    finally:
-        if collecting:
-            gc.enable()
+    # The key is one small tuple per distinct node, yet the collector need not be
+    # turned off (for every thread of the process) while it is built: a tuple of atoms
+    # is untracked by the first young collection that sees it, so it is examined once
+    # and never reaches the older generations (measured: 100 stages of 600 nodes, with
+    # a million live lists, 0.200 s with the collector off, 0.206 s on).
+    out_refs = tuple(builder.tensor(t) for t in outputs)
+    stages = []
+    while len(stages) < len(builder.pending):
+        stages.append(builder.stage(builder.pending[len(stages)]))
     return (tuple(stages), out_refs, tuple(builder.entries))
 
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from tegrad import solver
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import And, Binary, Compare, Const, Not, Or
+from tegrad.ir.expr import And, Binary, Compare, Const, Not, Or, Reduce
 from tegrad.ir.graph import as_tensor_list, topological_order
-from tegrad.ir.mapper import Mapper, children
+from tegrad.ir.mapper import Mapper, bottom_up, children
 from tegrad.ir.printer import axis_end
 from tegrad.ir.stages import StageMapper, is_placeholder
 from tegrad.analysis.affine import conjuncts, to_affine, to_constraint
@@ -128,7 +128,8 @@ class _LocalWork(Mapper):
     evaluated)])``, or None for a reduction (its work is counted over its own domain).
 
     The conditions are those of the lowering: a select's branches under its condition
-    and its negation, the right operand of ``&&`` (``||``) under the left (its negation).
+    and its negation, the right operand of ``&&`` (``||``) under the left (its negation);
+    each is ``(condition, negated)``.
     """
 
     def _operation(self, e):
@@ -141,13 +142,14 @@ class _LocalWork(Mapper):
     map_const = map_var = map_compare = map_not = map_cast = map_read = _free
 
     def map_select(self, e):
-        return 0, [(e.cond, ()), (e.true_value, (e.cond,)), (e.false_value, (Not(e.cond),))]
+        return 0, [(e.cond, ()), (e.true_value, ((e.cond, False),)),
+                   (e.false_value, ((e.cond, True),))]
 
     def map_and(self, e):
-        return 0, [(e.a, ()), (e.b, (e.a,))]
+        return 0, [(e.a, ()), (e.b, ((e.a, False),))]
 
     def map_or(self, e):
-        return 0, [(e.a, ()), (e.b, (Not(e.a),))]
+        return 0, [(e.a, ()), (e.b, ((e.a, True),))]
 
     def map_reduce(self, e):
         return None
@@ -159,20 +161,56 @@ _LOCAL_WORK = _LocalWork()
 def local_flops(e):
     """Float operations of ``e`` outside its reductions, and the reductions reached.
 
-    Each reduction comes with the conditions (expressions) of the selects, ``&&`` and
-    ``||`` around it under which it is evaluated.
+    Counted as if ``e`` were the tree it stands for: a node reached along several paths
+    counts once per path. Each reduction comes as ``(reduction, conditions, times)``:
+    the conditions (expressions) of the selects, ``&&`` and ``||`` around it under
+    which it is evaluated, and the number of paths reaching it under them.
+
+    The paths are counted, not followed: each node is visited once per distinct set
+    of conditions above it (a condition met twice on a path counts once) (once, where no reduction is below it), in an order that
+    visits every node after all the nodes above it, and passes its number of paths on
+    to its children; so an expression that reuses its sub-expressions (a tree
+    exponentially larger) costs time in its distinct nodes.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((4,), name="x")
+    >>> e = x[0] * 2.0
+    >>> local_flops(e * e + e)[0]
+    5
     """
+    order, reduces = [], {}
+
+    def combine(node, kids):  # post-order: every node after those below it
+        order.append(node)
+        found = type(node) is Reduce or any(kids)
+        reduces[id(node)] = found
+        return found
+    bottom_up(e, children, combine, whole=lambda node: type(node) is Reduce)
+    # per node, {condition key: [conditions, paths]}; a node with no reduction below
+    # has one entry, whatever the conditions (they change nothing there)
+    # a key is the set of conditions (structurally: a condition built again at each
+    # level of an expression is one condition), a guard the same in order of arrival
+    states = {id(e): {frozenset(): [(), 1]}}
     count, reductions = 0, []
-    stack = [(e, ())]
-    while stack:
-        node, guard = stack.pop()
+    for node in reversed(order):  # every node after all those above it
+        here = states.pop(id(node))
         work = _LOCAL_WORK(node)
         if work is None:
-            reductions.append((node, guard))
+            for guard, paths in here.values():
+                reductions.append((node, tuple(Not(c) if negated else c
+                                               for c, negated in guard), paths))
             continue
         flops, below = work
-        count += flops
-        stack.extend((c, guard + extra) for c, extra in reversed(below))
+        count += flops * sum(paths for _, paths in here.values())
+        for child, extra in below:
+            into = states.setdefault(id(child), {})
+            for key, (guard, paths) in here.items():
+                if not reduces[id(child)]:
+                    key, guard = frozenset(), ()
+                elif extra and extra[0] not in key:
+                    key, guard = key | {extra[0]}, guard + extra
+                entry = into.setdefault(key, [guard, 0])
+                entry[1] += paths
     return count, reductions
 
 
@@ -248,28 +286,33 @@ def _reduction_work(e, space, stage):
     As lowered: a reduction's loops run where the conditions around it hold, over its
     bounds and the affine conjuncts of its ``where`` (the others are tested at each of
     those points); its source is evaluated where all of ``where`` holds, its ``init``
-    around the loops.
+    around the loops. A reduction reached along several paths counts once per path.
     """
     points = flops = 0
-    stack = [(e, space, ())]
+    source_flops = {}  # id(source) -> (source, its local flops)
+    stack = [(e, space, (), 1)]
     while stack:
-        expr, outer, around = stack.pop()
-        for red, guard in local_flops(expr)[1]:
-            guard = around + guard
+        expr, outer, around, times = stack.pop()
+        for red, guard, paths in local_flops(expr)[1]:
+            guard, paths = around + guard, paths * times
             affine = affine_conditions(red.where)
             inner = outer.nested(red.axes, _and_alternatives(
                 condition_alternatives(guard), [affine]), stage)
             n = inner.count()
-            points += n
-            flops += n * (1 + local_flops(red.source)[0])
+            points += n * paths
+            known = source_flops.get(id(red.source))
+            if known is None:
+                known = source_flops[id(red.source)] = (red.source,
+                                                        local_flops(red.source)[0])
+            flops += n * paths * (1 + known[1])
             if red.init is not None:
-                stack.append((red.init, outer, guard))
+                stack.append((red.init, outer, guard, paths))
             if red.where is not None:
-                stack.append((red.where, inner, ()))
+                stack.append((red.where, inner, (), paths))
                 source = inner.nested((), condition_alternatives([red.where]), stage)
             else:
                 source = inner
-            stack.append((red.source, source, ()))
+            stack.append((red.source, source, (), paths))
     return points, flops
 
 

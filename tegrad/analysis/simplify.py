@@ -19,7 +19,7 @@ import operator
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.expr import (And, Binary, Cast, Compare, Const, Neg, Not, Or, Reduce, Select,
                             structural_equal)
-from tegrad.ir.mapper import IdentityMapper
+from tegrad.ir.mapper import IdentityMapper, NodeMemo
 
 
 def _is_const(e, value=None):
@@ -324,11 +324,17 @@ class Simplifier(IdentityMapper):
     def __init__(self, rules=None):
         super().__init__()
         self.rules = REWRITE_RULES if rules is None else rules
+        # a rule's result is simplified again, and it is mostly made of simplified
+        # nodes: remembered, they are not walked again (a chain of n rewrites would be
+        # walked n times over, quadratic in its length)
+        self.memo = NodeMemo()
 
     def finish(self, e, out):
         for _ in range(64):
             new = _rewritten(out, self.rules)
             if new is None:
+                # no rule applies here, and its children are simplified: a fixed point
+                self.memo[out] = out
                 break
             out = new if new is out else self(new)
         return out

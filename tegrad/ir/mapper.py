@@ -217,6 +217,12 @@ class IdentityMapper(Mapper):
         cls._stepwise = any(inspect.isgeneratorfunction(getattr(cls, name, None))
                             for name in set(cls._method_names.values()))
 
+    #: a :class:`NodeMemo` of results kept across calls (called without extra
+    #: arguments, not stepwise), for a mapper whose result for a node depends on the
+    #: node alone: a call within a call (a rewrite rule's result mapped again) then
+    #: maps only the nodes it has not met. None: each call starts afresh.
+    memo = None
+
     def finish(self, e, out):
         """The result for ``e``, given ``out`` (its rebuilt or mapped node)."""
         return out
@@ -225,12 +231,24 @@ class IdentityMapper(Mapper):
         if self._stepwise:
             return run(self.visit(e, *args))
         here = self._rebuilt_here
+        memo = None if args else self.memo
 
         def combine(node, kids):
+            if memo is not None:
+                hit = memo.get(node)
+                if hit is not None:
+                    return hit
             if type(node) in here:
-                return self.finish(node, rebuild(node, kids))
-            return self.finish(node, self.method_for(type(node), node)(node, *args))
-        return bottom_up(e, children, combine, whole=lambda node: type(node) not in here)
+                out = self.finish(node, rebuild(node, kids))
+            else:
+                out = self.finish(node, self.method_for(type(node), node)(node, *args))
+            if memo is not None:
+                memo[node] = out
+            return out
+
+        def whole(node):
+            return type(node) not in here or (memo is not None and memo.get(node) is not None)
+        return bottom_up(e, children, combine, whole=whole)
 
     def visit(self, e, *args):
         if type(e) in self._rebuilt_here:
@@ -348,8 +366,9 @@ class CombineMapper(Mapper):
                          lambda node, kids: self.method_for(type(node), node)(node, *kids))
 
 
-def walk(e):
-    """Every node of ``e`` once (pre-order, shared sub-trees visited once)."""
+def walk(e, children_of=children):
+    """Every node of ``e`` once (pre-order, shared sub-trees visited once);
+    ``children_of`` gives a node's children (a code generator's knows its own kinds)."""
     seen = set()
     stack = [e]
     while stack:
@@ -358,7 +377,7 @@ def walk(e):
             continue
         seen.add(id(node))
         yield node
-        stack.extend(reversed(children(node)))
+        stack.extend(reversed(children_of(node)))
 
 
 def free_var_names(e):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from tegrad.ir.expr import TEXT, Binary, Const, IterVar, fold_bound
+from tegrad.ir.expr import TEXT, Binary, Const, IterVar, Var, fold_bound
 from tegrad.ir.graph import topological_order
-from tegrad.ir.mapper import CombineMapper
+from tegrad.ir.mapper import CombineMapper, bottom_up, walk
 from tegrad.ir.stages import StageMapper
 
 _BINARY_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//",
@@ -76,8 +76,43 @@ class ExprText(CombineMapper):
         return self.names.get(id(t), t.name)
 
     def text(self, e):
-        """The text of ``e``."""
+        """The text of ``e``; one whose tree is larger than :data:`TREE_LIMIT` nodes (an
+        expression reusing its sub-expressions) names its shared sub-expressions
+        (:meth:`abbreviated`)."""
+        if _tree_size(e, self.children_of) > TREE_LIMIT:
+            return self.abbreviated(e)
         return _flatten(self(e)[0])
+
+    def abbreviated(self, e):
+        """``let $1 = ..., $2 = ... in ...``: the text of ``e`` with each sub-expression
+        it reaches along more than one path (but variables and constants) written once,
+        named ``$n``, and its name written for it elsewhere. A name stands for its text,
+        as if written out in its place (a reduce axis it uses is the one around that
+        place). The text is as long as the distinct nodes of ``e``, however large its
+        tree.
+
+        >>> from tegrad.ir.expr import Var
+        >>> e = Var("i") * 2
+        >>> ExprText().abbreviated((e + 1) * (e + 1) + e)
+        'let $1 = i * 2 in ($1 + 1) * ($1 + 1) + $1'
+        """
+        uses = {}
+        for node in walk(e, self.children_of):
+            for c in self.children_of(node):
+                uses[id(c)] = uses.get(id(c), 0) + 1
+        bindings = []
+
+        def combine(node, kids):
+            out = self.method_for(type(node), node)(node, *kids)
+            if uses.get(id(node), 0) < 2 or type(node) in (Const, Var):
+                return out
+            name = f"${len(bindings) + 1}"
+            bindings.append((name, " = ", out[0]))
+            return name, ATOM
+        body = bottom_up(e, self.children_of, combine)[0]
+        if not bindings:
+            return _flatten(body)
+        return _flatten(("let ", _join(bindings, ", "), " in ", body))
 
     def map_const(self, e):
         text = _const_text(e.value)
@@ -139,6 +174,18 @@ class ExprText(CombineMapper):
     def axis(self, ax):
         """``k in [lo, end)``."""
         return f"{ax.name} in [{self.text(ax.lo)}, {self.text(axis_end(ax))})"
+
+
+#: an expression whose tree has more nodes than this prints with its shared
+#: sub-expressions named: written out, its text would be as large as its tree
+TREE_LIMIT = 10_000
+
+
+def _tree_size(e, children_of):
+    """The number of nodes of ``e`` as a tree (a node once per path reaching it), or
+    ``TREE_LIMIT + 1`` when larger; in time linear in the distinct nodes."""
+    return bottom_up(e, children_of,
+                     lambda node, kids: min(TREE_LIMIT + 1, 1 + sum(kids)))
 
 
 def axis_end(ax):

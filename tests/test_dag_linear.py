@@ -1,0 +1,134 @@
+"""Expressions that reuse their sub-expressions are DAGs whose trees are exponentially
+larger: every compile pass works on the distinct nodes, so building, differentiating,
+costing and printing them takes time linear in the depth of the reuse.
+
+``chain(d)`` is ``e -> e * 0.5 + e * 0.25`` applied ``d`` times to ``x[i]``: 3d + 3
+distinct nodes, a tree of about 2^(d+2). On the code these tests were written against,
+depth 18 took 43 s to build; here depth 40 has a budget of seconds, so a pass that
+walks the tree again fails by hours, not by a margin.
+"""
+import re
+
+import numpy as np
+
+import tegrad as tg
+from tegrad.codegen.lower.program import lower_program
+from tegrad.codegen.loops.mapper import distinct_exprs
+from tegrad.ir.mapper import walk
+
+N = 8
+
+
+def chain(depth, name="y"):
+    x = tg.placeholder((N,), dtype="float64", name="x")
+
+    def body(i):
+        e = x[i]
+        for _ in range(depth):
+            e = e * 0.5 + e * 0.25
+        return e
+    return x, tg.compute((N,), body, name=name)
+
+
+def test_lowering_keeps_the_sharing():
+    # the loop nest holds each distinct node once: 5 per level (two products, their
+    # constants and a sum), however deep
+    x, y = chain(40)
+    kernel = lower_program([x], [y])
+    assert sum(1 for _ in distinct_exprs(kernel.body)) < 6 * 40
+
+
+def test_deep_shared_build_is_fast_and_right():
+    x, y = chain(40)
+    f = tg.build([x], [y])
+    a = np.linspace(-1, 1, N)
+    np.testing.assert_allclose(f(a)[0], a * 0.75 ** 40, rtol=1e-12)
+    # the code computes each shared value once: a multiplication or an addition per
+    # distinct node, not per path (2^40 of them)
+    flops = len(re.findall(r"\bf(?:mul|add)\b", f.llvm_ir))
+    assert flops < 8 * 3 * 40
+
+
+def test_plain_schedule_builds_deep_shared_expressions():
+    x, y = chain(40)
+    f = tg.build([x], [y], schedule="none")
+    a = np.linspace(-1, 1, N)
+    np.testing.assert_allclose(f(a)[0], a * 0.75 ** 40, rtol=1e-12)
+
+
+def guarded_chain(depth):
+    """A reduction reused through ``depth`` levels of selects, each level building its
+    condition again (structurally the same one, a new node)."""
+    x = tg.placeholder((N,), dtype="float64", name="x")
+    k = tg.reduce_axis((0, N), name="k")
+
+    def body(i):
+        e = tg.sum(x[k] * x[i], axis=k)
+        for _ in range(depth):
+            e = e * 0.5 + tg.if_then_else(x[i] > 0, e * 0.25, e * 0.125)
+        return e
+    return x, tg.compute((N,), body, name="y")
+
+
+def test_shared_reduction_under_selects_is_lowered_once():
+    # one accumulator for the one reduction, however many paths reach it
+    x, y = guarded_chain(30)
+    kernel = lower_program([x], [y])
+    accumulators = {e.buffer.name for e in distinct_exprs(kernel.body)
+                    if type(e).__name__ == "Load" and e.buffer.scope == "local"}
+    assert len(accumulators) == 1
+    f = tg.build([x], [y])
+    a = np.linspace(-1, 2, N)
+    expected = a * a.sum() * np.where(a > 0, 0.75, 0.625) ** 30
+    np.testing.assert_allclose(f(a)[0], expected, rtol=1e-12)
+
+
+def test_cost_counts_every_path_in_time_of_the_distinct_nodes():
+    # the counts are those of the tree (a node once per path reaching it): 3 (2^d - 1)
+    # float operations per point, and the reduction's 3^d paths of points
+    depth = 40
+    x, y = chain(depth)
+    c = tg.cost(y)
+    assert (c.iterations, c.flops) == (N, N * 3 * (2 ** depth - 1))
+    x, y = guarded_chain(30)
+    c = tg.cost(y)
+    assert c.iterations == N + 3 ** 30 * N * N
+
+
+def test_printing_names_shared_sub_expressions():
+    # written out, the text would hold 2^40 reads; with the shared parts named it
+    # holds each once
+    x, y = chain(40)
+    text = str(y)
+    assert len(text) < 100 * 40
+    assert text.count("x[i]") == 1 and "$40 * 0.5 + $40 * 0.25" in text
+    # a small expression prints as before, whatever it shares
+    x, y = chain(3)
+    assert "$" not in str(y)
+
+
+def test_simplifying_a_chain_of_rewrites_walks_it_once():
+    # each level rewrites (* 1.0, + 0.0) and its result is simplified again: remembered
+    # results keep that to the new nodes; counted through the rule calls
+    from tegrad.analysis import simplify as simplify_module
+    x = tg.placeholder((N,), dtype="float64", name="x")
+    i = tg.Var("i")
+
+    def rewrites(depth):
+        e = x[i]
+        for _ in range(depth):
+            e = (e * 0.5 + e * 0.25) * 1.0 + 0.0
+        calls = [0]
+        original = simplify_module._rewritten
+
+        def counted(node, rules):
+            calls[0] += 1
+            return original(node, rules)
+        simplify_module._rewritten = counted
+        try:
+            out = simplify_module.simplify(e)
+        finally:
+            simplify_module._rewritten = original
+        assert sum(1 for _ in walk(out)) < 6 * depth + 10
+        return calls[0]
+    assert rewrites(200) < 3 * rewrites(100)
