@@ -14,13 +14,12 @@ same conditions).
 from __future__ import annotations
 
 import functools
-from types import GeneratorType
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Select, Var,
                              may_divide_by_zero)
-from tegrad.ir.mapper import IdentityMapper, NodeMemo, fresh_name
+from tegrad.ir.mapper import IdentityMapper, fresh_name
 from tegrad.ir.printer import axis_end
 from tegrad.analysis.affine import conjunction, conjuncts
 from tegrad.solver.isl_bridge import is_implied
@@ -79,33 +78,8 @@ class ExprLowering(IdentityMapper):
 
     def __init__(self, ctx, context, renames, guard=()):
         self.ctx, self.context, self.guard = ctx, list(context), list(guard)
-        self.stmts, self.allocs = [], []
-        # Memo of lowered nodes, so that a node shared within the expression (a DAG
-        # whose tree may be exponentially larger) is lowered once. A node's lowering
-        # depends on the renames, and on the guard through the statements it adds
-        # (checks and reductions, under the guard) and the bounds it proves (with the
-        # guard's affine part). Its level is the number of the guard's first
-        # conditions it relies on (0: none, it holds anywhere); its result is kept
-        # under those conditions and found again under any guard that starts with
-        # them (there the statements it relies on have run).
-        self._versions = {}  # renames' contents -> version
-        self._guard_key = tuple(map(_condition_key, self.guard))
-        self._level = 0  # the level of the node being lowered, so far
-        self._memos = {}  # (version, guard key prefix) -> (guard kept alive, NodeMemo)
         self.renames = renames
-
-    @property
-    def renames(self):
-        """Stage or reduce axis name -> loop variable name."""
-        return self._renames
-
-    @renames.setter
-    def renames(self, renames):
-        # by content: the dict may have changed since it was last set (reduction_nest
-        # adds axes), and the renames set back after a reduction's bounds find their
-        # results again
-        self._renames = renames
-        self._version = self._versions.setdefault(tuple(renames.items()), len(self._versions))
+        self.stmts, self.allocs = [], []
 
     # -- helpers ---------------------------------------------------------------------
     def _guarded(self, cond):
@@ -114,51 +88,12 @@ class ExprLowering(IdentityMapper):
             return cond
         return Or(Not(conjunction(self.guard)), cond)
 
-    def _rely_on_guard(self):
-        """What is being lowered holds only where the whole guard holds."""
-        self._level = max(self._level, len(self.guard))
-
-    def _add(self, stmt):
-        """Add ``stmt`` before the expression's statement (under the guard)."""
-        self._rely_on_guard()
-        self.stmts.append(stmt)
-
     def _under(self, cond, e):
-        key = _condition_key(cond)
-        if key in self._guard_key:  # already known to hold
-            return (yield self.visit(e))
         self.guard.append(cond)
-        saved, self._guard_key = self._guard_key, self._guard_key + (key,)
         try:
             return (yield self.visit(e))
         finally:
             self.guard.pop()
-            self._guard_key = saved
-
-    def visit(self, e, *args):
-        """The lowering of ``e``: remembered (see ``__init__``), else a generator."""
-        for level in range(len(self._guard_key) + 1):
-            entry = self._memos.get((self._version, self._guard_key[:level]))
-            hit = None if entry is None else entry[1].get(e)
-            if hit is not None:
-                self._level = max(self._level, level)
-                return hit
-        return self._lowered(e, args)
-
-    def _lowered(self, e, args):
-        outer, self._level = self._level, 0
-        out = super().visit(e, *args)
-        if type(out) is GeneratorType:
-            out = yield from out
-        # conditions ``e`` added to the guard (a select's) are its own, not relied on
-        level = min(self._level, len(self.guard))
-        key = (self._version, self._guard_key[:level])
-        entry = self._memos.get(key)
-        if entry is None:
-            entry = self._memos[key] = (tuple(self.guard[:level]), NodeMemo())
-        entry[1][e] = out
-        self._level = max(outer, level)
-        return out
 
     def wrap(self, stmt):
         """``stmt`` after the collected statements, inside the accumulators' allocations."""
@@ -180,9 +115,9 @@ class ExprLowering(IdentityMapper):
         a, b = yield from self._operands(e)
         out = Binary(e.op, a, b, a.dtype)
         if may_divide_by_zero(out):
-            self._add(Check(self._guarded(Compare("ne", b, Const(0, b.dtype))),
-                            "division_by_zero", self.data_source(b) or self.ctx.stage,
-                            stage=self.ctx.stage))
+            self.stmts.append(Check(self._guarded(Compare("ne", b, Const(0, b.dtype))),
+                                    "division_by_zero", self.data_source(b) or self.ctx.stage,
+                                    stage=self.ctx.stage))
         return out
 
     def map_neg(self, e, *args):
@@ -256,12 +191,12 @@ class ExprLowering(IdentityMapper):
             elif not self._implied_inside(idx, extent):
                 unproved.append(inside)
         if conds:
-            self._add(Check(self._guarded(conjunction(conds)), "index_out_of_range",
-                            source, indexed=name, stage=self.ctx.stage))
+            self.stmts.append(Check(self._guarded(conjunction(conds)), "index_out_of_range",
+                                    source, indexed=name, stage=self.ctx.stage))
         if unproved:
-            self._add(Check(self._guarded(conjunction(unproved)),
-                            "index_out_of_range", name, indexed=name,
-                            stage=self.ctx.stage))
+            self.stmts.append(Check(self._guarded(conjunction(unproved)),
+                                    "index_out_of_range", name, indexed=name,
+                                    stage=self.ctx.stage))
 
     @functools.cached_property
     def _box(self):
@@ -274,7 +209,6 @@ class ExprLowering(IdentityMapper):
         aff = to_affine(idx)
         if aff is None:
             return False
-        self._rely_on_guard()  # the proof may not hold under another guard
         known = self.context + split_guard(self.guard)[0]
         names = sorted(set(aff.variables()).union(*(c.variables() for c in known)))
         return (is_implied(names, (), known, aff)
@@ -295,16 +229,10 @@ class ExprLowering(IdentityMapper):
             last = max(k for k, p in enumerate(parts) if to_constraint(p) is None)
             for part in reversed(parts[:last + 1]):
                 stmt = If(part, stmt)
-        self._add(stmt)
+        self.stmts.append(stmt)
         self.allocs.append(acc)
         result = Load(acc, (), e.dtype)
         return result if init is None else e.reducer.combine(init, result)
-
-
-def _condition_key(cond):
-    """A guard condition by identity; a negation by the identity of what it negates
-    (the lowering builds a new ``Not`` each time it negates a condition)."""
-    return ("not", id(cond.a)) if type(cond) is Not else id(cond)
 
 
 def _variable_box(constraints):
