@@ -199,9 +199,10 @@ def build_program(c, large):
 
 
 @st.composite
-def programs(draw):
-    """Half of the programs large (see :func:`build_program`)."""
-    return build_program(GEN._Draw(draw), large=draw(st.booleans()))
+def programs(draw, large=None):
+    """Half of the programs large (see :func:`build_program`); ``large=False``: small
+    ones only (for the Python interpreter of the loop IR)."""
+    return build_program(GEN._Draw(draw), large=draw(st.booleans()) if large is None else large)
 
 
 def with_gradient(program, seed):
