@@ -12,6 +12,7 @@ from tegrad.codegen.loops.nodes import Block, Buffer, For, Store
 from tegrad.ir.expr import Const, Var
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule import reorder, split
+from tegrad.codegen.schedule.accumulators import host_lanes
 from tegrad.codegen.schedule.common import ScheduleError, independence_problem
 from tegrad.codegen.loops.interpret import run
 
@@ -29,8 +30,9 @@ def check(inputs, outputs, threads=2):
     return f
 
 
-@pytest.mark.parametrize("dtype, side", [("float32", 16), ("float64", 8)])
-def test_transpose_and_its_gradient_run_in_tiles_of_the_vector_lanes(dtype, side):
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_transpose_and_its_gradient_run_in_tiles_of_the_vector_lanes(dtype):
+    side = host_lanes(dtype)  # the target's vector lanes (16 float32 on AVX-512, 8 on AVX2)
     x = tg.placeholder((256, 384), dtype=dtype, name="x")
     y = ops.transpose(x)
     head = tg.placeholder(y.shape, dtype=dtype, name="head")
@@ -39,7 +41,9 @@ def test_transpose_and_its_gradient_run_in_tiles_of_the_vector_lanes(dtype, side
     loops = loops_of(f)
     assert {"ax0_o", "ax1_o", "ax0_i", "ax1_i"} <= set(loops)
     assert loops["ax0_i"].end.value == loops["ax1_i"].end.value == side
-    assert loops["ax1_i"].kind == "vectorized"
+    # a tile row of four lanes (float64 on AVX2) is a tiny loop, unrolled (LLVM's SLP
+    # vectoriser packs it); wider ones are vectorised loops
+    assert loops["ax1_i"].kind == ("vectorized" if side > 4 else "unrolled")
     assert loops["ax0_o"].kind == "parallel"  # the split pair pins the outer loop (large)
     assert "square tiles" in f.schedule
 
