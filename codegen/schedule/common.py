@@ -235,6 +235,23 @@ def independence_problem(body, names, accumulate_ok, loops=()):
         if v is not None:
             return (f"the write to {w.buffer.name!r} at {_text(w.indices)} is "
                     f"the same element in different iterations of {v!r}")
+    for buffer, ws in written.items():
+        pinning = [w for w in ws if not (accumulate_ok and type(w) is Accumulate)]
+        if len(pinning) < 2:
+            continue
+        # Each write pins the iterations on its own, but two writes may still meet across
+        # iterations (x[i] and x[3*i - 2]: i = 4 and i = 2 both write x[4]). They are
+        # disjoint when the dimensions where every write has the same index already pin
+        # every variable: those indices tell the iteration whichever write made them.
+        first = pinning[0].indices
+        same = [d for d in range(len(first))
+                if all(len(w.indices) == len(first) and bool(w.indices[d] == first[d])
+                       for w in pinning[1:])]
+        v = _unpinned([first[d] for d in same], names, inner, spans)
+        if v is not None:
+            return (f"the writes to {buffer.name!r} at "
+                    f"{' and '.join(_text(w.indices) for w in pinning)} may be the same "
+                    f"element in different iterations of {v!r}")
     for node in walk_stmts(body):
         for e in stmt_exprs(node):
             for ld in walk_expr(e):

@@ -392,3 +392,50 @@ def test_a_read_of_another_iterations_elements_keeps_the_loop_serial():
         body = Block((Store(A, (p, j), Const(1.0, "float32")),
                       Store(B, (p,), Load(A, index, "float32"))))
         assert (independence_problem(body, ("p",), accumulate_ok=False) is None) == ok
+
+
+def test_two_writes_that_each_pin_the_loop_but_meet_across_iterations_keep_it_serial():
+    """``A[p] += ...; A[3*p - 2] += ...``: each write alone is one row per iteration, but
+    p = 4 and p = 2 both update row 4. Writes meet when the dimensions they share do not
+    pin the loop, whatever the coefficients (drawn here)."""
+    from tegrad.ir.expr import Const, Var
+    from tegrad.codegen.loops.nodes import Accumulate, Buffer, Block
+    from tegrad.codegen.schedule.common import independence_problem
+    p, j = Var("p", "int64"), Var("j", "int64")
+    A = Buffer("A", (64, 4), "float64", "output")
+    one = Const(1.0, "float64")
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        c, d = (int(v) for v in rng.integers(1, 4, size=2))
+        off = int(rng.integers(-2, 3))
+        first = (p * c, j) if c > 1 else (p, j)
+        second = (p * d + off, j) if d > 1 or off else (p, j)
+        body = Block((Accumulate(A, first, one, "add"), Accumulate(A, second, one, "add")))
+        same = bool(first[0] == second[0])
+        assert (independence_problem(body, ("p",), accumulate_ok=False) is None) == same
+        # sharing the pinned dimension makes them disjoint again, whatever the other one
+        body = Block((Accumulate(A, (p, j), one, "add"), Accumulate(A, (p, j * c), one, "add")))
+        assert independence_problem(body, ("p",), accumulate_ok=False) is None
+
+
+def test_a_gradient_scattering_into_rows_i_and_3i_minus_2_equals_the_serial_bits():
+    """The random program CI found: a product's gradient accumulates into ``dx[i, .]`` and
+    ``dx[3*i - 2, .]`` in one stage; run in parallel over ``i`` the two met in row 4."""
+    x = tg.placeholder((19, 91), dtype="float64", name="x")
+    k = tg.reduce_axis((0, 15), name="k")
+
+    def body(i, j):
+        inside = tg.all(j + k - 2 >= 0, i * 3 - 2 >= 0, i * 3 - 2 < 19,
+                        i * 3 + k * 2 - 2 >= 0, i * 3 + k * 2 - 2 < 91, i < 19)
+        return tg.sum(x[i, j + k - 2] * x[i * 3 - 2, i * 3 + k * 2 - 2], axis=k,
+                      where=inside)
+    s = tg.compute((29, 43), body, name="s")
+    inputs, outputs, feed = RANDOM.with_gradient((x, s, 1), 18)
+    for _ in range(10):
+        parallel = assert_same_bits(inputs, outputs, feed)
+    # the race shows only now and then: the loop over the two writes must stay serial
+    from tegrad.codegen.loops.nodes import Accumulate
+    for loop in parallel_loops(parallel):
+        rows = {str(a.indices[0]) for a in walk_stmts(loop.body)
+                if type(a) is Accumulate and a.buffer.name == "dx"}
+        assert len(rows) <= 1, f"dx rows {rows} written in one parallel loop"
