@@ -65,6 +65,11 @@ def add_arguments(p):
                    help="threads the library's parallel loops run on (default: 1, none)")
     p.add_argument("--check-bounds", action="store_true",
                    help="check every element access at run time (a failure returns its code)")
+    p.add_argument("--schedule", choices=("auto", "none"), default="auto",
+                   help="auto: tg.build's automatic schedule (default); none: every "
+                        "stage's loops as written")
+    p.add_argument("--llvm-ir", action="store_true",
+                   help="also write OUT.ll, the text of the optimised LLVM module")
     return p
 
 
@@ -117,9 +122,13 @@ def run(args, *, lower=None, make_module=None):
     result = export_program(exports, output, target=args.target, cpu=args.cpu,
                             features=getattr(args, "features", None), linker=args.linker,
                             lower=lower, make_module=make_module, threads=args.threads,
-                            check_bounds=getattr(args, "check_bounds", False))
+                            check_bounds=getattr(args, "check_bounds", False),
+                            schedule="none" if getattr(args, "schedule", "auto") == "none"
+                            else None, llvm_ir=getattr(args, "llvm_ir", False))
     print(f"exported {', '.join(e.name for e in result.entries)} for {result.target.triple}")
     print(f"  {result.object_path}\n  {result.header_path}")
+    if result.ll_path is not None:
+        print(f"  {result.ll_path}")
     print(f"  {result.message}")
     return result
 

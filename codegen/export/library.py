@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import pathlib
 import re
-from dataclasses import dataclass
-from typing import Optional
+import types
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
 
 import llvmlite.binding as llvm
 import llvmlite.ir as llvm_ir
@@ -39,7 +40,9 @@ _EMPTY_GROUP = re.compile(r"^(attributes #\d+ = \{)\s*\}", re.MULTILINE)
 class ExportResult:
     """What :func:`export_kernels` wrote: paths of the object, header and shared library
     (None when no linker was found), the target, the entry points, the symbols the object
-    needs from outside (libc and libm functions) and a message about the link."""
+    needs from outside (libc and libm functions), a message about the link, the
+    kernels exported (``{entry name: Kernel}``, read-only) and the path of the LLVM
+    module's text (None unless asked for with ``llvm_ir``)."""
 
     object_path: pathlib.Path
     header_path: pathlib.Path
@@ -48,10 +51,12 @@ class ExportResult:
     entries: tuple
     undefined: tuple
     message: str
+    kernels: Mapping = field(default_factory=lambda: types.MappingProxyType({}))
+    ll_path: Optional[pathlib.Path] = None
 
 
 def export_kernels(kernels, path, *, make_module, target=None, cpu=None, features=None,
-                   linker=None):
+                   linker=None, llvm_ir=False):
     """Export ``kernels`` (``{entry name: Kernel}``) as native code for ``target``.
 
     ``make_module(kernel, target_spec) -> KernelModule`` gives each kernel's LLVM module
@@ -61,7 +66,8 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, feature
     unknown CPU or feature raises :class:`ExportError` naming close matches, see
     :func:`~tegrad.codegen.export.targets.target_spec`); ``linker`` a C compiler driver (None: ``cc`` for the
     host, ``<triple>-gcc`` otherwise). Writes ``<path>.o`` (``.obj`` for COFF),
-    ``<path>.h`` and, when a linker is found, ``<path>.so`` (``.dll``, ``.dylib``).
+    ``<path>.h`` and, when a linker is found, ``<path>.so`` (``.dll``, ``.dylib``); with
+    ``llvm_ir``, also ``<path>.ll``: the text of the optimised module the object holds.
 
     >>> export_kernels({}, "/tmp/nothing", make_module=None)
     Traceback (most recent call last):
@@ -99,10 +105,12 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, feature
                                   f"together: {e}") from None
         entries.append(entry)
     _link_thread_pool(combined, spec.triple, data_layout)
-    undefined = tuple(sorted(f.name for f in combined.functions
-                             if f.is_declaration and not f.name.startswith("llvm.")))
     combined.verify()
     optimize(combined, machine)
+    # after optimisation: a gemm kernel declares the thread pool, which one thread never
+    # calls (the optimiser drops it, and the pthread functions with it)
+    undefined = tuple(sorted(f.name for f in combined.functions
+                             if f.is_declaration and not f.name.startswith("llvm.")))
     object_bytes = machine.emit_object(combined)
 
     path = pathlib.Path(os.fspath(path))
@@ -117,10 +125,14 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, feature
     if len(described) > 160:  # the host's full feature list is long and says little
         described = f"{spec.triple} (cpu {spec.cpu})"
     header_path.write_text(header_text(path.name, entries, described))
+    ll_path = None
+    if llvm_ir:
+        ll_path = path.with_name(path.name + ".ll")
+        ll_path.write_text(str(combined))
     library, message = link_shared_library(spec, object_path, library_path, undefined,
                                            linker=linker)
     return ExportResult(object_path, header_path, library, spec, tuple(entries), undefined,
-                        message)
+                        message, types.MappingProxyType(kernels), ll_path)
 
 
 def _entry_module(entry, built, triple, data_layout, exported):

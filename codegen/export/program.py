@@ -1,8 +1,10 @@
-"""Export of tegrad programs: lowering to loop nests, then :func:`export_kernels`.
+"""Export of tegrad programs: compiling to loop nests, then :func:`export_kernels`.
 
-The two pieces come from the rest of ``tegrad.codegen``: ``lower(inputs, outputs, *,
-name) -> Kernel`` (default: ``tegrad.codegen.lower.program.lower_program``) and the
-backend's module factory (default: :func:`default_module_factory`, see
+The two pieces come from the rest of ``tegrad.codegen``: the compile pipeline
+(:func:`tegrad.codegen.pipeline.compile_kernel`, the passes ``tg.build`` runs, so the
+library runs the code a built function runs; a ``lower(inputs, outputs, *, name) ->
+Kernel`` given instead replaces all but its ``parallelize`` pass) and the backend's
+module factory (default: :func:`default_module_factory`, see
 :mod:`tegrad.codegen.export.interface` for its contract). Both can be passed explicitly.
 """
 from __future__ import annotations
@@ -14,13 +16,8 @@ from tegrad.codegen.export.errors import ExportError
 from tegrad.codegen.export.interface import KernelModule
 from tegrad.codegen.export.library import export_kernels
 from tegrad.codegen.llvm.emit import emit_kernel
-from tegrad.codegen.lower.program import lower_program
+from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.schedule.parallel import parallelize_stages
-
-
-def default_lower():
-    """``tegrad.codegen.lower.program.lower_program``."""
-    return lower_program
 
 
 def default_module_factory(*, threads=1, check_bounds=False):
@@ -65,40 +62,63 @@ def default_entry_name(path):
     return c_identifier(pathlib.Path(path).name)
 
 
+def program_kernel(inputs, outputs, *, name, threads, schedule=None, lower=None):
+    """The kernel an export of ``inputs -> outputs`` runs: ``tg.build``'s
+    (:func:`~tegrad.codegen.pipeline.compile_kernel`, parallel loops for ``threads``), or
+    with a ``lower`` hook its kernel, parallelized.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((3,), name="x")
+    >>> program_kernel([x], [x * 2.0], name="twice", threads=1).name
+    'twice'
+    """
+    if lower is None:
+        return compile_kernel(list(inputs), outputs, threads=threads, schedule=schedule,
+                              name=name).kernel
+    if schedule is not None:
+        raise ExportError(f"export {name!r}: schedule= applies to tegrad's own compile "
+                          f"pipeline, not to a custom lower=")
+    return parallelize_stages(lower(list(inputs), outputs, name=name), threads=threads)
+
+
 def export_program(exports, path, *, target=None, cpu=None, features=None, linker=None,
-                   lower=None, make_module=None, threads=1, check_bounds=False):
+                   lower=None, make_module=None, threads=1, check_bounds=False,
+                   schedule=None, llvm_ir=False):
     """Export several programs as one library: ``exports`` maps each entry point's name
     to ``(inputs, outputs)`` (lists of tensors: the placeholders in call order, and the
     results). ``threads``: how many threads the library's parallel loops run on (1, the
     default: none, the library starts no thread). ``check_bounds``: every element access
-    checked at run time, a failure returning its error code (as ``tg.build``'s). Other
-    options as :func:`export_kernels`; returns its result."""
+    checked at run time, a failure returning its error code (as ``tg.build``'s).
+    ``schedule``: as ``tg.build``'s, for every program (None: the automatic schedule).
+    Other options as :func:`export_kernels`; returns its result."""
     threads = _thread_count(threads)
+    schedule = check_schedule(schedule, "export")
     exports = dict(exports)
     if not exports:
         raise ExportError("nothing to export: no programs given")
-    lower = lower or default_lower()
     kernels = {}
     for name, pair in exports.items():
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
             raise ExportError(f"export {name!r}: expected a pair (inputs, outputs), got "
                               f"{type(pair).__name__}")
         inputs, outputs = pair
-        kernels[name] = parallelize_stages(lower(list(inputs), outputs, name=name),
-                                           threads=threads)
-    factory = make_module or default_module_factory(threads=threads,
-                                                    check_bounds=check_bounds)
-    return export_kernels(kernels, path, make_module=factory, target=target, cpu=cpu,
-                          features=features, linker=linker)
+        kernels[name] = program_kernel(inputs, outputs, name=name, threads=threads,
+                                       schedule=schedule, lower=lower)
+    return _write(kernels, path, make_module, threads, check_bounds, target=target, cpu=cpu,
+                  features=features, linker=linker, llvm_ir=llvm_ir)
 
 
 def export(inputs, outputs, path, *, target=None, cpu=None, features=None, name=None,
-           linker=None, lower=None, make_module=None, threads=1, check_bounds=False):
+           linker=None, lower=None, make_module=None, threads=1, check_bounds=False,
+           schedule=None, llvm_ir=False):
     """Compile the program ``inputs -> outputs`` and write ``<path>.o``, ``<path>.h`` and
     (when a linker for the target is found) ``<path>.so``: one C entry point called
     ``name`` (default: the file name of ``path``), whose parallel loops run on ``threads``
     threads (default 1: none); with ``check_bounds``, every element access is checked at
-    run time; see :func:`export_kernels` for ``target``, ``cpu`` and ``features``.
+    run time; ``schedule`` as ``tg.build``'s (None: automatic; the library runs the
+    kernel ``tg.build`` would, see ``result.kernels``); with ``llvm_ir``, the optimised
+    LLVM module is written as ``<path>.ll`` too; see :func:`export_kernels` for
+    ``target``, ``cpu`` and ``features``.
 
     >>> import tegrad as tg, tempfile, os
     >>> x = tg.placeholder((3,), name="x")
@@ -110,17 +130,40 @@ def export(inputs, outputs, path, *, target=None, cpu=None, features=None, name=
     name = default_entry_name(path) if name is None else name
     return export_program({name: (inputs, outputs)}, path, target=target, cpu=cpu,
                           features=features, linker=linker, lower=lower,
-                          make_module=make_module, threads=threads, check_bounds=check_bounds)
+                          make_module=make_module, threads=threads, check_bounds=check_bounds,
+                          schedule=schedule, llvm_ir=llvm_ir)
+
+
+def export_built(inputs, outputs, path, *, kernel_name, schedule=None, name=None,
+                 target=None, cpu=None, features=None, linker=None, make_module=None,
+                 threads=1, check_bounds=False, llvm_ir=False):
+    """Export a built function's program (``f.export``): compiled again by the pipeline
+    for ``threads`` threads (never with the build's parallel loops, made for its own
+    thread count), the kernel named ``kernel_name`` as the function's, the entry point
+    ``name`` (default ``kernel_name``); other options as :func:`export`'s."""
+    threads = _thread_count(threads)
+    kernel = program_kernel(inputs, outputs, name=kernel_name, threads=threads,
+                            schedule=schedule)
+    return _write({kernel_name if name is None else name: kernel}, path, make_module,
+                  threads, check_bounds, target=target, cpu=cpu, features=features,
+                  linker=linker, llvm_ir=llvm_ir)
 
 
 def export_kernel(kernel, path, *, target=None, cpu=None, features=None, name=None,
-                  linker=None, make_module=None, threads=1, check_bounds=False):
-    """Export an already lowered ``kernel`` (a built function's) as entry point ``name``
-    (default: the kernel's name), its parallel loops on ``threads`` threads (default 1:
-    none), every element access checked with ``check_bounds``."""
+                  linker=None, make_module=None, threads=1, check_bounds=False,
+                  llvm_ir=False):
+    """Export an already lowered ``kernel`` as entry point ``name`` (default: the
+    kernel's name), its parallel loops on ``threads`` threads (default 1: none), every
+    element access checked with ``check_bounds``."""
     threads = _thread_count(threads)
     name = kernel.name if name is None else name
     kernel = parallelize_stages(kernel, threads=threads)
+    return _write({name: kernel}, path, make_module, threads, check_bounds, target=target,
+                  cpu=cpu, features=features, linker=linker, llvm_ir=llvm_ir)
+
+
+def _write(kernels, path, make_module, threads, check_bounds, **options):
+    """:func:`export_kernels` of ``kernels`` through ``make_module`` (default: the LLVM
+    backend's, for ``threads`` threads and ``check_bounds``)."""
     factory = make_module or default_module_factory(threads=threads, check_bounds=check_bounds)
-    return export_kernels({name: kernel}, path, make_module=factory, target=target, cpu=cpu,
-                          features=features, linker=linker)
+    return export_kernels(kernels, path, make_module=factory, **options)

@@ -27,13 +27,10 @@ from tegrad.ir.errors import TegradError
 from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
 from tegrad.reference.memory import physical_memory
-from tegrad.codegen.lower.program import lower_program
-from tegrad.codegen.schedule.parallel import parallelize_stages
+from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
-from tegrad.codegen.schedule.auto import auto_schedule
-from tegrad.codegen.schedule.dedupe import computed_once
 
 #: how many compiled programs the cache keeps (least recently used ones are dropped)
 CACHE_SIZE = 256
@@ -147,15 +144,6 @@ def _frozen(value):
                       f"list or a dict")
 
 
-def _check_schedule(schedule):
-    if schedule is None or schedule == "none":
-        return schedule
-    if not isinstance(schedule, dict):
-        raise TegradError(f"build: schedule must be None, 'none' or a dict {{stage: requests}}, "
-                          f"got {schedule!r}")
-    return schedule
-
-
 def _check_bounds_default(check_bounds):
     """``check_bounds``, or when None the environment's ``TEGRAD_CHECK_BOUNDS`` (set and
     not ``0``: on)."""
@@ -195,7 +183,8 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     ``"unroll"``, ``"vectorize"`` and ``"parallel"`` (see
     :mod:`tegrad.codegen.schedule.manual`); ``schedule="none"`` keeps every stage plain.
     Unknown stages or loops and requests that would change the result raise a
-    ``TegradError`` naming the stage.
+    ``TegradError`` naming the stage. The passes are :mod:`tegrad.codegen.pipeline`'s,
+    which ``tg.export`` and ``f.export`` run too.
 
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((3,), dtype="float64", name="x")
@@ -214,7 +203,7 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     outputs = _flatten_outputs(outputs)
     inputs = _check_inputs(inputs, outputs)
     kernel_name = _kernel_name(name, outputs)
-    schedule = _check_schedule(schedule)
+    schedule = check_schedule(schedule, "build")
     check_bounds = _check_bounds_default(check_bounds)
     options = (threads, kernel_name, _frozen(schedule), check_bounds)
     identity = (tuple(map(id, inputs)), tuple(map(id, outputs)), options)
@@ -234,21 +223,15 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
         if executable is not None:
             _executables.move_to_end(key)
     if executable is None:
-        record = None
-        if schedule == "none":
-            kernel = lower_program(inputs, outputs, name=kernel_name)
-        else:
-            # a stage scheduled by hand keeps its loop nest ("none": as written)
-            kernel = lower_program(inputs, computed_once(outputs), name=kernel_name,
-                                   contractions=True, plain=schedule or ())
-            kernel, record = auto_schedule(kernel, overrides=schedule)
-        kernel = parallelize_stages(kernel, threads=threads)
-        executable = Executable(kernel, threads=threads, check_bounds=check_bounds)
-        executable = (executable, record)
+        compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule,
+                                  name=kernel_name)
+        executable = Executable(compiled.kernel, threads=threads, check_bounds=check_bounds)
+        executable = (executable, compiled.record)
         with _lock:
             _remember_executable(key, executable)
     executable, record = executable
-    f = CompiledFunction(inputs, outputs, executable, schedule_record=record)
+    f = CompiledFunction(inputs, outputs, executable, schedule_record=record,
+                         schedule=schedule)
     with _lock:
         _remember(_functions, identity, (tuple(inputs), tuple(outputs), key, weakref.ref(f)))
     return f

@@ -1,13 +1,14 @@
 """The function :func:`tegrad.build` returns."""
 from __future__ import annotations
 
+import copy
 from sys import getrefcount
 
 import numpy as np
 
 from tegrad.ir.errors import FeedError, TegradError
 from tegrad.reference.memory import BufferTooLargeError, check_buffers_fit
-from tegrad.codegen.export.program import export_kernel
+from tegrad.codegen.export.program import export_built
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, by_name, check_count
 from tegrad.codegen.schedule.describe import describe_schedule
@@ -47,8 +48,11 @@ class CompiledFunction:
     ``f.asm`` the machine code; ``f.inputs`` and ``f.outputs`` are the tensors.
     """
 
-    def __init__(self, inputs, outputs, executable, schedule_record=None):
+    def __init__(self, inputs, outputs, executable, schedule_record=None, schedule=None):
         self._schedule_record = schedule_record
+        # the build's schedule= option, which an export compiles with again (a copy: the
+        # caller's dict may change after the build)
+        self._schedule = copy.deepcopy(schedule)
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self._executable = executable
@@ -167,15 +171,27 @@ class CompiledFunction:
         return self._executable.asm
 
     def export(self, path, *, target=None, cpu=None, name=None, linker=None, threads=1,
-               check_bounds=None):
+               check_bounds=None, llvm_ir=False):
         """Write this function as ``<path>.o``, ``<path>.h`` and (when a linker for the
         target is found) a shared library, whose parallel loops run on ``threads`` threads
         (default 1: the library starts none), its accesses checked as this function's
-        unless ``check_bounds`` says otherwise: see :func:`tegrad.export`."""
+        unless ``check_bounds`` says otherwise, ``<path>.ll`` too with ``llvm_ir``: see
+        :func:`tegrad.export`. The program is compiled again by the same passes and
+        schedule as this function, its parallel loops for ``threads``.
+
+        >>> import tegrad as tg, tempfile, os
+        >>> x = tg.placeholder((3,), name="x")
+        >>> f = tg.build([x], [x * 2.0], name="twice", threads=2)
+        >>> r = f.export(os.path.join(tempfile.mkdtemp(), "lib"))
+        >>> [e.name for e in r.entries], r.kernels["twice"].name
+        (['twice'], 'twice')
+        """
         if check_bounds is None:
             check_bounds = self._executable.check_bounds
-        return export_kernel(self.kernel, path, target=target, cpu=cpu, name=name,
-                             linker=linker, threads=threads, check_bounds=check_bounds)
+        return export_built(self.inputs, self.outputs, path, kernel_name=self.kernel.name,
+                            schedule=self._schedule, name=name, target=target, cpu=cpu,
+                            linker=linker, threads=threads, check_bounds=check_bounds,
+                            llvm_ir=llvm_ir)
 
     def __reduce__(self):
         """Pickled by its program and build options, built again when unpickled (see

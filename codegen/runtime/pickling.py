@@ -78,8 +78,9 @@ def loads_program(data):
 def build_options(f):
     """The options ``f`` was built with, as keywords of :func:`tegrad.build`: its kernel's
     name, its thread count (None, every usable core, when it has that many), bounds checks when on, and ``schedule="none"`` when its
-    stages kept their plain loops. Per-stage ``schedule=`` requests are not recorded in a
-    compiled function, so a function built with them is refused (naming the stages)."""
+    stages kept their plain loops. Per-stage ``schedule=`` requests (which the function
+    keeps for ``f.export``) are not pickled, so a function built with them is refused
+    (naming the stages)."""
     executable, record = f._executable, f._schedule_record
     # a function built for every usable core is rebuilt for every core of the process
     # unpickling it (and finds itself in the build cache of its own process)
@@ -92,7 +93,7 @@ def build_options(f):
     elif record.manual:
         raise TegradError(f"the compiled function {f.kernel.name!r} cannot be pickled: it was "
                           f"built with schedule= requests for the stages "
-                          f"{', '.join(map(repr, record.manual))}, which it does not record; "
+                          f"{', '.join(map(repr, record.manual))}, which are not pickled; "
                           f"build it where it runs")
     return options
 

@@ -1,0 +1,159 @@
+"""The compile pipeline: the passes that turn a program into the kernel that runs.
+
+``tg.build``, ``tg.export`` and ``f.export`` all compile through :func:`compile_kernel`,
+so an exported library runs the code a built function runs. The passes, in order
+(:data:`PASSES`; each keeps every output equal to the program's, as ``tg.evaluate``
+computes it):
+
+1. ``computed_once``: stages computing the same values merged into one
+   (:func:`~.schedule.dedupe.computed_once`); keeps each output's expression.
+2. ``lower``: one loop nest per stage, contractions as calls of the gemm kernel
+   (:func:`~.lower.program.lower_program`); keeps the values of every buffer.
+3. ``auto_schedule``: per stage, fusion, splits, loop order, tiles, vector
+   accumulators and vector loops, the stages named in ``schedule`` as asked instead
+   (:func:`~.schedule.auto.auto_schedule`); keeps results (a float sum's up to
+   reassociation in its vector lanes).
+4. ``parallelize``: per stage, the outer loop worth a fork-join marked parallel for
+   ``threads`` threads (:func:`~.schedule.parallel.parallelize_stages`); keeps results
+   bit for bit, for any thread count.
+
+``schedule="none"`` runs :data:`PLAIN_PASSES` instead: ``lower`` as written (no merged
+stages, no gemm calls) and ``parallelize``. ``dump=`` sees the text after every pass.
+
+>>> import tegrad as tg
+>>> x = tg.placeholder((4,), name="x")
+>>> y = tg.compute((4,), lambda i: x[i] * 2.0, name="y")
+>>> seen = []
+>>> compiled = compile_kernel([x], [y], threads=1, dump=lambda name, text: seen.append(name))
+>>> seen
+['computed_once', 'lower', 'auto_schedule', 'parallelize']
+>>> compiled.kernel.name, compiled.record.fused
+('kernel', ())
+>>> compile_kernel([x], [y], threads=1, schedule="none").record is None
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from tegrad.ir.errors import TegradError
+from tegrad.ir.printer import format_tensor
+from tegrad.codegen.loops.nodes import Kernel
+from tegrad.codegen.loops.printer import format_kernel
+from tegrad.codegen.lower.program import _tensor_list, lower_program
+from tegrad.codegen.schedule.auto import ScheduleRecord, auto_schedule
+from tegrad.codegen.schedule.common import ScheduleError
+from tegrad.codegen.schedule.dedupe import computed_once
+from tegrad.codegen.schedule.parallel import parallelize_stages
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """What :func:`compile_kernel` gives: the ``kernel`` and the schedule ``record``
+    (None for ``schedule="none"``), which :func:`~.schedule.describe.describe_schedule`
+    prints."""
+
+    kernel: Kernel
+    record: Optional[ScheduleRecord] = None
+
+
+@dataclass(frozen=True)
+class _State:
+    """What flows through the passes: the program, the options, and once lowered the
+    kernel and the schedule record."""
+
+    inputs: tuple
+    outputs: tuple
+    name: str
+    threads: Optional[int]
+    schedule: object
+    kernel: Optional[Kernel] = None
+    record: Optional[ScheduleRecord] = None
+
+
+def _computed_once(s):
+    return replace(s, outputs=tuple(computed_once(s.outputs)))
+
+
+def _lower(s):
+    # a stage scheduled by hand keeps its loop nest, not a gemm call
+    return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name,
+                                           contractions=True, plain=s.schedule or ()))
+
+
+def _lower_plain(s):
+    return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name))
+
+
+def _auto_schedule(s):
+    kernel, record = auto_schedule(s.kernel, overrides=s.schedule)
+    return replace(s, kernel=kernel, record=record)
+
+
+def _parallelize(s):
+    return replace(s, kernel=parallelize_stages(s.kernel, threads=s.threads))
+
+
+#: the passes, in order: ``(name, state -> state)``
+PASSES = (("computed_once", _computed_once), ("lower", _lower),
+          ("auto_schedule", _auto_schedule), ("parallelize", _parallelize))
+#: the passes of ``schedule="none"``: every stage's loops as written
+PLAIN_PASSES = (("lower", _lower_plain), ("parallelize", _parallelize))
+
+
+def check_schedule(schedule, caller):
+    """``schedule`` when it is None, ``"none"`` or a dict ``{stage: requests}``; else a
+    :class:`~.schedule.common.ScheduleError` naming ``caller``.
+
+    >>> check_schedule("auto", "export")
+    Traceback (most recent call last):
+    ...
+    tegrad.codegen.schedule.common.ScheduleError: export: schedule must be None, 'none' or a dict {stage: requests}, got 'auto'
+    """
+    if schedule is None or schedule == "none" or isinstance(schedule, dict):
+        return schedule
+    raise ScheduleError(f"{caller}: schedule must be None, 'none' or a dict "
+                        f"{{stage: requests}}, got {schedule!r}")
+
+
+def _dumper(dump):
+    """``dump`` as a function ``(pass name, text)``: a callable as it is, a stream (an
+    object with ``write``) written a header line and the text."""
+    if dump is None or (callable(dump) and not hasattr(dump, "write")):
+        return dump
+    if hasattr(dump, "write"):
+        return lambda name, text: dump.write(f"// after {name}\n{text}\n")
+    raise TegradError(f"compile_kernel: dump must be None, a callable (name, text) or a "
+                      f"stream, got {dump!r}")
+
+
+def compile_kernel(inputs, outputs, *, threads, schedule=None, name=None, dump=None):
+    """The kernel computing ``outputs`` (tensors) from the placeholders ``inputs``,
+    through :data:`PASSES` (:data:`PLAIN_PASSES` for ``schedule="none"``), its parallel
+    loops for ``threads`` threads (None: every usable core); ``schedule`` as
+    ``tg.build``'s; ``name`` the kernel's (default ``"kernel"``). ``dump``: None, a
+    callable given ``(pass name, text)`` after every pass, or a stream written the same
+    (``dump=sys.stderr``); the text is the kernel's (``format_kernel``), or the program's
+    before it is lowered.
+
+    >>> import io, tegrad as tg
+    >>> x = tg.placeholder((2,), name="x")
+    >>> out = io.StringIO()
+    >>> _ = compile_kernel([x], [x + 1.0], threads=1, schedule="none", name="inc", dump=out)
+    >>> print(out.getvalue().splitlines()[:2])
+    ['// after lower', 'kernel inc(float32 x[2], float32 add[2]) {']
+    """
+    schedule = check_schedule(schedule, "compile_kernel")
+    dump = _dumper(dump)
+    state = _State(tuple(_tensor_list(inputs, "inputs")), tuple(_tensor_list(outputs, "outputs")),
+                   "kernel" if name is None else name, threads, schedule)
+    for pass_name, run in PLAIN_PASSES if schedule == "none" else PASSES:
+        state = run(state)
+        if dump is not None:
+            dump(pass_name, format_tensor(list(state.outputs)) if state.kernel is None
+                 else format_kernel(state.kernel))
+    return CompiledKernel(state.kernel, state.record)
+
+
+__all__ = ["PASSES", "PLAIN_PASSES", "CompiledKernel", "check_schedule", "compile_kernel"]
