@@ -14,6 +14,7 @@ same conditions).
 from __future__ import annotations
 
 import functools
+from types import GeneratorType
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
@@ -78,10 +79,59 @@ class ExprLowering(IdentityMapper):
 
     def __init__(self, ctx, context, renames, guard=()):
         self.ctx, self.context, self.guard = ctx, list(context), list(guard)
-        self.renames = renames
         self.stmts, self.allocs = [], []
+        # Lowered nodes, so that a node shared within the expression (a DAG whose tree
+        # may be exponentially larger, as a gradient's often is) is lowered once per
+        # renames and guard: under the same renames and the very same guard a node
+        # lowers to the same expression, and the statements it needs (checks,
+        # reductions) were already added before this expression's statement. Keys:
+        # (renames version, guard id, node id); the guard id names the chain of
+        # conditions pushed so far, so a lookup is O(1) at any depth of selects.
+        self._memo = {}  # key -> (node kept alive, its lowering)
+        self._versions = {}  # renames' contents -> version
+        self._chains = {}  # (guard id, condition key) -> guard id
+        self._kept = []  # conditions whose ids key ``_chains``
+        self._guard_ids = [0] * (len(self.guard) + 1)
+        for n, cond in enumerate(self.guard):  # a given guard: its own chain
+            self._guard_ids[n + 1] = self._chain(self._guard_ids[n], cond)
+        self.renames = renames
+
+    @property
+    def renames(self):
+        """Stage or reduce axis name -> loop variable name."""
+        return self._renames
+
+    @renames.setter
+    def renames(self, renames):
+        # by content: reduction_nest sets a dict, changes it and sets it again
+        self._renames = renames
+        self._version = self._versions.setdefault(tuple(renames.items()), len(self._versions))
 
     # -- helpers ---------------------------------------------------------------------
+    def _chain(self, parent, cond):
+        # a negation by what it negates: the lowering builds a new Not for each select
+        key = (parent, ("not", id(cond.a)) if type(cond) is Not else id(cond))
+        found = self._chains.get(key)
+        if found is None:
+            found = self._chains[key] = len(self._chains) + 1
+            self._kept.append(cond)
+        return found
+
+    def visit(self, e, *args):
+        """The lowering of ``e``: remembered (see ``__init__``), else a generator."""
+        key = (self._version, self._guard_ids[-1], id(e))
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        return self._lowered(e, key, args)
+
+    def _lowered(self, e, key, args):
+        out = super().visit(e, *args)
+        if type(out) is GeneratorType:
+            out = yield from out
+        self._memo[key] = (e, out)
+        return out
+
     def _guarded(self, cond):
         """``cond`` needed only where the guard holds: ``!guard || cond``."""
         if not self.guard:
@@ -90,10 +140,12 @@ class ExprLowering(IdentityMapper):
 
     def _under(self, cond, e):
         self.guard.append(cond)
+        self._guard_ids.append(self._chain(self._guard_ids[-1], cond))
         try:
             return (yield self.visit(e))
         finally:
             self.guard.pop()
+            self._guard_ids.pop()
 
     def wrap(self, stmt):
         """``stmt`` after the collected statements, inside the accumulators' allocations."""
