@@ -28,6 +28,13 @@ from tegrad.analysis.affine import from_affine, from_constraint, to_affine, to_c
 from tegrad.analysis.indices import normalize_indices
 from tegrad.zero_elim.terms import Term
 
+#: the largest coefficient or constant of a change of variables worth taking: the
+#: solver's unimodular transformations of a term's domain have small entries when they
+#: simplify it (+-1, the strides); entries past this (seen: 2,587,571,088 for a sum over
+#: a residue class of a modulo read) do not fit the index dtype, and the term keeps its
+#: own axes instead
+MAX_TRANSFORM_ENTRY = 1 << 16
+
 
 class _Split:
     """The conditions of a term sorted by what can be reasoned about exactly."""
@@ -76,6 +83,8 @@ def solve_term_domain(term, params):
     new = transformation.new
     if transformation.is_empty or new.is_empty():
         return None
+    if not all(_small(transformation.old_to_new[name]) for name in axis_names):
+        return _keep(term)
     mapping = {name: from_affine(transformation.old_to_new[name]) for name in axis_names}
     new_axes, single = _drop_single_points(tight_axes(new))
     new_names = {ax.name for ax in new_axes}
@@ -144,6 +153,21 @@ def _captured_by_bounds(con, names):
         return False
     return all(isinstance(atom, str) or not (atom.variables() & names)
                for atom in con.expr.as_dict())
+
+
+def _small(aff):
+    """Every coefficient and the constant of ``aff`` at most :data:`MAX_TRANSFORM_ENTRY`
+    in size (those of the divisions inside it included)."""
+    aff = solver.lift(aff)
+    entries = [aff.constant, *aff.as_dict().values()]
+    inner = [a for a in aff.as_dict() if type(a) is not str]
+    return (all(abs(v) <= MAX_TRANSFORM_ENTRY for v in entries)
+            and all(_small_atom(a) for a in inner))
+
+
+def _small_atom(atom):
+    # a floor division or modulo (solver.FloorDiv, solver.Mod): its dividend and divisor
+    return abs(atom.divisor) <= MAX_TRANSFORM_ENTRY and _small(atom.expr)
 
 
 def _keep(term):
