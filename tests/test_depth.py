@@ -1,4 +1,4 @@
-"""Expressions 10,000 operations deep and programs of 2,000 stages through every pass.
+"""Expressions 4,000 operations deep and programs of 800 stages through every pass.
 
 Each case is built, evaluated, differentiated (zero elimination included), costed,
 compiled and run under Python's default recursion limit, in a thread with a small
@@ -6,6 +6,7 @@ stack: a pass that still recursed, in Python or natively, would fail here. Value
 checked against a numpy recurrence, gradients against its finite differences, compiled
 code against ``tg.evaluate``.
 """
+import os
 import sys
 import threading
 
@@ -14,8 +15,12 @@ import pytest
 
 import tegrad as tg
 
-DEPTH = 10_000
-STAGES = 2_000
+#: operations deep and stages long: four times Python's default recursion limit, which a
+#: recursive pass would exceed, in a thread whose stack a native recursion would
+#: overflow. ``TEGRAD_DEPTH=10000`` (and ``TEGRAD_STAGES=2000``) runs the longer local
+#: check (about 8 minutes)
+DEPTH = int(os.environ.get("TEGRAD_DEPTH", "4000"))
+STAGES = int(os.environ.get("TEGRAD_STAGES", "800"))
 #: a thread stack far smaller than a recursive pass needs at these sizes
 STACK_BYTES = 4 << 20
 X0 = np.array([0.1, 0.3, 2.5])
@@ -111,7 +116,7 @@ def finite_difference_gradient(f, x, h=1e-3):
 
 
 SHAPES = ["chain", "selects", "reduction", "index"]
-#: LLVM itself takes minutes (time growing faster than linearly) over a 10,000-deep
+#: LLVM itself takes minutes (time growing faster than linearly) over a DEPTH-deep
 #: integer index chain: that shape is compiled in benchmarks/depth.py, not here
 COMPILED = {"chain", "selects", "reduction"}
 
@@ -212,9 +217,9 @@ def wide_program_np(v):
 def test_a_program_of_many_stages_through_every_pass(program, reference):
     def check():
         x = tg.placeholder((3,), dtype="float64", name="x")
-        # the wide program's gradient takes minutes in zero elimination (its 2,000
-        # contributions to one gradient): the chain differentiates 2,000 stages, and
-        # compiles them with its gradient's 2,000 (about 40 s)
+        # the wide program's gradient takes minutes in zero elimination (its STAGES
+        # contributions to one gradient): the chain differentiates STAGES stages, and
+        # compiles them with its gradient's
         check_every_pass(x, program(x), reference, STAGES,
                          differentiated=program is chain_program)
     run_small(check)

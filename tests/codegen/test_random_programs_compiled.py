@@ -220,7 +220,9 @@ def with_gradient(program, seed):
     return ([x, head] if len(outputs) > 1 else [x]), outputs, feed
 
 
-EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "200"))
+#: programs per run (half of them large, 16-48 x 16-48 stages: about 1.5 s each with
+#: their gradient); ``TEGRAD_RANDOM_PROGRAMS=N`` runs more locally
+EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "120"))
 
 #: ``build`` options: bounds checks where the compiler offers them
 BUILD_OPTIONS = ({"check_bounds": True}
