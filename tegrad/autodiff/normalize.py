@@ -32,6 +32,7 @@ S[i] = exp(S_red0[i])
 from __future__ import annotations
 
 import itertools
+from types import GeneratorType
 
 from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary, select
 from tegrad.ir.graph import topological_order
@@ -58,6 +59,25 @@ class _Hoister(IdentityMapper):
         self.base_name = base_name
         self.counter = counter
         self.hoisted = {}  # reduction (structurally) -> read of its stage
+        # a node's result per context, so a node shared within the body (a gradient
+        # reuses its sub-expressions: a DAG whose tree may be exponentially larger) is
+        # mapped once per context; the context is known by its ranges dict (one per
+        # reduction scope, never changed once made) and its flag
+        self._memo = {}  # (id(ranges), conditional, id(node)) -> (node, ranges, result)
+
+    def visit(self, e, ctx):
+        key = (id(ctx[0]), ctx[1], id(e))
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is e and hit[1] is ctx[0]:
+            return hit[2]
+        return self._remembered(e, ctx, key)
+
+    def _remembered(self, e, ctx, key):
+        out = IdentityMapper.visit(self, e, ctx)
+        if type(out) is GeneratorType:
+            out = yield from out
+        self._memo[key] = (e, ctx[0], out)
+        return out
 
     def map_select(self, e, ctx):
         ranges, _ = ctx

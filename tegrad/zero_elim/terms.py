@@ -16,16 +16,22 @@ splitting that TVM left as a TODO.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import GeneratorType
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.expr import Binary, Cast, Const, Neg, Not, Reduce, Select, structural_equal
-from tegrad.ir.mapper import Mapper, all_var_names, free_var_names, rename_axes, substitute
+from tegrad.ir.mapper import (Mapper, NodeMemo, all_var_names, free_var_names, rename_axes,
+                              substitute)
 from tegrad.ir.reduction import sum as sum_reducer
 from tegrad.analysis.affine import conjunction, conjuncts, to_constraint
 from tegrad.analysis.kronecker import kronecker_pairs
 
 #: terms produced by one product before it is left unexpanded (bounds the blow-up)
 MAX_PRODUCT_TERMS = 64
+#: terms of one sum before it is left unexpanded: a gradient through a chain of
+#: ``e = f(e) + g(e)`` doubles its terms at each link (2**depth of them, though the
+#: expression itself grows linearly); past this it stays one term
+MAX_SUM_TERMS = 1024
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,25 @@ class _Expander(Mapper):
 
     def __init__(self, taken):
         self.taken = set(taken)
+        # terms per node, so a node shared within the expression expands once (a term's
+        # axes may then appear in two places: a product renames clashing axes, and two
+        # sums over the same axes add up)
+        self._memo = NodeMemo()
 
     def visit(self, e):
         if not _dt.is_float(e.dtype):
             return [Term((), (), e)]
-        return Mapper.visit(self, e)
+        hit = self._memo.get(e)
+        if hit is not None:
+            return hit
+        return self._remembered(e)
+
+    def _remembered(self, e):
+        out = Mapper.visit(self, e)
+        if type(out) is GeneratorType:
+            out = yield from out
+        self._memo[e] = out
+        return out
 
     def map_const(self, e):
         return [] if e.value == 0 else [Term((), (), e)]
@@ -84,6 +104,8 @@ class _Expander(Mapper):
     def add(self, e):
         left = yield self.visit(e.a)
         right = yield self.visit(e.b)
+        if len(left) + len(right) > MAX_SUM_TERMS:
+            return [Term((), (), e)]
         if e.op == "sub":
             right = [Term(r.axes, r.conds, _neg(r.value)) for r in right]
         return left + right
