@@ -46,6 +46,7 @@ from tegrad.codegen.schedule.auto import ScheduleRecord, auto_schedule
 from tegrad.codegen.schedule.common import ScheduleError
 from tegrad.codegen.schedule.dedupe import computed_once
 from tegrad.codegen.schedule.parallel import parallelize_stages
+from tegrad.codegen.target import Target
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class _State:
     name: str
     threads: Optional[int]
     schedule: object
+    target: Target
     kernel: Optional[Kernel] = None
     record: Optional[ScheduleRecord] = None
 
@@ -87,7 +89,8 @@ def _lower_plain(s):
 
 
 def _auto_schedule(s):
-    kernel, record = auto_schedule(s.kernel, overrides=s.schedule)
+    # vector accumulators and tiles as wide as the target's vector registers
+    kernel, record = auto_schedule(s.kernel, overrides=s.schedule, lanes_of=s.target.lanes)
     return replace(s, kernel=kernel, record=record)
 
 
@@ -128,14 +131,16 @@ def _dumper(dump):
                       f"stream, got {dump!r}")
 
 
-def compile_kernel(inputs, outputs, *, threads, schedule=None, name=None, dump=None):
+def compile_kernel(inputs, outputs, *, threads, schedule=None, name=None, dump=None,
+                   target=None):
     """The kernel computing ``outputs`` (tensors) from the placeholders ``inputs``,
     through :data:`PASSES` (:data:`PLAIN_PASSES` for ``schedule="none"``), its parallel
     loops for ``threads`` threads (None: every usable core); ``schedule`` as
     ``tg.build``'s; ``name`` the kernel's (default ``"kernel"``). ``dump``: None, a
     callable given ``(pass name, text)`` after every pass, or a stream written the same
     (``dump=sys.stderr``); the text is the kernel's (``format_kernel``), or the program's
-    before it is lowered.
+    before it is lowered. ``target``: the :class:`~tegrad.codegen.target.Target` the
+    kernel is vectorised for (None: the host); emit its products for the same one.
 
     >>> import io, tegrad as tg
     >>> x = tg.placeholder((2,), name="x")
@@ -147,7 +152,8 @@ def compile_kernel(inputs, outputs, *, threads, schedule=None, name=None, dump=N
     schedule = check_schedule(schedule, "compile_kernel")
     dump = _dumper(dump)
     state = _State(tuple(_tensor_list(inputs, "inputs")), tuple(_tensor_list(outputs, "outputs")),
-                   "kernel" if name is None else name, threads, schedule)
+                   "kernel" if name is None else name, threads, schedule,
+                   Target.host() if target is None else target)
     for pass_name, run in PLAIN_PASSES if schedule == "none" else PASSES:
         state = run(state)
         if dump is not None:

@@ -5,7 +5,9 @@ A *module factory* is a callable ``make_module(kernel, target) -> KernelModule``
 - ``kernel`` is a :class:`tegrad.codegen.loops.nodes.Kernel`;
 - ``target`` is a :class:`tegrad.codegen.export.targets.TargetSpec` (``.triple``, ``.cpu``,
   ``.features``, ``.abi``, ``.data_layout``; ``.target_machine()`` gives its
-  ``llvmlite.binding`` TargetMachine), so the backend can make target-dependent choices.
+  ``llvmlite.binding`` TargetMachine; ``.target`` is the compile pipeline's
+  :class:`tegrad.codegen.target.Target`, the vector width the kernel was scheduled
+  for), so the backend can make target-dependent choices.
   Export sets the module's triple and data layout itself and drops ``target-cpu`` and
   ``target-features`` function attributes, so code chosen for the host never reaches
   another target.

@@ -15,6 +15,7 @@ from tegrad.codegen.export.abi import c_identifier
 from tegrad.codegen.export.errors import ExportError
 from tegrad.codegen.export.interface import KernelModule
 from tegrad.codegen.export.library import export_kernels
+from tegrad.codegen.export.targets import target_spec
 from tegrad.codegen.llvm.emit import emit_kernel
 from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.schedule.parallel import parallelize_stages
@@ -31,7 +32,8 @@ def default_module_factory(*, threads=1, check_bounds=False):
 
     def make_module(kernel, target):
         emitted = emit_kernel(kernel, triple=target.triple, data_layout=target.data_layout,
-                              threads=threads, check_bounds=bool(check_bounds))
+                              threads=threads, check_bounds=bool(check_bounds),
+                              target=target.target)
         checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}
         return KernelModule(emitted.module, emitted.name, checks, alignment=1,
                             extra=tuple(emitted.extra), threads=threads)
@@ -62,10 +64,12 @@ def default_entry_name(path):
     return c_identifier(pathlib.Path(path).name)
 
 
-def program_kernel(inputs, outputs, *, name, threads, schedule=None, lower=None):
+def program_kernel(inputs, outputs, *, name, threads, schedule=None, lower=None,
+                   target=None):
     """The kernel an export of ``inputs -> outputs`` runs: ``tg.build``'s
-    (:func:`~tegrad.codegen.pipeline.compile_kernel`, parallel loops for ``threads``), or
-    with a ``lower`` hook its kernel, parallelized.
+    (:func:`~tegrad.codegen.pipeline.compile_kernel`, parallel loops for ``threads``,
+    vectorised for ``target``, a :class:`~tegrad.codegen.target.Target`, None: the
+    host), or with a ``lower`` hook its kernel, parallelized.
 
     >>> import tegrad as tg
     >>> x = tg.placeholder((3,), name="x")
@@ -74,7 +78,7 @@ def program_kernel(inputs, outputs, *, name, threads, schedule=None, lower=None)
     """
     if lower is None:
         return compile_kernel(list(inputs), outputs, threads=threads, schedule=schedule,
-                              name=name).kernel
+                              name=name, target=target).kernel
     if schedule is not None:
         raise ExportError(f"export {name!r}: schedule= applies to tegrad's own compile "
                           f"pipeline, not to a custom lower=")
@@ -96,6 +100,7 @@ def export_program(exports, path, *, target=None, cpu=None, features=None, linke
     exports = dict(exports)
     if not exports:
         raise ExportError("nothing to export: no programs given")
+    spec = target_spec(target, cpu=cpu, features=features)  # the kernels are for its machine
     kernels = {}
     for name, pair in exports.items():
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
@@ -103,7 +108,7 @@ def export_program(exports, path, *, target=None, cpu=None, features=None, linke
                               f"{type(pair).__name__}")
         inputs, outputs = pair
         kernels[name] = program_kernel(inputs, outputs, name=name, threads=threads,
-                                       schedule=schedule, lower=lower)
+                                       schedule=schedule, lower=lower, target=spec.target)
     return _write(kernels, path, make_module, threads, check_bounds, target=target, cpu=cpu,
                   features=features, linker=linker, llvm_ir=llvm_ir)
 
@@ -142,8 +147,9 @@ def export_built(inputs, outputs, path, *, kernel_name, schedule=None, name=None
     thread count), the kernel named ``kernel_name`` as the function's, the entry point
     ``name`` (default ``kernel_name``); other options as :func:`export`'s."""
     threads = _thread_count(threads)
+    spec = target_spec(target, cpu=cpu, features=features)
     kernel = program_kernel(inputs, outputs, name=kernel_name, threads=threads,
-                            schedule=schedule)
+                            schedule=schedule, target=spec.target)
     return _write({kernel_name if name is None else name: kernel}, path, make_module,
                   threads, check_bounds, target=target, cpu=cpu, features=features,
                   linker=linker, llvm_ir=llvm_ir)

@@ -45,13 +45,14 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 import numpy as np
 
-from tegrad.codegen.kernels import jit, threadpool
+from tegrad.codegen.kernels import threadpool
 from tegrad.codegen.kernels.gemm import (_ELEMENT, _ITEMSIZE, MIN_FLOPS_PER_THREAD,
                                          CompiledGemm, default_blocking)
 from tegrad.codegen.kernels.gemm import GemmSpec  # noqa: F401  (the examples' specs)
 from tegrad.codegen.kernels.irutil import (I1, I32, VOIDPTR, carried_loop,
                                            constant_table, counted_loop, i32, i64, smin,
                                            vector_intrinsics)
+from tegrad.codegen.target import resolve
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,12 @@ MIN_LANE_FILL = 0.75
 MIN_VECTOR_STEPS = 32
 
 
-def prefers_dot(spec, layout, *, vector_bits=None):
+def prefers_dot(spec, layout, *, target=None, vector_bits=None):
     """Whether ``spec`` (of reduction ``layout``, possibly None) runs faster on this
     kernel than on the gemm's: when the gemm's column strip would be mostly empty
     (``n`` under its ``nr``) or its packed ``B`` would serve fewer rows than two register
     blocks, and the sums fill the vectors and are long enough to pay for the sums
-    across lanes.
+    across lanes; on ``target`` (None: the host; ``vector_bits`` replaces its width).
 
     >>> spec = GemmSpec("float32", 1, 32, 10, 6760, (0, 6760, 1), (0, 1, 6760), (0, 10, 1))
     >>> prefers_dot(spec, dot_layout(spec), vector_bits=512)
@@ -114,7 +115,7 @@ def prefers_dot(spec, layout, *, vector_bits=None):
     """
     if layout is None:
         return False
-    gemm = default_blocking(spec.dtype, vector_bits=vector_bits)
+    gemm = default_blocking(spec.dtype, target=target, vector_bits=vector_bits)
     vl = gemm.vl
     vectors = -(-layout.run // vl)
     if layout.run / (vectors * vl) < MIN_LANE_FILL or \
@@ -136,19 +137,19 @@ class DotBlocking:
 LOAD_WEIGHT = 0.5
 
 
-def dot_blocking(spec, *, vector_bits=None):
+def dot_blocking(spec, *, target=None, vector_bits=None):
     """The block shape of the fewest weighted operations: the outputs computed (blocks
     past ``m`` and ``n`` included) times one multiply-add and
     ``(mr + nr) / (mr * nr)`` loads each, within the vector registers (``mr * nr``
-    accumulators, ``mr`` vectors of ``A`` and one of ``B``).
+    accumulators, ``mr`` vectors of ``A`` and one of ``B``) of ``target`` (None: the
+    host; ``vector_bits`` replaces its width).
 
     >>> dot_blocking(GemmSpec("float32", 1, 32, 10, 64, (0, 64, 1), (0, 1, 64), (0, 10, 1)),
     ...              vector_bits=512)
     DotBlocking(vl=16, mr=4, nr=5)
     """
-    bits = vector_bits or jit.vector_bits()
-    vl = bits // (8 * _ITEMSIZE[spec.dtype])
-    registers = 32 if bits >= 512 else 16
+    target = resolve(target, vector_bits)
+    vl, registers = target.lanes(spec.dtype), target.vector_registers
 
     def cost(shape):
         mr, nr = shape
@@ -326,16 +327,16 @@ class _DotEmitter:
 
 
 def emit_dot(module, spec, *, name="tegrad_dot", blocking=None,
-             min_flops_per_thread=MIN_FLOPS_PER_THREAD, shared=False):
+             min_flops_per_thread=MIN_FLOPS_PER_THREAD, shared=False, target=None):
     """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` (whose reduction
     must have a :func:`dot_layout`) into ``module``; the arguments are
     :func:`~.gemm.emit_gemm`'s (``shared`` is accepted for symmetry: this kernel is
-    emitted whole into every module)."""
+    emitted whole into every module; ``target`` as :func:`dot_blocking`'s)."""
     layout = dot_layout(spec)
     if layout is None:
         raise ValueError("emit_dot: the product's reduction is not rows of runs of "
                          "stride 1 in both operands")
-    em = _DotEmitter(module, spec, layout, blocking or dot_blocking(spec), name)
+    em = _DotEmitter(module, spec, layout, blocking or dot_blocking(spec, target=target), name)
     return em.emit_entry(em.emit_driver(), min_flops_per_thread)
 
 

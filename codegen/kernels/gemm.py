@@ -58,6 +58,7 @@ from tegrad.codegen.kernels import jit, threadpool
 from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, carried_loop, ceil_div,
                                            constant_table, counted_loop, declare, i32,
                                            i64, smin, vector_intrinsics)
+from tegrad.codegen.target import resolve
 
 _ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
 _ITEMSIZE = {"float32": 4, "float64": 8}
@@ -170,16 +171,19 @@ class Blocking:
     nc: int
 
 
-def default_blocking(dtype, *, vector_bits=None, packed_bytes=256 * 1024):
-    """Blocks for the host: 2 vectors of columns, as many rows as registers allow.
+def default_blocking(dtype, *, target=None, vector_bits=None, packed_bytes=256 * 1024):
+    """Blocks for ``target`` (:class:`~tegrad.codegen.target.Target`, None: the host;
+    ``vector_bits`` replaces its vector width): 2 vectors of columns, as many rows as
+    its vector registers allow; ``packed_bytes``: the packed block of B, in bytes.
 
     >>> default_blocking("float32", vector_bits=512)
     Blocking(vl=16, mr=8, nr=32, kc=256, nc=256)
     """
-    bits = vector_bits or jit.vector_bits()
-    vl = bits // (8 * _ITEMSIZE[dtype])
-    # 32 vector registers with AVX-512, 16 otherwise: accumulators + 2 B vectors + 1 broadcast
-    mr = {512: 8, 256: 6}.get(bits, 4)
+    target = resolve(target, vector_bits)
+    vl = target.lanes(dtype)
+    # accumulators (2 vectors a row) + 2 vectors of B + 1 broadcast of A in registers;
+    # more than 8 rows gains little (AVX-512: 8, AVX2: 6)
+    mr = max(1, min(8, (target.vector_registers - 3) // 2))
     nr = 2 * vl
     kc = 256
     nc = max(nr, packed_bytes // (kc * _ITEMSIZE[dtype]) // nr * nr)
@@ -344,7 +348,12 @@ class _GemmEmitter:
             b.cbranch(is_full, full, partial)
             for block, guarded in ((full, False), (partial, True)):
                 b.position_at_end(block)
-                with counted_loop(b, i64(0), kc, name="k") as k:
+                if not guarded and col_at is None:
+                    self._copy_consecutive_columns(b, fn, kc, koff, sbk, sbn, strip_src,
+                                                   strip_dst, joined)
+                # element by element: vectorised, its rows would make vectors wider
+                # than the target's (aarch64: 16 floats) from its runs of NR elements
+                with counted_loop(b, i64(0), kc, name="k", vectorize=False) as k:
                     row_src = b.gep(strip_src, [self._row_at(b, k, koff, sbk)], inbounds=True)
                     row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
                     self._copy_row(b, row_src, row_dst, cols, col_at, sbn, guarded)
@@ -593,6 +602,26 @@ class _GemmEmitter:
         columns, when ``guarded``, the last one's)."""
         return b.mul(smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj), sbn)
 
+    def _copy_consecutive_columns(self, b, fn, kc, koff, sbk, sbn, src, dst, joined):
+        """When the strip's columns are consecutive elements of B (``sbn == 1``), copy
+        each row as ``NR / VL`` vectors, the target's width (LLVM would vectorise the
+        element copy across rows at a width of its choosing, wider than the target's
+        registers on aarch64). Goes to ``joined`` when taken; otherwise the builder
+        continues in a new block."""
+        vectors = fn.append_basic_block("consecutive")
+        other = fn.append_basic_block("strided")
+        b.cbranch(b.icmp_signed("==", sbn, i64(1)), vectors, other)
+        b.position_at_end(vectors)
+        with counted_loop(b, i64(0), kc, name="kv") as k:
+            row_src = b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True)
+            row_dst = b.gep(dst, [b.mul(k, i64(self.blk.nr))], inbounds=True)
+            for h in range(0, self.blk.nr, self.blk.vl):
+                value = self._load_vector(b, b.gep(row_src, [i64(h)], inbounds=True), self.vty)
+                at = b.gep(row_dst, [i64(h)], inbounds=True)
+                b.store(value, b.bitcast(at, self.vty.as_pointer()), align=self.esize)
+        b.branch(joined)
+        b.position_at_end(other)
+
     def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded):
         """``row_dst[jj] = B[row, column jj]`` element by element; past the last of
         ``cols`` columns (``guarded``) the last one is read (in bounds) and 0 stored.
@@ -833,7 +862,7 @@ MIN_FLOPS_PER_THREAD = 1 << 21
 
 
 def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
-              min_flops_per_thread=MIN_FLOPS_PER_THREAD, shared=False):
+              min_flops_per_thread=MIN_FLOPS_PER_THREAD, shared=False, target=None):
     """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` into ``module``.
 
     With ``shared`` (a module for this process's JIT), the micro-kernels and packing
@@ -842,9 +871,10 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
     At most ``spec.flops // min_flops_per_thread`` threads (at least 1) run, whatever
     ``n_threads`` asks. The thread pool is declared, not defined: call
     :func:`threadpool.emit_thread_pool` on the module for an exported library; the JIT
-    links the process's pool.
+    links the process's pool. ``blocking`` defaults to :func:`default_blocking` for
+    ``target`` (None: the host).
     """
-    blk = blocking or default_blocking(spec.dtype)
+    blk = blocking or default_blocking(spec.dtype, target=target)
     if blk.nr % blk.vl or blk.nc % blk.nr:
         raise TegradError(f"gemm: blocking {blk} needs nr a multiple of vl and nc of nr")
     em = _GemmEmitter(module, spec, blk, name, shared)

@@ -31,12 +31,13 @@ def i64(v):
 
 
 @contextlib.contextmanager
-def counted_loop(b, start, stop, step=1, *, name="i"):
+def counted_loop(b, start, stop, step=1, *, name="i", vectorize=True):
     """``for (i = start; i < stop; i += step)``; yields ``i``, the builder continues after.
 
-    ``step`` is a positive Python int; the body may add blocks (nested loops).
+    ``step`` is a positive Python int; the body may add blocks (nested loops). Without
+    ``vectorize``, LLVM's loop vectoriser leaves the loop alone.
     """
-    with carried_loop(b, start, stop, (), step, name=name) as loop:
+    with carried_loop(b, start, stop, (), step, name=name, vectorize=vectorize) as loop:
         yield loop.i
         loop.carry(())
 
@@ -54,7 +55,7 @@ class CarriedLoop:
 
 
 @contextlib.contextmanager
-def carried_loop(b, start, stop, initial, step=1, *, name="i"):
+def carried_loop(b, start, stop, initial, step=1, *, name="i", vectorize=True):
     """``for (i = start; i < stop; i += step)`` carrying the values ``initial`` from one
     iteration to the next (vector accumulators); yields a :class:`CarriedLoop`, the
     builder continues after the loop, where ``loop.values`` are the final values."""
@@ -81,8 +82,23 @@ def carried_loop(b, start, stop, initial, step=1, *, name="i"):
     for phi, value in zip(phis, loop.next):
         phi.add_incoming(value, b.block)
     i.add_incoming(b.add(i, ir.Constant(start.type, step)), b.block)
-    b.branch(head)
+    back = b.branch(head)
+    if not vectorize:
+        back.set_metadata("llvm.loop", loop_without_vectorisation(b.module))
     b.position_at_end(exit_)
+
+
+def loop_without_vectorisation(module):
+    """A new loop id (self-referential, as LLVM requires) turning LLVM's loop vectoriser
+    off (and its interleaving), for a loop's back edge: ``br ..., !llvm.loop !id``."""
+    m = module
+    off = m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
+                          ir.Constant(ir.IntType(1), 0)])
+    single = m.add_metadata([ir.MetaDataString(m, "llvm.loop.interleave.count"),
+                             ir.Constant(ir.IntType(32), 1)])
+    loop_id = m.add_metadata([ir.MetaDataString(m, f"tegrad.loop.{len(m.metadata)}")])
+    loop_id.operands = (loop_id, off, single)
+    return loop_id
 
 
 def smin(b, x, y):

@@ -23,6 +23,8 @@ import threading
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from tegrad.codegen.target import Target
+
 _lock = threading.Lock()
 #: every engine ever made, kept (see the module docstring)
 _engines = []
@@ -35,42 +37,21 @@ def _initialized():
     return True
 
 
-@functools.lru_cache(maxsize=None)
-def host_features():
-    """The host CPU's feature string for LLVM.
-
-    With AVX-512, ``-prefer-256-bit`` lets LLVM use 512-bit vectors (it prefers 256 by
-    default on these CPUs).
-    """
-    _initialized()
-    features = llvm.get_host_cpu_features().flatten()
-    if "+avx512f" in features.split(","):
-        features += ",-prefer-256-bit"
-    return features
-
-
 def vector_bits():
     """The width in bits of the host's widest float vector registers (128 at least)."""
-    flags = host_features().split(",")
-    if "+avx512f" in flags:
-        return 512
-    if "+avx" in flags:
-        return 256
-    return 128
+    return Target.host().vector_bits
 
 
 @functools.lru_cache(maxsize=None)
 def host_target_machine():
     """An O3 target machine for the host (triple, CPU name and features)."""
     _initialized()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=host_features(),
-                                        opt=3, reloc="default", codemodel="jitdefault")
+    return Target.host().target_machine(opt=3, codemodel="jitdefault")
 
 
 def host_triple():
     _initialized()
-    return llvm.get_process_triple()
+    return Target.host().triple
 
 
 def optimize(module_ref, *, speed_level=3):

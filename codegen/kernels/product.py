@@ -19,20 +19,21 @@ from tegrad.codegen.kernels.gemm import default_blocking, emit_gemm
 
 
 @functools.lru_cache(maxsize=1024)
-def product_kernel(spec):
+def product_kernel(spec, target=None):
     """``"dot"`` when ``spec``'s reduction is rows of runs along both operands and
-    :func:`.dot.prefers_dot` says it pays, else ``"gemm"``."""
-    return "dot" if prefers_dot(spec, dot_layout(spec)) else "gemm"
+    :func:`.dot.prefers_dot` says it pays on ``target`` (None: the host), else ``"gemm"``."""
+    return "dot" if prefers_dot(spec, dot_layout(spec), target=target) else "gemm"
 
 
-def emit_product(module, spec, *, name, shared=False):
-    """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` on its kernel."""
-    emit = emit_dot if product_kernel(spec) == "dot" else emit_gemm
-    return emit(module, spec, name=name, shared=shared)
+def emit_product(module, spec, *, name, shared=False, target=None):
+    """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` on its kernel,
+    blocked for ``target`` (a :class:`~tegrad.codegen.target.Target`, None: the host)."""
+    emit = emit_dot if product_kernel(spec, target) == "dot" else emit_gemm
+    return emit(module, spec, name=name, shared=shared, target=target)
 
 
-def describe_product(spec):
-    """The kernel of ``spec`` and its blocking, in one line.
+def describe_product(spec, target=None):
+    """The kernel of ``spec`` and its blocking on ``target`` (None: the host), in one line.
 
     >>> from tegrad.codegen.kernels.gemm import GemmSpec
     >>> describe_product(GemmSpec("float32", 1, 32, 10, 6760, (0, 6760, 1), (0, 1, 6760),
@@ -40,12 +41,12 @@ def describe_product(spec):
     'dot kernel: batch 1, m 32, n 10, k 6760 (1 row of 6760)'
     """
     sizes = f"batch {spec.batch}, m {spec.m}, n {spec.n}, k {spec.k}"
-    if product_kernel(spec) == "dot":
-        layout, blk = dot_layout(spec), dot_blocking(spec)
+    if product_kernel(spec, target) == "dot":
+        layout, blk = dot_layout(spec), dot_blocking(spec, target=target)
         rows = len(layout.rows)
         return (f"dot kernel: {sizes} ({rows} row{'s' * (rows > 1)} of {layout.run}); "
                 f"blocks of {blk.mr}x{blk.nr} outputs, each {blk.vl} lanes of partial sums")
-    blk = default_blocking(spec.dtype)
+    blk = default_blocking(spec.dtype, target=target)
     return (f"gemm kernel: {sizes}; blocks of {blk.mr}x{blk.nr} outputs in registers, "
             f"k in blocks of {blk.kc}, B packed {blk.nc} columns at a time")
 

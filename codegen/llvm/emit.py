@@ -41,6 +41,7 @@ from llvmlite import ir
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import bottom_up, children, run
+from tegrad.codegen.kernels.irutil import loop_without_vectorisation
 from tegrad.codegen.kernels.product import emit_product
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_expr, walk_stmts
@@ -94,7 +95,7 @@ class KernelModule:
 
 
 def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None,
-                shared_gemm=False, defer_rare=False, check_bounds=False):
+                shared_gemm=False, defer_rare=False, check_bounds=False, target=None):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
 
     Loops marked ``parallel`` run on ``threads`` threads of the native pool (None: every
@@ -111,6 +112,9 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     ``threads`` is the most threads a :class:`MatrixProduct` runs on (None: every core this
     process may use); the module then calls the thread pool's ``tegrad_parallel_for``,
     which the JIT resolves to the process's pool.
+
+    The products' kernels are blocked for ``target``'s vector registers (a
+    :class:`~tegrad.codegen.target.Target`; None: the host's).
 
     With ``shared_gemm`` (a module for this process's JIT), the products' micro-kernels
     and packing routines are declared, compiled once per process (see
@@ -133,7 +137,7 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     ``check_bounds`` nothing of this is emitted.
     """
     km = _KernelEmitter(kernel, triple, data_layout, resolve_threads(threads),
-                        shared_gemm, defer_rare, check_bounds).run()
+                        shared_gemm, defer_rare, check_bounds, target).run()
     if python_abi is not None:
         _emit_python_entry(km, len(kernel.args), *python_abi)
     return km
@@ -264,8 +268,9 @@ def _stmt_size(s):
 
 class _KernelEmitter:
     def __init__(self, kernel, triple, data_layout, threads, shared_gemm=False,
-                 defer_rare=False, check_bounds=False):
+                 defer_rare=False, check_bounds=False, target=None):
         self.kernel = kernel
+        self.target = target
         self.check_bounds = check_bounds
         self.threads = threads
         self.shared_gemm = shared_gemm
@@ -603,19 +608,8 @@ class _KernelEmitter:
         back = bld.branch(head)
         size = sum(len(bb.instructions) for bb in [loop] + self.function.blocks[first_inner:])
         if size > VECTORIZE_LIMIT:
-            back.set_metadata("llvm.loop", self._loop_without_vectorisation())
+            back.set_metadata("llvm.loop", loop_without_vectorisation(self.module))
         bld.position_at_end(done)
-
-    def _loop_without_vectorisation(self):
-        """A new loop id (self-referential, as LLVM requires) turning its vectoriser off."""
-        m = self.module
-        off = m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
-                              ir.Constant(I1, 0)])
-        single = m.add_metadata([ir.MetaDataString(m, "llvm.loop.interleave.count"),
-                                 ir.Constant(I32, 1)])
-        loop_id = m.add_metadata([ir.MetaDataString(m, f"tegrad.loop.{len(m.metadata)}")])
-        loop_id.operands = (loop_id, off, single)
-        return loop_id
 
     def emit_parallel_for(self, s, begin, end, body):
         """The one place a parallel loop is emitted: as tasks of the native pool."""
@@ -880,7 +874,7 @@ def _matrix_product(em, s):
     fn = em.gemms.get(s.spec)
     if fn is None:
         fn = emit_product(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}",
-                          shared=em.shared_gemm)
+                          shared=em.shared_gemm, target=em.target)
         em.gemms[s.spec] = fn
     bld = em.builder
     args = [bld.gep(em.pointers[buf], [ir.Constant(I64, off)], inbounds=True,

@@ -19,6 +19,8 @@ import threading
 
 import llvmlite.binding as llvm
 
+from tegrad.codegen.target import Target
+
 #: the C library functions generated code may call, directly or through LLVM's libcalls
 LIBM_SYMBOLS = ("erf", "exp", "expf", "exp2", "exp2f", "log", "logf", "sin", "sinf", "cos",
                 "cosf", "tanh", "tanhf", "pow", "powf", "fmod", "fmodf", "sqrt", "sqrtf",
@@ -59,22 +61,8 @@ def _initialise():
     return True
 
 
-#: let LLVM use 512-bit vectors where the CPU has them (it prefers 256-bit ones otherwise)
-WIDE_VECTORS = True
-
-
-def host_features():
-    """The host CPU's features, as LLVM's feature string."""
-    _initialise()
-    features = llvm.get_host_cpu_features().flatten()
-    if WIDE_VECTORS and "+avx512f" in features.split(","):
-        features += ",-prefer-256-bit"
-    return features
-
-
 def host_triple():
-    _initialise()
-    return llvm.get_process_triple()
+    return Target.host().triple
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,10 +75,7 @@ def target_machine():
 def new_target_machine():
     """A new host target machine (an execution engine takes ownership of its own)."""
     _initialise()
-    target = llvm.Target.from_triple(host_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=host_features(),
-                                        opt=3, codemodel="jitdefault", jit=True)
+    return Target.host().target_machine(opt=3, codemodel="jitdefault", jit=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -59,14 +59,11 @@ kernel kernel(float32 A[2][20], float32 S[2]) {
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tegrad.analysis.simplify import simplify
 from tegrad.ir import dtypes
 from tegrad.ir import reduction
 from tegrad.ir.expr import Binary, Const, Var
 
-from tegrad.codegen.kernels.jit import vector_bits
 from tegrad.codegen.loops.mapper import (StmtMapper, block, free_variables, loads, stmt_exprs,
                                          substitute_stmt, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Buffer, Check, For, Kernel,
@@ -75,6 +72,7 @@ from tegrad.codegen.schedule.common import (constant_trip_count, fresh, names_in
                                             stmt_uses_var, uses_var)
 from tegrad.codegen.schedule.fusion import statements
 from tegrad.codegen.schedule.loop_order import stride_one
+from tegrad.codegen.target import Target
 
 #: how many vectors of accumulators a reduction keeps (at most)
 INTERLEAVE = 4
@@ -86,8 +84,9 @@ INDEX = "int64"
 
 
 def host_lanes(dtype):
-    """Lanes of the host's widest vector registers for elements of ``dtype``."""
-    return max(1, vector_bits() // (8 * np.dtype(dtype).itemsize))
+    """Lanes of the host's widest vector registers for elements of ``dtype`` (another
+    target's: its :meth:`~tegrad.codegen.target.Target.lanes`)."""
+    return Target.host().lanes(dtype)
 
 
 def _c(v):
