@@ -28,8 +28,7 @@ import threading
 
 import numpy as np
 
-from tegrad.autodiff.result import Gradients
-from tegrad.codegen.runtime.builder import build
+from tegrad.codegen.runtime.builder import build, flatten_tensors
 from tegrad.codegen.runtime.program_key import program_key
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, FeedError, ShapeError, TegradError
@@ -77,27 +76,9 @@ def _check_name(name):
     return name
 
 
-def _as_list(value, what):
-    if isinstance(value, (Tensor, Gradients)):
-        value = [value]
-    try:
-        items = list(value)
-    except TypeError:
-        raise TegradError(f"operator: {what} must be a tensor or a list of tensors, got "
-                          f"{value!r}") from None
-    flat = []
-    for item in items:
-        if isinstance(item, Gradients):
-            flat.extend(item.result)
-        elif isinstance(item, Tensor):
-            flat.append(item)
-        else:
-            raise TegradError(f"operator: {what} must be tegrad tensors, got {item!r}")
-    return flat
-
-
 def _check_program(inputs, outputs):
-    inputs, outputs = _as_list(inputs, "inputs"), _as_list(outputs, "outputs")
+    inputs = flatten_tensors(inputs, caller="operator", what="inputs")
+    outputs = flatten_tensors(outputs, caller="operator", what="outputs")
     if not inputs:
         # the registered operator's outputs are created on its inputs' device
         raise TegradError("operator: inputs is empty; an operator takes at least one tensor")

@@ -60,18 +60,37 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
-def _flatten_outputs(outputs):
-    if isinstance(outputs, (Tensor, Gradients)):
-        outputs = [outputs]
+def flatten_tensors(value, *, caller, what="outputs"):
+    """``value`` (a tensor, a :func:`tegrad.differentiate` result, or a list mixing them)
+    as a flat list of tensors; anything else raises a ``TegradError`` that starts with
+    ``caller`` and names ``what``.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((2,), name="x")
+    >>> [t.name for t in flatten_tensors([x, tg.differentiate(x * 2.0, [x])], caller="f")]
+    ['x', 'dx']
+    """
+    if isinstance(value, (Tensor, Gradients)):
+        value = [value]
+    try:
+        items = list(value)
+    except TypeError:
+        raise TegradError(f"{caller}: {what} must be a tensor, a differentiate() result or "
+                          f"a list of them, got {value!r}") from None
     flat = []
-    for item in outputs:
+    for item in items:
         if isinstance(item, Gradients):
             flat.extend(item.result)
         elif isinstance(item, Tensor):
             flat.append(item)
         else:
-            raise TegradError(f"build: outputs must be tensors or differentiate() results, "
+            raise TegradError(f"{caller}: {what} must be tensors or differentiate() results, "
                               f"got {item!r}")
+    return flat
+
+
+def _flatten_outputs(outputs):
+    flat = flatten_tensors(outputs, caller="build")
     if not flat:
         raise TegradError("build: no outputs to compute")
     return flat
@@ -269,4 +288,4 @@ def _libc():
         return None
 
 
-__all__ = ["CACHE_BYTES", "CACHE_SIZE", "build", "cache_bytes", "clear_cache"]
+__all__ = ["CACHE_BYTES", "CACHE_SIZE", "build", "cache_bytes", "clear_cache", "flatten_tensors"]
