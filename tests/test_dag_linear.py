@@ -93,15 +93,7 @@ def test_simplifying_a_chain_of_rewrites_walks_it_once():
     assert rewrites(200) < 3 * rewrites(100)
 
 
-def test_a_gradient_of_shared_subexpressions_lowers_each_node_once_per_guard():
-    """``e = e*0.5 + sin(e)*0.25``, 12 deep, with its gradient: lowering remembers each
-    node per renames and guard, so the kernel's loads of x grow linearly with the depth
-    (the gradient's own copies of nodes); expanded as a tree it held thousands, and the
-    build took 98 s."""
-    from tegrad.codegen.lower.program import lower_program
-    from tegrad.codegen.loops.mapper import walk_stmts, stmt_exprs
-    from tegrad.codegen.loops.nodes import Load
-    depth = 12
+def _chain_gradient(depth):
     x = tg.placeholder((4,), dtype="float64", name="x")
 
     def body(i):
@@ -111,6 +103,19 @@ def test_a_gradient_of_shared_subexpressions_lowers_each_node_once_per_guard():
         return e
     y = tg.compute((4,), body, name="y")
     (dx,) = tg.differentiate(y, [x])
+    return x, y, dx
+
+
+def test_a_gradient_of_shared_subexpressions_lowers_each_node_once_per_guard():
+    """``e = e*0.5 + sin(e)*0.25``, 12 deep, with its gradient: lowering remembers each
+    node per renames and guard, so the kernel's loads of x grow linearly with the depth
+    (the gradient's own copies of nodes); expanded as a tree it held thousands, and the
+    build took 98 s."""
+    from tegrad.codegen.lower.program import lower_program
+    from tegrad.codegen.loops.mapper import walk_stmts, stmt_exprs
+    from tegrad.codegen.loops.nodes import Load
+    depth = 12
+    x, y, dx = _chain_gradient(depth)
     kernel = lower_program([x], [y, dx])
     objects = {}  # id -> node, every expression object reachable from the statements
     stack = [e for s in walk_stmts(kernel.body) for e in stmt_exprs(s)]
@@ -128,19 +133,6 @@ def test_a_gradient_of_shared_subexpressions_lowers_each_node_once_per_guard():
     got = tg.build([x], [y, dx])(v)
     for g, w in zip(got, tg.evaluate([y, dx], {x: v})):
         np.testing.assert_allclose(g, w, rtol=1e-12)
-
-
-def _chain_gradient(depth):
-    x = tg.placeholder((4,), dtype="float64", name="x")
-
-    def body(i):
-        e = x[i]
-        for _ in range(depth):
-            e = e * 0.5 + tg.sin(e) * 0.25
-        return e
-    y = tg.compute((4,), body, name="y")
-    (dx,) = tg.differentiate(y, [x])
-    return x, y, dx
 
 
 def _program_nodes(t):
