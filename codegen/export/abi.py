@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from tegrad.codegen.export.errors import ExportError
+from tegrad.codegen.loops.errors import c_error_text
 
 #: every temporary starts at a multiple of this many bytes of the workspace (a cache line,
 #: and enough for any vector load)
@@ -44,9 +45,6 @@ C_TYPES = {
     "uint32": ("uint32_t", 4), "uint64": ("uint64_t", 8), "bool": ("uint8_t", 1),
 }
 
-#: how an error kind of a ``Check`` node reads in a message
-ERROR_TEXT = {"index_out_of_range": "index out of range in tensor",
-              "division_by_zero": "integer division by zero in tensor"}
 
 #: names a parameter or entry point cannot have: C's and C++'s keywords (the header is
 #: valid C and C++) and the workspace parameter's name
@@ -180,7 +178,7 @@ class EntryPoint:
                 return message
         for c, kind, tensor in self.checks:
             if c == code:
-                return f"{ERROR_TEXT.get(kind, kind)} {tensor!r}"
+                return c_error_text(kind, tensor)
         return "unknown error code"
 
     @property

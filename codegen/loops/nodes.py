@@ -28,6 +28,8 @@ from typing import Optional
 
 from tegrad.ir.expr import Const, Expr, Node
 
+from tegrad.codegen.loops.errors import CHECK_KINDS
+
 #: how a loop runs; "vectorized" and "unrolled" require a constant trip count
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
 
@@ -210,6 +212,11 @@ class Check(Stmt):
     indexed: str = ""
     stage: str = ""
 
+    def __post_init__(self):
+        if self.error not in CHECK_KINDS:
+            raise ValueError(f"check on {self.tensor!r}: error kind {self.error!r} not in "
+                             f"{CHECK_KINDS}")
+
     @property
     def message(self):
         """What a failed check reports, naming ``tensor`` first."""
@@ -266,8 +273,8 @@ class MatrixProduct(Stmt):
         return (self.a, self.b)
 
 
-#: the run-time errors a :class:`Check` can report
-ERROR_KINDS = ("index_out_of_range", "division_by_zero")
+#: the run-time errors a :class:`Check` can report (see :mod:`.errors`)
+ERROR_KINDS = CHECK_KINDS
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -35,8 +35,9 @@ import weakref
 
 import numpy as np
 
-from tegrad.ir.errors import OutOfBoundsError, TegradError
+from tegrad.ir.errors import TegradError
 from tegrad.reference.memory import check_buffers_fit
+from tegrad.codegen.loops.errors import status_error
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate
 from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
@@ -103,20 +104,6 @@ def owned_buffers(kernel):
         if isinstance(s, Allocate) and s.buffer not in out:
             out.append(s.buffer)
     return out
-
-
-def status_error(kind, tensor, message=None):
-    """The exception a kernel's status ``(kind, tensor, message)`` stands for (the
-    message of a ``Check`` node, or None for the emitter's own checks)."""
-    if kind == "index_out_of_range":
-        return OutOfBoundsError(message or f"{tensor!r}: a data-dependent index is out of "
-                                f"bounds (an index read from data addresses outside the tensor)")
-    if kind == "out_of_memory":
-        return MemoryError(f"{tensor!r}: the matrix product's packing buffer could not be "
-                           f"allocated")
-    if kind == "division_by_zero":
-        return TegradError(message or f"{tensor!r}: integer division or modulo by zero")
-    return TegradError(message or f"{tensor!r}: run-time check {kind!r} failed")
 
 
 class Executable:
