@@ -33,6 +33,10 @@ from tegrad.codegen.loops.errors import CHECK_KINDS
 #: how a loop runs; "vectorized" and "unrolled" require a constant trip count
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
 
+#: the most iterations of a loop marked ``unrolled``: the backend copies its body this many
+#: times (a schedule refuses to mark a longer loop; split it first)
+UNROLL_LIMIT = 64
+
 #: what a buffer is to the compiled function
 BUFFER_SCOPES = ("input", "output", "temp", "local")
 

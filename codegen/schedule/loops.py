@@ -28,7 +28,7 @@ from tegrad.ir.expr import Binary, Compare, Const, Var
 from tegrad.analysis.simplify import simplify
 
 from tegrad.codegen.loops.mapper import block, substitute_stmt, walk_stmts
-from tegrad.codegen.loops.nodes import For, If
+from tegrad.codegen.loops.nodes import UNROLL_LIMIT, For, If
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, find_loop, fresh,
                                             independence_problem, loop_value, names_in,
                                             replace_loop, stmt_uses_var, uses_var)
@@ -176,7 +176,12 @@ def _mark(kernel, loop, kind):
 
 
 def unroll(kernel, *, loop):
-    """Mark ``loop`` (constant trip count) for unrolling: the same iterations, in order."""
+    """Mark ``loop`` (constant trip count, at most :data:`UNROLL_LIMIT` iterations) for
+    unrolling: the same iterations, in order."""
+    n = constant_trip_count(find_loop(kernel, loop))
+    if n is not None and n > UNROLL_LIMIT:
+        raise ScheduleError(f"unroll loop {loop!r}: {n} iterations, more than the "
+                            f"{UNROLL_LIMIT} a loop is unrolled to; split it first")
     return _mark(kernel, loop, "unrolled")
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import tegrad as tg
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import walk_stmts
-from tegrad.codegen.loops.nodes import For
+from tegrad.codegen.loops.nodes import UNROLL_LIMIT, For
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule import (compute_at, fuse, inline_stage, parallelize, reorder, split,
                                      unroll, vectorize)
@@ -208,3 +208,23 @@ def test_compute_at(n):
     assert_matches(moved, inputs, outputs)
     with pytest.raises(ScheduleError, match="read"):
         compute_at(kernel, stage="E", loop="k")
+
+
+@pytest.mark.parametrize("extent", [UNROLL_LIMIT - 1, UNROLL_LIMIT, UNROLL_LIMIT + 1, 200])
+def test_unroll_refuses_a_loop_longer_than_the_backend_unrolls(extent):
+    """A loop of more than UNROLL_LIMIT iterations was marked "unrolled", printed so, and
+    emitted as a plain loop; it is refused when scheduled, and a split makes it fit."""
+    inputs, outputs = matmul(2, 3, extent)  # k runs over the extent
+    kernel = lower_program(inputs, outputs)
+    if extent <= UNROLL_LIMIT:
+        kernel = unroll(kernel, loop="k")
+        assert {s.var.name: s.kind for s in walk_stmts(kernel.body)
+                if type(s) is For}["k"] == "unrolled"
+    else:
+        with pytest.raises(ScheduleError, match=f"{extent} iterations"):
+            unroll(kernel, loop="k")
+        kernel = unroll(split(kernel, loop="k", factor=8, tail="loop"), loop="k_i")
+    assert_matches(kernel, inputs, outputs)
+    if extent > UNROLL_LIMIT:  # through tg.build's schedule= too
+        with pytest.raises(tg.TegradError, match="split it first"):
+            tg.build(inputs, outputs, schedule={outputs[0].name: {"unroll": "k"}})
