@@ -8,8 +8,9 @@ float32 ``pow`` by a constant number of quarters (``x ** 2.5``, lrn's ``** 0.75`
 square roots (within 2 ulp); ``pow`` by the constant 0.5 is ``sqrt``, as numpy's.
 Semantics follow the evaluator's numpy implementations: ``round`` ties to even
 (``llvm.roundeven``); ``sigmoid`` is ``1 / (1 + e)`` or ``e / (1 + e)`` with
-``e = exp(-|x|)`` (no overflow); ``erf`` is the C library's double ``erf`` (what Python's
-``math.erf`` calls) rounded to the operand's dtype, and so are ``asinh``, ``acosh``,
+``e = exp(-|x|)`` (no overflow); ``erf`` of float32 is computed inline (within 6 ulp),
+of other dtypes it is the C library's double ``erf`` (what Python's ``math.erf`` calls)
+rounded to the operand's dtype, and so are ``asinh``, ``acosh``,
 ``atanh``, ``log1p`` and ``expm1``; ``tan``, ``asin``, ``acos``, ``atan``, ``atan2``,
 ``sinh`` and ``cosh`` are LLVM's intrinsics (the C library's ``tanf``/``tan``, ... once
 lowered); every one of them links with libm alone; ``sign`` keeps NaN; integer ``abs``
@@ -277,10 +278,9 @@ def log_float32(em, x):
     return bld.select(bld.fcmp_unordered("uno", x, x), x, y)
 
 
-def _float32_inline(inline, name):
-    """``inline(em, x)`` for float32, the library's ``llvm.<name>`` for other dtypes
-    (float16 through float32 exactly as numpy rounds it)."""
-    library = _llvm_unary(name)
+def _float32_inline(inline, library):
+    """``inline(em, x)`` for float32, the lowering ``library`` for other dtypes (float16
+    through float32 exactly as numpy rounds it)."""
 
     def lower(em, args, dtype):
         if dtype == "float32":
@@ -302,7 +302,37 @@ def _libm_double(name):
     return lower
 
 
-_erf = _libm_double("erf")
+#: the rational approximation of ``erf`` on ``[-4, 4]`` that Eigen and XLA use for float32:
+#: ``erf(x) = x * P(x**2) / Q(x**2)``, coefficients highest degree first. Measured
+#: against the C library's double ``erf`` on 340,000 float32 values (200,001 spread
+#: over ``[-5, 5]``, normal samples from 1e-30 to 30 wide, subnormals): at most 5.4 ulp
+#: of the float32 result (near ``|x| = 3.9``, where erf is within 4e-8 of 1), 3.7 ulp at
+#: the 99.9th percentile
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+          -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+          -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+          -7.37332916720468e-03, -1.42647390514189e-02)
+
+
+def erf_float32(em, x):
+    """``erf`` of a float32 value in float32 arithmetic, without a library call (loops
+    containing it, such as GELU's, vectorise): ``x`` clamped to ``[-4, 4]`` (beyond, erf
+    rounds to +-1 in float32), then ``x * P(x**2) / Q(x**2)`` (:data:`_ERF_P`). The clamp
+    compares, so NaN stays NaN; a zero keeps its sign."""
+    bld = em.builder
+    ft = x.type
+    four, minus_four = ir.Constant(ft, 4.0), ir.Constant(ft, -4.0)
+    x = bld.select(bld.fcmp_ordered(">", x, four), four,
+                   bld.select(bld.fcmp_ordered("<", x, minus_four), minus_four, x))
+    square = bld.fmul(x, x)
+    # x times the ratio (about 2 / sqrt(pi) near 0), not the ratio of x * P: a subnormal x
+    # is then rounded once, in the last product
+    ratio = bld.fdiv(_horner(bld, square, _ERF_P), _horner(bld, square, _ERF_Q))
+    return bld.fmul(x, ratio)
+
+
+_erf = _float32_inline(erf_float32, _libm_double("erf"))
 
 
 @_in_float32
@@ -440,9 +470,9 @@ def _identity(em, args, dtype):
 
 INTRINSIC_LOWERINGS = {
     "exp": _exp,
-    "log": _float32_inline(log_float32, "log"),
+    "log": _float32_inline(log_float32, _llvm_unary("log")),
     "sqrt": _llvm_unary("sqrt"),
-    "tanh": _float32_inline(tanh_float32, "tanh"),
+    "tanh": _float32_inline(tanh_float32, _llvm_unary("tanh")),
     "sin": _llvm_unary("sin"),
     "cos": _llvm_unary("cos"),
     "floor": _llvm_unary("floor"),
