@@ -35,3 +35,4 @@ from tegrad.analysis.cost import Cost, cost  # noqa: E402
 from tegrad.zero_elim.explain import explain  # noqa: E402
 from tegrad.zero_elim.program import eliminate_zeros  # noqa: E402
 from tegrad.codegen import build, clear_cache, export  # noqa: E402
+from tegrad.train import TrainStep, train_step  # noqa: E402  (a whole compiled training step)

@@ -22,6 +22,8 @@ LAYERS = [
     ["tegrad.nn"],
     # optimizers: update rules written with the operators, beside the layers
     ["tegrad.optim"],
+    # the whole training step: an optimizer's update compiled with the gradients
+    ["tegrad.train"],
     ["tegrad.testing", "tegrad.explain", "tegrad.torch"],
     ["tegrad"],
     # the command-line programs are written against the public API (import tegrad as tg);
