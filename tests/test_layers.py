@@ -1,7 +1,8 @@
 """Every module imports only from its own layer or the layers below it, without cycles.
 
 The layers, lowest first (docs/architecture.md): the solver, the IR, the analyses, the
-reference evaluator, autodiff, zero elimination, code generation, the pipeline composing
+reference evaluator, autodiff, zero elimination, code generation (its own sub-layers in
+the order of its compile pipeline), the pipeline composing
 them, the operator library, the neural-network layers, the optimizers, the user tools,
 the package itself, and the command-line programs on top of its public API. Every import statement counts, at module level or inside a function: an import
 moved into a function to dodge a cycle is still a cycle.
@@ -16,6 +17,16 @@ LAYERS = [
     ["tegrad.reference"],
     ["tegrad.autodiff"],
     ["tegrad.zero_elim"],
+    # code generation, in the order of the compile pipeline: the target and the loop IR;
+    # the kernels that emit products; lowering to loops and LLVM emission; scheduling;
+    # the pipeline of passes; export and the runtime on top of it; the package
+    ["tegrad.codegen.target", "tegrad.codegen.loops"],
+    ["tegrad.codegen.kernels"],
+    ["tegrad.codegen.lower", "tegrad.codegen.llvm"],
+    ["tegrad.codegen.schedule"],
+    ["tegrad.codegen.pipeline"],
+    ["tegrad.codegen.export"],
+    ["tegrad.codegen.runtime"],
     ["tegrad.codegen"],
     ["tegrad.pipeline"],
     ["tegrad.ops"],
