@@ -9,7 +9,8 @@
   (:func:`.contraction.detect_contraction`) and their plan as one matrix product
   (:func:`.contraction.gemm_plan`);
 - :mod:`.gemm`: the register-blocked micro-kernel and macro-loops of a
-  :class:`.gemm.GemmSpec` (:func:`.gemm.emit_gemm`), threaded through the pool;
+  :class:`.gemm.GemmSpec` (:func:`.gemm.emit_gemm`), threaded through the pool, packing
+  into slots of a space its caller passes (:mod:`.packspace`: nothing is allocated);
 - :mod:`.dot`: a dot-product kernel for the products whose reduction runs along memory
   in both operands and whose outputs are few (:func:`.dot.emit_dot`);
 - :mod:`.product`: which of the two runs a product (:func:`.product.emit_product`);
@@ -27,7 +28,6 @@ A stage's output computed by its plan (the operands at their plan offsets):
 >>> xa, wa = np.ones((4, 3), np.float32), np.ones((5, 3), np.float32)
 >>> out = np.empty((4, 5), np.float32)
 >>> compile_gemm(plan.spec).call_pointers(xa.ctypes.data, wa.ctypes.data, out.ctypes.data, 2)
-0
 >>> out.tolist()[0]
 [3.0, 3.0, 3.0, 3.0, 3.0]
 """

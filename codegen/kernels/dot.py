@@ -26,8 +26,9 @@ for every thread count. Blocks past ``m`` or ``n`` (``m % MR``, ``n % NR``) read
 row or column again and store nothing: no loads outside the operands, and
 :func:`dot_blocking` chooses ``MR x NR`` to waste little.
 
-Entry point ``NAME(A, B, C, i32 n_threads) -> i32`` (always 0), like the gemm's; its
-tasks are ``(batch, row block, column block)`` triples in the thread pool.
+Entry point ``void NAME(A, B, C, i8 *space, i32 n_threads)``, like the gemm's (this
+kernel packs nothing: ``space`` is unused, :func:`dot_space_bytes` is 0); its tasks are
+``(batch, row block, column block)`` triples in the thread pool.
 
 >>> import numpy as np
 >>> spec = GemmSpec("float64", 1, 3, 2, 40, (0, 40, 1), (0, 1, 40), (0, 2, 1))
@@ -49,7 +50,7 @@ from tegrad.codegen.kernels import threadpool
 from tegrad.codegen.kernels.gemm import (_ELEMENT, _ITEMSIZE, MIN_FLOPS_PER_THREAD,
                                          CompiledGemm, default_blocking)
 from tegrad.codegen.kernels.gemm import GemmSpec  # noqa: F401  (the examples' specs)
-from tegrad.codegen.kernels.irutil import (I1, I32, VOIDPTR, carried_loop,
+from tegrad.codegen.kernels.irutil import (I1, I8, I32, VOIDPTR, carried_loop,
                                            constant_table, counted_loop, i32, i64, smin,
                                            vector_intrinsics)
 from tegrad.codegen.target import resolve
@@ -312,23 +313,23 @@ class _DotEmitter:
 
     def emit_entry(self, driver, min_flops_per_thread):
         spec, blk = self.spec, self.blk
-        fn = ir.Function(self.module, ir.FunctionType(I32, [self.eptr] * 3 + [I32]),
-                         name=self.name)
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr] * 3 + [I8.as_pointer(), I32])
+        fn = ir.Function(self.module, fnty, name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         params = b.alloca(self.params_ty)
         for f, arg in enumerate(fn.args[:3]):
             b.store(arg, b.gep(params, [i32(0), i32(f)], inbounds=True))
-        threads = threadpool.threads_worth(b, fn.args[3], spec.flops, min_flops_per_thread)
+        threads = threadpool.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
         tasks = spec.batch * -(-spec.m // blk.mr) * -(-spec.n // blk.nr)
         b.call(threadpool.declare_parallel_for(self.module),
                [driver, b.bitcast(params, VOIDPTR), i64(tasks), threads])
-        b.ret(i32(0))
+        b.ret_void()
         return fn
 
 
 def emit_dot(module, spec, *, name="tegrad_dot", blocking=None,
              min_flops_per_thread=MIN_FLOPS_PER_THREAD, shared=False, target=None):
-    """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` (whose reduction
+    """Emit ``void name(A, B, C, i8 *space, i32 n_threads)`` computing ``spec`` (whose reduction
     must have a :func:`dot_layout`) into ``module``; the arguments are
     :func:`~.gemm.emit_gemm`'s (``shared`` is accepted for symmetry: this kernel is
     emitted whole into every module; ``target`` as :func:`dot_blocking`'s)."""
@@ -344,8 +345,19 @@ def emit_dot(module, spec, *, name="tegrad_dot", blocking=None,
 def compile_dot(spec, blocking=None, *, min_flops_per_thread=MIN_FLOPS_PER_THREAD):
     """The JIT-compiled dot-product kernel of ``spec`` (cached per spec and options),
     called like :func:`~.gemm.compile_gemm`'s."""
-    return CompiledGemm(spec, blocking, min_flops_per_thread, emit=emit_dot)
+    return CompiledGemm(spec, blocking, min_flops_per_thread, emit=emit_dot,
+                        space_bytes=dot_space_bytes)
+
+
+def dot_space_bytes(threads):
+    """The packing space the dot kernel needs on ``threads`` threads: none (its
+    operands' runs are read in place).
+
+    >>> dot_space_bytes(8)
+    0
+    """
+    return 0
 
 
 __all__ = ["DotBlocking", "DotLayout", "compile_dot", "dot_blocking", "dot_layout",
-           "emit_dot", "prefers_dot"]
+           "dot_space_bytes", "emit_dot", "prefers_dot"]

@@ -14,20 +14,22 @@ and a stride-1 column axis of ``C``. The emitted code:
   vectors of ``B``: one fused multiply-add per accumulator;
 - runs the reduction innermost, in cache blocks of ``KC`` (``C`` is loaded and updated
   after the first block), columns in blocks of ``NC``;
-- packs each ``KC x NC`` panel of ``B`` into an aligned buffer of its own, strip by strip
-  (``NR`` contiguous columns, zero-padded past ``N``), so the micro-kernel's loads are
-  contiguous whatever ``B``'s strides are;
+- packs each ``KC x NC`` panel of ``B`` into an aligned slot of the caller's packing space
+  (:mod:`.packspace`), strip by strip (``NR`` contiguous columns, zero-padded past
+  ``N``), so the micro-kernel's loads are contiguous whatever ``B``'s strides are;
 - handles edges: the last row block (``M % MR`` rows) by a micro-kernel made for that many
   rows, the last column strip by masked loads and stores of ``C``, any ``K`` (even 1) by
   the run-time trip count of the reduction loop.
 
-Entry point ``NAME(A, B, C, i32 n_threads) -> i32`` (0 on success, 1 when the packing
-buffer could not be allocated). It only fills the product's parameters (extents,
+Entry point ``void NAME(A, B, C, i8 *space, i32 n_threads)``, ``space`` of
+:func:`pack_space_bytes` ``(spec, n_threads)`` bytes: nothing is allocated inside (an
+exported library's ABI promises that). It only fills the product's parameters (extents,
 strides, offset tables, its micro-kernels and packing routine) for the driver, the
 macro-loops that every product of a dtype and blocking shares (compiled once per
 process in the JIT): a product adds little code of its own to compile. The driver's
 tasks are ``(batch, column chunk, row group)`` triples, handed to the thread pool
-(:mod:`.threadpool`), whose chunks of tasks are calls with a packing buffer each. With
+(:mod:`.threadpool`), whose chunks of tasks are calls, each packing into a slot of
+``space`` it claims for the call (one slot per thread the call may run on). With
 one thread a task is a whole batch; with more, about ``CHUNKS_PER_THREAD`` tasks per
 thread: batches cut into column chunks of whole strips (a task packs only its columns
 of ``B``), and those into groups of row blocks only while there are fewer chunks than
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -54,10 +57,10 @@ import numpy as np
 
 from tegrad.ir.errors import ShapeError, TegradError
 
-from tegrad.codegen.kernels import jit, threadpool
-from tegrad.codegen.kernels.irutil import (I1, I32, I64, VOIDPTR, carried_loop, ceil_div,
-                                           constant_table, counted_loop, declare, i32,
-                                           i64, smin, vector_intrinsics)
+from tegrad.codegen.kernels import jit, packspace, threadpool
+from tegrad.codegen.kernels.irutil import (I1, I8, I32, I64, VOIDPTR, carried_loop,
+                                           ceil_div, constant_table, counted_loop, i32, i64,
+                                           smin, vector_intrinsics)
 from tegrad.codegen.target import resolve
 
 _ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
@@ -190,6 +193,31 @@ def default_blocking(dtype, *, target=None, vector_bits=None, packed_bytes=256 *
     return Blocking(vl, mr, nr, kc, nc)
 
 
+def pack_slot_bytes(spec, blocking=None, *, target=None):
+    """The bytes one task packs ``B`` into: a ``min(KC, k) x min(NC, n)`` panel, the
+    columns a whole number of ``NR``-wide strips, in whole cache lines.
+
+    >>> pack_slot_bytes(GemmSpec.dense("float32", 64, 64, 64), default_blocking(
+    ...     "float32", vector_bits=512))
+    16384
+    """
+    blk = blocking or default_blocking(spec.dtype, target=target)
+    strips = -(-min(blk.nc, spec.n) // blk.nr)
+    return packspace.round_to_line(min(blk.kc, spec.k) * strips * blk.nr * _ITEMSIZE[spec.dtype])
+
+
+def pack_space_bytes(spec, threads, blocking=None, *, target=None):
+    """The bytes of the ``space`` argument of ``spec``'s kernel called on ``threads``
+    threads: a slot of :func:`pack_slot_bytes` per thread (see :mod:`.packspace`).
+
+    >>> blk = default_blocking("float32", vector_bits=512)
+    >>> pack_space_bytes(GemmSpec.dense("float32", 64, 64, 64), 2, blk)
+    32896
+    """
+    return packspace.space_bytes(slot_bytes=pack_slot_bytes(spec, blocking, target=target),
+                                 threads=threads)
+
+
 class _GemmEmitter:
     def __init__(self, module, spec, blocking, name, shared=False):
         self.module, self.spec, self.blk, self.name = module, spec, blocking, name
@@ -201,8 +229,6 @@ class _GemmEmitter:
         self.vty = ir.VectorType(self.elt, blocking.vl)
         self.eptr = self.elt.as_pointer()
         self.fma, self.masked_load, self.masked_store = vector_intrinsics(module, self.vty)
-        self.malloc = declare(module, "malloc", ir.FunctionType(VOIDPTR, [I64]))
-        self.free = declare(module, "free", ir.FunctionType(ir.VoidType(), [VOIDPTR]))
 
     def const(self, v):
         return ir.Constant(self.elt, v)
@@ -655,15 +681,15 @@ class _GemmEmitter:
     # -- the driver: the macro-loops of every product of this dtype and blocking ------
 
     #: the fields of the parameters a product hands its driver (see :meth:`emit_driver`)
-    PARAMS = ("a", "b", "c", "status", "batch", "m", "n", "k", "sa0", "sa1", "sa2",
-              "sb0", "sb1", "sb2", "sc0", "sc1", "sc2", "k0_offsets", "k1_offsets",
-              "n_offsets", "batch_offsets", "chunk", "rows_per_task", "micro_full",
-              "micro_tail", "pack")
+    PARAMS = ("a", "b", "c", "claims", "slots", "slot_bytes", "batch", "m", "n", "k",
+              "sa0", "sa1", "sa2", "sb0", "sb1", "sb2", "sc0", "sc1", "sc2", "k0_offsets",
+              "k1_offsets", "n_offsets", "batch_offsets", "chunk", "rows_per_task",
+              "micro_full", "micro_tail", "pack")
 
     def params_type(self):
         eptr, iptr = self.eptr, I64.as_pointer()
         micro = self.micro_type().as_pointer()
-        kinds = {"a": eptr, "b": eptr, "c": eptr, "status": I32, "k0_offsets": iptr,
+        kinds = {"a": eptr, "b": eptr, "c": eptr, "claims": iptr, "k0_offsets": iptr,
                  "k1_offsets": iptr, "n_offsets": iptr, "batch_offsets": iptr,
                  "micro_full": micro, "micro_tail": micro,
                  "pack": self.pack_type().as_pointer()}
@@ -684,7 +710,8 @@ class _GemmEmitter:
         null table means the stride). Task ``t`` is row group ``t % row_groups`` (of
         ``params.rows_per_task`` row blocks) of column chunk ``g % chunks`` of batch
         ``g // chunks`` (``g = t // row_groups``), the chunks ``params.chunk`` columns
-        wide: a call packs only the columns of its tasks."""
+        wide: a call packs only the columns of its tasks, into the slot of
+        ``params.claims``'s space it claims (:mod:`.packspace`)."""
         blk = self.blk
         name = f"tegrad.gemm.driver.{self.spec.dtype}.vl{blk.vl}.mr{blk.mr}.nr{blk.nr}." \
                f"kc{blk.kc}.nc{blk.nc}"
@@ -702,28 +729,16 @@ class _GemmEmitter:
         def field(f):
             return b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True)
 
-        p = {f: b.load(field(f)) for f in self.PARAMS if f != "status"}
+        p = {f: b.load(field(f)) for f in self.PARAMS}
         m, n, k, chunk = p["m"], p["n"], p["k"], p["chunk"]
         null = ir.Constant(I64.as_pointer(), None)
 
         def is_null(table):
             return b.icmp_unsigned("==", b.ptrtoint(table, I64), i64(0))
 
-        # An aligned packing buffer of this thread's own, sized to the problem (a small
-        # product's buffer comes from the heap, not mmap).
-        cols = smin(b, i64(blk.nc), n)
-        strips = ceil_div(b, cols, i64(blk.nr))
-        panel = b.mul(b.mul(smin(b, i64(blk.kc), k), strips), i64(blk.nr * self.esize))
-        raw_bp = b.call(self.malloc, [b.add(panel, i64(64))])
-        failed = fn.append_basic_block("alloc.failed")
-        ok = fn.append_basic_block("alloc.ok")
-        b.cbranch(b.icmp_unsigned("==", b.ptrtoint(raw_bp, I64), i64(0)), failed, ok)
-        b.position_at_end(failed)
-        b.atomic_rmw("or", field("status"), i32(1), "monotonic")
-        b.ret_void()
-        b.position_at_end(ok)
-        aligned = b.and_(b.add(b.ptrtoint(raw_bp, I64), i64(63)), i64(~63))
-        bp = b.inttoptr(aligned, self.eptr)
+        # A 64-byte aligned panel of this call's own for the packed B, held until it returns.
+        claimed, bp = packspace.emit_claim(b, fn, p["claims"], p["slots"], p["slot_bytes"],
+                                           self.eptr)
 
         row_blocks = ceil_div(b, m, i64(blk.mr))
         rows_per = p["rows_per_task"]
@@ -787,7 +802,7 @@ class _GemmEmitter:
                                            b.gep(c_row, [j0], inbounds=True), kc, accumulate,
                                            smin(b, i64(blk.nr), b.sub(nc, j0)), koff[0],
                                            p["sa1"], p["sa2"], p["sc1"]])
-        b.call(self.free, [raw_bp])
+        packspace.emit_release(b, p["claims"], claimed)
         b.ret_void()
         return fn
 
@@ -796,10 +811,11 @@ class _GemmEmitter:
         return constant_table(self.module, f"{self.name}.{what}_offsets", values)
 
     def emit_entry(self, driver, micro_full, micro_tail, pack, min_flops_per_thread):
-        """``NAME(A, B, C, i32 n_threads) -> i32``: the product's parameters, handed to
-        the driver through the thread pool."""
+        """``void NAME(A, B, C, i8 *space, i32 n_threads)``: the product's parameters,
+        handed to the driver through the thread pool."""
         spec, blk = self.spec, self.blk
-        fnty = ir.FunctionType(I32, [self.eptr, self.eptr, self.eptr, I32])
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr,
+                                               I8.as_pointer(), I32])
         fn = ir.Function(self.module, fnty, name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ptr = b.alloca(self.params_type())
@@ -810,7 +826,6 @@ class _GemmEmitter:
 
         for f, arg in zip("abc", fn.args[:3]):
             put(f, arg)
-        put("status", i32(0))
         for f in ("batch", "m", "n", "k"):
             put(f, i64(getattr(spec, f)))
         for f, strides in zip(("sa", "sb", "sc"), (spec.a_strides, spec.b_strides,
@@ -827,7 +842,13 @@ class _GemmEmitter:
         put("micro_tail", micro_full if micro_tail is None else micro_tail)
         put("pack", pack)
         # Work too small to pay for waking threads runs on fewer of them.
-        threads = threadpool.threads_worth(b, fn.args[3], spec.flops, min_flops_per_thread)
+        threads = threadpool.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
+        # One slot per thread this call runs on (the pool runs no more of its tasks at
+        # once), in a space sized for n_threads >= threads: see .packspace.
+        put("claims", packspace.emit_init(b, fn.args[3]))
+        at_least_one = b.select(b.icmp_signed("<", threads, i32(1)), i32(1), threads)
+        put("slots", b.zext(smin(b, at_least_one, i32(threadpool.MAX_THREADS)), I64))
+        put("slot_bytes", i64(pack_slot_bytes(spec, blk)))
         # Tasks for the pool's chunks (one, serially): whole batches while there are
         # enough of them, else each batch cut into column chunks of whole strips (a task
         # packs only its columns of B), then, when those are still too few, into groups
@@ -850,8 +871,7 @@ class _GemmEmitter:
         n_tasks = b.mul(i64(spec.batch), b.mul(chunks, row_groups))
         parallel_for = threadpool.declare_parallel_for(self.module)
         b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, b.trunc(threads, I32)])
-        status = b.gep(ptr, [i32(0), i32(self.PARAMS.index("status"))], inbounds=True)
-        b.ret(b.load_atomic(status, "monotonic", 4))
+        b.ret_void()
         return fn
 
 
@@ -863,7 +883,9 @@ MIN_FLOPS_PER_THREAD = 1 << 21
 
 def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
               min_flops_per_thread=MIN_FLOPS_PER_THREAD, shared=False, target=None):
-    """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` into ``module``.
+    """Emit ``void name(A, B, C, i8 *space, i32 n_threads)`` computing ``spec`` into
+    ``module``; ``space``: :func:`pack_space_bytes` ``(spec, n_threads, blocking)`` bytes
+    of the caller's (any alignment, contents not kept), where the tasks pack ``B``.
 
     With ``shared`` (a module for this process's JIT), the micro-kernels and packing
     routines are declared, compiled once per process (:func:`.jit.shared_function`).
@@ -887,10 +909,12 @@ class CompiledGemm:
     """A JIT-compiled :class:`GemmSpec` callable on numpy arrays: ``f(a, b, out=None,
     threads=1)`` with ``a`` and ``b`` of the spec's (batch-less when batch is 1) shapes,
     C-contiguous (other layouts are the spec's strides: use :attr:`address` directly).
-    ``emit`` is the kernel's emitter (:func:`emit_gemm`, or another with its arguments)."""
+    ``emit`` is the kernel's emitter (:func:`emit_gemm`, or another with its arguments);
+    ``space_bytes(threads)``, the bytes of packing space it needs (default: the gemm's).
+    Each Python thread calling it has a packing space of its own, kept between calls."""
 
     def __init__(self, spec, blocking=None, min_flops_per_thread=MIN_FLOPS_PER_THREAD,
-                 emit=None):
+                 emit=None, space_bytes=None):
         threadpool.parallel_for_address()  # the pool must be registered before linking
         module = ir.Module(name="tegrad_gemm")
         (emit or emit_gemm)(module, spec, name="tegrad_gemm", blocking=blocking,
@@ -898,15 +922,26 @@ class CompiledGemm:
         self.spec = spec
         self.engine = jit.compile_module(module)
         self.address = self.engine.get_function_address("tegrad_gemm")
-        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_int32)(self.address)
         self._spans = spec.spans()
+        self._space_bytes = space_bytes or functools.partial(pack_space_bytes, spec,
+                                                             blocking=blocking)
+        self._spaces = threading.local()  # concurrent calls must not share a space
+
+    def space(self, threads):
+        """This Python thread's packing space for a call on ``threads`` threads."""
+        need = self._space_bytes(threads)
+        have = getattr(self._spaces, "array", None)
+        if have is None or have.size < need:
+            self._spaces.array = have = np.empty(max(need, 1), np.uint8)
+        return have
 
     def call_pointers(self, a, b, c, threads=1):
         """Run on raw addresses (ints), unchecked: each must be the element the spec's
-        strides start from, with every element they reach inside its buffer. Returns
-        the kernel's status (0, or 1 when its packing buffer could not be allocated)."""
-        return self._fn(a, b, c, int(threads))
+        strides start from, with every element they reach inside its buffer."""
+        threads = int(threads)
+        self._fn(a, b, c, self.space(threads).ctypes.data, threads)
 
     def call_raw(self, a, b, c, threads=1):
         """Run on arrays laid out with the spec's strides from their first element."""
@@ -920,9 +955,7 @@ class CompiledGemm:
                                  f"least {hi + 1} elements")
         if not c.flags.writeable:
             raise ShapeError("gemm: C is not writeable")
-        status = self.call_pointers(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads)
-        if status:
-            raise MemoryError("gemm: the packing buffer could not be allocated")
+        self.call_pointers(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads)
         return c
 
     def __call__(self, a, b, out=None, threads=1):

@@ -1,7 +1,8 @@
 """Which kernel runs a matrix product (:class:`~.gemm.GemmSpec`): the register-blocked
 gemm (:mod:`.gemm`) or the dot-product kernel (:mod:`.dot`), chosen from the spec alone
 (:func:`product_kernel`), emitted by :func:`emit_product` and described for
-``f.schedule`` by :func:`describe_product`.
+``f.schedule`` by :func:`describe_product`; the packing space its caller passes it is
+:func:`product_space_bytes` bytes.
 
 >>> from tegrad.codegen.kernels.gemm import GemmSpec
 >>> product_kernel(GemmSpec.dense("float32", 512, 512, 512))
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import functools
 
-from tegrad.codegen.kernels.dot import dot_blocking, dot_layout, emit_dot, prefers_dot
-from tegrad.codegen.kernels.gemm import default_blocking, emit_gemm
+from tegrad.codegen.kernels.dot import (dot_blocking, dot_layout, dot_space_bytes, emit_dot,
+                                        prefers_dot)
+from tegrad.codegen.kernels.gemm import default_blocking, emit_gemm, pack_space_bytes
 
 
 @functools.lru_cache(maxsize=1024)
@@ -26,10 +28,26 @@ def product_kernel(spec, target=None):
 
 
 def emit_product(module, spec, *, name, shared=False, target=None):
-    """Emit ``name(A, B, C, i32 n_threads) -> i32`` computing ``spec`` on its kernel,
-    blocked for ``target`` (a :class:`~tegrad.codegen.target.Target`, None: the host)."""
+    """Emit ``void name(A, B, C, i8 *space, i32 n_threads)`` computing ``spec`` on its
+    kernel, blocked for ``target`` (a :class:`~tegrad.codegen.target.Target`, None: the
+    host); ``space`` holds :func:`product_space_bytes` ``(spec, n_threads, target)``
+    bytes (null when that is 0)."""
     emit = emit_dot if product_kernel(spec, target) == "dot" else emit_gemm
     return emit(module, spec, name=name, shared=shared, target=target)
+
+
+def product_space_bytes(spec, threads, target=None):
+    """The packing space (bytes) ``spec``'s kernel on ``target`` needs when called on
+    ``threads`` threads: 0 for the dot kernel, a panel per thread for the gemm.
+
+    >>> from tegrad.codegen.kernels.gemm import GemmSpec
+    >>> mm = GemmSpec.dense("float32", 64, 64, 64)
+    >>> product_space_bytes(mm, 2) > product_space_bytes(mm, 1) > 0
+    True
+    """
+    if product_kernel(spec, target) == "dot":
+        return dot_space_bytes(threads)
+    return pack_space_bytes(spec, threads, default_blocking(spec.dtype, target=target))
 
 
 def describe_product(spec, target=None):
@@ -51,4 +69,4 @@ def describe_product(spec, target=None):
             f"k in blocks of {blk.kc}, B packed {blk.nc} columns at a time")
 
 
-__all__ = ["describe_product", "emit_product", "product_kernel"]
+__all__ = ["describe_product", "emit_product", "product_kernel", "product_space_bytes"]

@@ -42,7 +42,7 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import bottom_up, children, run
 from tegrad.codegen.kernels.irutil import loop_without_vectorisation
-from tegrad.codegen.kernels.product import emit_product
+from tegrad.codegen.kernels.product import emit_product, product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_expr, walk_stmts
 from tegrad.codegen.llvm.arithmetic import BINARY_LOWERINGS, COMPARE_LOWERINGS
@@ -60,6 +60,10 @@ STACK_LIMIT_BYTES = 64 * 1024
 #: the alignment (bytes) of the storage the runtime allocates for temporaries and large
 #: local buffers, declared to LLVM
 STORAGE_ALIGNMENT = 64
+
+#: the name of the kernel's buffer of packing space for its matrix products (a name no
+#: tensor's buffer has: those are the tensors' names, and no tensor is named so by tegrad)
+PACKING_SPACE = "tegrad.packing"
 
 #: loops marked "unrolled" with at most this many iterations are unrolled when emitted
 UNROLL_LIMIT = 64
@@ -81,8 +85,10 @@ _INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2}
 class KernelModule:
     """An LLVM module holding one kernel and what the runtime needs to call it.
 
-    ``name``: the kernel's symbol; ``buffers``: the buffers in the order of the pointer array (``kernel.args``,
-    ``kernel.temps``, then ``extra``, the local buffers too large for the stack);
+    ``name``: the kernel's symbol; ``buffers``: the buffers in the order of the pointer
+    array (``kernel.args``, ``kernel.temps``, then ``extra``: the local buffers too large
+    for the stack, then the products' packing space when they need one, see
+    :func:`packing_space`);
     ``errors``: ``(kind, tensor, message)`` per non-zero status code (code ``n`` is
     ``errors[n - 1]``; ``message`` is a ``Check`` node's, or None).
     """
@@ -196,6 +202,30 @@ def _large_locals(stmt):
     return out
 
 
+def packing_space(stmt, threads, target=None):
+    """The buffer where the matrix products of ``stmt`` pack their operands (None when
+    none packs): one for all of them, sized for the largest on ``threads`` threads (the
+    products run one after another, never inside a parallel loop's task: see
+    :mod:`.parallel`), passed after the large local buffers, so an export carves it from
+    the caller's workspace and the JIT's executable owns it: nothing is allocated in a
+    call.
+
+    >>> from tegrad.codegen.kernels.gemm import GemmSpec
+    >>> from tegrad.codegen.loops.nodes import Buffer, MatrixProduct
+    >>> a, b, c = (Buffer(n, (64, 64), "float32") for n in "abc")
+    >>> mm = MatrixProduct(GemmSpec.dense("float32", 64, 64, 64), c, a, b, 0, 0, 0)
+    >>> packing_space(mm, 2).shape[0] > packing_space(mm, 1).shape[0]
+    True
+    """
+    nbytes = max([product_space_bytes(s.spec, threads, target) for s in walk_stmts(stmt)
+                  if isinstance(s, _n.MatrixProduct)], default=0)
+    return _n.Buffer(PACKING_SPACE, (nbytes,), "uint8", "local") if nbytes else None
+
+
+def _has_product(stmt):
+    return any(isinstance(s, _n.MatrixProduct) for s in walk_stmts(stmt))
+
+
 def _first_target(stmt):
     """The name of the first buffer ``stmt`` writes (names errors raised inside it)."""
     for s in walk_stmts(stmt):
@@ -288,7 +318,10 @@ class _KernelEmitter:
             self.module.triple = triple
         if data_layout:
             self.module.data_layout = data_layout
-        self.extra = tuple(_large_locals(kernel.body))
+        #: the products' packing space (a buffer, or None when nothing packs)
+        self.packing = packing_space(kernel.body, threads, target)
+        self.extra = tuple(_large_locals(kernel.body)) + (
+            (self.packing,) if self.packing is not None else ())
         self.buffers = tuple(kernel.args) + tuple(kernel.temps) + self.extra
         self.errors = []
         self.env = {}
@@ -314,6 +347,8 @@ class _KernelEmitter:
             for k, part in enumerate(parts):
                 stmt = _n.Block(tuple(part)) if len(part) > 1 else part[0]
                 used = _buffers_used(stmt)
+                if _has_product(stmt):
+                    used.add(self.packing)
                 buffers = [b for b in self.buffers if b in used]
                 fn = self._buffer_function(f"{self.symbol}.part{k}", buffers)
                 fn.attributes.add("noinline")
@@ -870,7 +905,8 @@ def _check(em, s):
 
 
 def _matrix_product(em, s):
-    """A call of the product's kernel emitted for ``s.spec`` (once per spec per module)."""
+    """A call of the product's kernel emitted for ``s.spec`` (once per spec per module),
+    packing into the kernel's packing space (it cannot fail: it allocates nothing)."""
     fn = em.gemms.get(s.spec)
     if fn is None:
         fn = emit_product(em.module, s.spec, name=f"{em.symbol}.gemm{len(em.gemms)}",
@@ -880,9 +916,11 @@ def _matrix_product(em, s):
     args = [bld.gep(em.pointers[buf], [ir.Constant(I64, off)], inbounds=True,
                     source_etype=memory_type(buf.dtype))
             for buf, off in ((s.a, s.a_offset), (s.b, s.b_offset), (s.c, s.c_offset))]
-    status = bld.call(fn, args + [ir.Constant(I32, em.threads)])
-    ok = bld.icmp_signed("==", status, ir.Constant(I32, 0))
-    em.fail_unless(ok, "out_of_memory", s.c.name)
+    if em.task is not None:  # parallel.py keeps such loops serial: the space is not per task
+        raise AssertionError(f"matrix product {s.c.name!r} inside a parallel loop's task")
+    space = em.pointers[em.packing] if product_space_bytes(s.spec, em.threads, em.target) \
+        else ir.Constant(PTR, None)
+    bld.call(fn, args + [space, ir.Constant(I32, em.threads)])
 
 
 STMT_LOWERINGS = {
@@ -897,5 +935,5 @@ STMT_LOWERINGS = {
     _n.MatrixProduct: _matrix_product,
 }
 
-__all__ = ["KernelModule", "RARE_BRANCH", "emit_kernel", "EXPR_LOWERINGS", "STMT_LOWERINGS",
-           "STACK_LIMIT_BYTES"]
+__all__ = ["KernelModule", "PACKING_SPACE", "RARE_BRANCH", "emit_kernel", "EXPR_LOWERINGS",
+           "STMT_LOWERINGS", "STACK_LIMIT_BYTES", "packing_space"]

@@ -10,8 +10,10 @@ with ``task(ctx, lo, hi)`` running iterations ``k`` in ``[lo, hi)`` in order, ea
 ``v == begin + k * step``: every iteration runs once, with the values it has in the
 serial loop (the pool hands out chunks of consecutive iterations). ``threads`` is a
 constant of the kernel (see :func:`resolve_threads`); with one thread, inside another
-parallel loop's task, or when the body allocates a local buffer too large for a thread's
-stack (the kernel passes those as shared storage), the loop is emitted serially.
+parallel loop's task, when the body allocates a local buffer too large for a thread's
+stack (the kernel passes those as shared storage), or when it holds a matrix product
+(which runs on the threads itself, packing into the kernel's one packing space), the
+loop is emitted serially.
 
 A failed check inside a task stops that task's range (before any out-of-bounds access)
 and records ``k << 32 | code`` in ``ctx.status`` with an atomic unsigned minimum. The
@@ -38,7 +40,8 @@ from llvmlite import ir
 
 from tegrad.ir import expr as _ex
 from tegrad.codegen.kernels.threadpool import (TASK_FN_TYPE, VOIDPTR, declare_parallel_for)
-from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs
+from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_stmts
+from tegrad.codegen.loops.nodes import MatrixProduct
 from tegrad.codegen.llvm.types import I32, I64, PTR, Value
 from tegrad.codegen.llvm.names import llvm_name
 
@@ -108,7 +111,8 @@ def emit_parallel_loop(em, s, begin, end, body):
     (see the module docstring)."""
     buffers, allocated = _buffers(s.body)
     if (em.threads <= 1 or em.task is not None
-            or any(b in allocated for b in em.extra)):
+            or any(b in allocated for b in em.extra)
+            or any(type(x) is MatrixProduct for x in walk_stmts(s.body))):
         em.emit_serial_for(s, begin, end, body)
         return
     names = sorted((_read_names(s.body) & set(em.env)) - {s.var.name})

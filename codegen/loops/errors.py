@@ -2,8 +2,9 @@
 
 A kernel stops with a status naming a kind of error and a tensor: a :class:`Check` node
 failed (a data-dependent index outside its tensor, an integer division by zero), or the
-emitter's own check did (an access outside its buffer under ``check_bounds``, a packing
-buffer that could not be allocated). Each kind has the exception ``tg.build``'s function
+emitter's own check did (an access outside its buffer under ``check_bounds``). Compiled
+code allocates nothing, so no kind reports a failed allocation (a matrix product packs
+into the kernel's own storage: see ``tegrad.codegen.kernels.packspace``). Each kind has the exception ``tg.build``'s function
 raises, the text that exception carries when no ``Check`` supplied one, and the text the
 C library's ``NAME_error_string`` gives before the tensor's name. Adding a kind touches
 this table only (tests check that every kind the code reports is here).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tegrad.ir.errors import BufferTooLargeError, OutOfBoundsError, TegradError
+from tegrad.ir.errors import OutOfBoundsError, TegradError
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,6 @@ ERRORS = {e.name: e for e in (
     ErrorKind("division_by_zero", TegradError,
               "{tensor!r}: integer division or modulo by zero",
               "integer division by zero in tensor", checkable=True),
-    ErrorKind("out_of_memory", BufferTooLargeError,
-              "{tensor!r}: the matrix product's packing buffer could not be allocated",
-              "out of memory for the packing buffer of tensor", checkable=False),
 )}
 
 #: the kinds a :class:`~tegrad.codegen.loops.nodes.Check` node may report

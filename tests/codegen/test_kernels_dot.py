@@ -24,7 +24,7 @@ def run_spec(spec, a, b, threads=1, blocking=None):
     (_, _), (_, _), (_, chi) = spec.spans()
     c = np.full(chi + 1, np.nan, spec.dtype)
     f = compile_dot(spec, blocking, min_flops_per_thread=1)
-    assert f.call_pointers(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads) == 0
+    f.call_pointers(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads)
     return c
 
 
@@ -227,7 +227,7 @@ x, w = rng.standard_normal((m, k)).astype("float32"), rng.standard_normal((n, k)
 xa, wa = before_a_guard_page(x), before_a_guard_page(w)
 c = before_a_guard_page(np.zeros(m * n, np.float32))
 f = compile_dot(spec, DotBlocking(16, 4, 2), min_flops_per_thread=1)
-assert f.call_pointers(xa.ctypes.data, wa.ctypes.data, c.ctypes.data, 2) == 0
+f.call_pointers(xa.ctypes.data, wa.ctypes.data, c.ctypes.data, 2)
 assert np.allclose(c.reshape(m, n), x @ w.T, rtol=1e-5, atol=1e-5)
 print("ok")
 """

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tegrad.codegen.kernels import jit
 from tegrad.codegen.kernels.gemm import (Blocking, GemmSpec, compile_gemm, default_blocking,
-                                         emit_gemm)
+                                         emit_gemm, pack_space_bytes)
 from tegrad.ir.errors import ShapeError, TegradError
 
 EPS = {"float32": np.finfo(np.float32).eps, "float64": np.finfo(np.float64).eps}
@@ -141,16 +141,19 @@ def test_a_module_with_its_own_pool_runs_and_exports():
     emit_gemm(m, spec, name="mm")
     threadpool.emit_thread_pool(m)
     engine = jit.compile_module(m)
-    f = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                         ctypes.c_int32)(engine.get_function_address("mm"))
+    f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_void_p, ctypes.c_int32)(engine.get_function_address("mm"))
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((37, 41)), rng.standard_normal((41, 29))
     c = np.empty((37, 29))
     for threads in (1, 2, 3):
-        assert f(a.ctypes.data, b.ctypes.data, c.ctypes.data, threads) == 0
+        # the caller's packing space, at any alignment (here 1 byte past a line)
+        space = np.empty(pack_space_bytes(spec, threads) + 1, np.uint8)[1:]
+        f(a.ctypes.data, b.ctypes.data, c.ctypes.data, space.ctypes.data, threads)
         check_close(c, a, b, 41)
     obj = jit.host_target_machine().emit_object(llvm.parse_assembly(str(m)))
     assert b"tegrad_parallel_for" in obj and b"pthread_create" in obj
+    assert b"malloc" not in obj and b"free" not in obj  # the caller's space, nothing else
 
 
 def test_negative_strides_need_a_base_pointer():
@@ -165,7 +168,7 @@ def test_negative_strides_need_a_base_pointer():
     with pytest.raises(ShapeError, match="negative strides"):
         f.call_raw(a, b, np.empty((m, n), np.float32))
     c = np.empty((m, n), np.float32)
-    assert f.call_pointers(a.ctypes.data + (m - 1) * k * 4, b.ctypes.data, c.ctypes.data, 2) == 0
+    f.call_pointers(a.ctypes.data + (m - 1) * k * 4, b.ctypes.data, c.ctypes.data, 2)
     check_close(c, a[::-1], b, k)
 
 
