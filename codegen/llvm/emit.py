@@ -65,8 +65,9 @@ STORAGE_ALIGNMENT = 64
 #: tensor's buffer has: those are the tensors' names, and no tensor is named so by tegrad)
 PACKING_SPACE = "tegrad.packing"
 
-#: loops marked "unrolled" with at most this many iterations are unrolled when emitted
-UNROLL_LIMIT = 64
+#: loops marked "unrolled" have at most this many iterations (the loop IR's limit, which
+#: the schedule enforces); they are unrolled when emitted
+UNROLL_LIMIT = _n.UNROLL_LIMIT
 
 #: a loop whose body has more LLVM instructions than this is not given to LLVM's loop
 #: vectoriser, whose time grows with the square of the body (a 4,000-instruction body:
