@@ -699,7 +699,7 @@ def kernel_rows(repeats, threads, program, inputs, numpy_fn, torch_fn, flops):
     output. Returns table rows and the kernel's compile time.
     """
     import torch
-    from tegrad.codegen.kernels.contraction import detect_contraction, gemm_plan
+    from tegrad.codegen.lower.product_plans import detect_contraction, gemm_plan
     from tegrad.codegen.kernels.gemm import compile_gemm
     placeholders, output = program()
     plan = gemm_plan(detect_contraction(output))

@@ -6,7 +6,7 @@ so an exported library runs the code a built function runs. The passes, in order
 computes it):
 
 1. ``computed_once``: stages computing the same values merged into one
-   (:func:`~.schedule.dedupe.computed_once`); keeps each output's expression.
+   (:func:`~.lower.dedupe.computed_once`); keeps each output's expression.
 2. ``lower``: one loop nest per stage, contractions as calls of the gemm kernel
    (:func:`~.lower.program.lower_program`); keeps the values of every buffer.
 3. ``auto_schedule``: per stage, fusion, splits, loop order, tiles, vector
@@ -44,7 +44,7 @@ from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.lower.program import _tensor_list, lower_program
 from tegrad.codegen.schedule.auto import ScheduleRecord, auto_schedule
 from tegrad.codegen.schedule.common import ScheduleError
-from tegrad.codegen.schedule.dedupe import computed_once
+from tegrad.codegen.lower.dedupe import computed_once
 from tegrad.codegen.schedule.parallel import parallelize_stages
 from tegrad.codegen.target import Target
 

@@ -12,7 +12,7 @@ WITH_EXAMPLES = {
     "tegrad.codegen.kernels", "tegrad.codegen.kernels.jit", "tegrad.codegen.kernels.irutil",
     "tegrad.codegen.kernels.threadpool", "tegrad.codegen.kernels.gemm",
     "tegrad.codegen.kernels.dot", "tegrad.codegen.kernels.product",
-    "tegrad.codegen.kernels.contraction", "tegrad.codegen.loops.nodes",
+    "tegrad.codegen.lower.product_plans", "tegrad.codegen.loops.nodes",
     "tegrad.codegen.loops.mapper", "tegrad.codegen.loops.printer",
     "tegrad.codegen.loops.interpret", "tegrad.codegen.loops.errors",
     "tegrad.codegen.lower.program", "tegrad.codegen.lower.nest",

@@ -19,7 +19,7 @@
 A stage's output computed by its plan (the operands at their plan offsets):
 
 >>> import numpy as np, tegrad as tg
->>> from tegrad.codegen.kernels.contraction import detect_contraction, gemm_plan
+>>> from tegrad.codegen.lower.product_plans import detect_contraction, gemm_plan
 >>> from tegrad.codegen.kernels.gemm import compile_gemm
 >>> x, w = tg.placeholder((4, 3), name="x"), tg.placeholder((5, 3), name="w")
 >>> plan = gemm_plan(detect_contraction(tg.nn.dense(x, w)))

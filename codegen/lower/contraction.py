@@ -1,6 +1,6 @@
 """A contraction stage as a call of the gemm kernel: :func:`lower_contraction`.
 
-A compute stage with a :func:`~tegrad.codegen.kernels.contraction.gemm_plan` becomes
+A compute stage with a :func:`~tegrad.codegen.lower.product_plans.gemm_plan` becomes
 
 - per zero-padded operand (conv2d's padding): a ``temp`` buffer of the padded shape,
   filled by a loop nest (``pad[x] = src[x - low]`` inside, ``0`` around);
@@ -15,7 +15,7 @@ operand meets padding, the call runs only if that operand is all finite (checked
 time, one pass over it), and the stage's own loops run otherwise.
 
 A product whose output's stride-1 axis is narrow may write a temp holding the output
-transposed, copied back (:func:`~tegrad.codegen.kernels.contraction.best_gemm_plan`). A
+transposed, copied back (:func:`~tegrad.codegen.lower.product_plans.best_gemm_plan`). A
 stage whose reduction does not use some output axes (a convolution's gradients for a
 head of ones) is computed once without them, then copied along them (:class:`Broadcast`).
 
@@ -47,7 +47,7 @@ from tegrad.ir.builders import abs as _abs
 from tegrad.ir.mapper import substitute, walk
 from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
 
-from tegrad.codegen.kernels.contraction import (ACC, best_gemm_plan, detect_contraction,
+from tegrad.codegen.lower.product_plans import (ACC, best_gemm_plan, detect_contraction,
                                                 drop_invariant_axes,
                                                 drop_invariant_scatter_axes,
                                                 residue_classes, split_axes)
@@ -89,12 +89,12 @@ class Broadcast:
 def contraction_plan(t):
     """How ``t``'s stage runs on the gemm kernel, or None: ``[(stage, splits, contraction,
     plan), ...]``, the stage itself (``splits == ()``), or each of its residue classes
-    (:func:`~tegrad.codegen.kernels.contraction.residue_classes`, a strided
+    (:func:`~tegrad.codegen.lower.product_plans.residue_classes`, a strided
     convolution's data gradient) when one has a plan (the others' contraction and plan
     are None: they run as loops); or a :class:`Broadcast` when the stage's reduction
     does not use some of its output axes, or it is a scatter adding the same along some
     (computed once, then copied:
-    :func:`~tegrad.codegen.kernels.contraction.drop_invariant_scatter_axes`)."""
+    :func:`~tegrad.codegen.lower.product_plans.drop_invariant_scatter_axes`)."""
     dropped = drop_invariant_scatter_axes(t)
     if dropped is not None:
         return Broadcast(dropped[0], dropped[1], None)
@@ -280,7 +280,7 @@ def _lower_plan(t, buf, ctx, found, new_temp, padded, stage):
 def regrouped(variables, seen_shape, shape):
     """The indices into ``shape`` of the element at ``variables`` of the same row-major
     memory seen as ``seen_shape``, which splits each axis of ``shape`` into consecutive
-    axes (:func:`~tegrad.codegen.kernels.contraction.split_axes`: ``(n,)`` seen as
+    axes (:func:`~tegrad.codegen.lower.product_plans.split_axes`: ``(n,)`` seen as
     ``(n // d, d)``). Preserved: the flat offset, ``sum_k v_k * stride_k``.
 
     >>> from tegrad.codegen.loops.printer import format_expr

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad import nn, ops
-from tegrad.codegen.kernels.contraction import detect_contraction
+from tegrad.codegen.lower.product_plans import detect_contraction
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct, Store
 from tegrad.ir.errors import TegradError

@@ -14,7 +14,7 @@ from tegrad.codegen.loops.interpret import run as interpret
 from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
 from tegrad.codegen.llvm.emit import RARE_BRANCH, emit_kernel
 from tegrad.codegen.loops.nodes import If, MatrixProduct, Store
-from tegrad.codegen.kernels.contraction import MIN_PRODUCT_OUTPUTS
+from tegrad.codegen.lower.product_plans import MIN_PRODUCT_OUTPUTS
 from tegrad.codegen.lower import contraction as lower_contraction
 from tegrad.codegen.lower.program import lower_program
 

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
-from tegrad.codegen.kernels.contraction import (ACC, detect_contraction, gemm_plan,
+from tegrad.codegen.lower.product_plans import (ACC, detect_contraction, gemm_plan,
                                                 row_major_strides)
 from tegrad.codegen.kernels.gemm import compile_gemm
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad import ops
-from tegrad.codegen.kernels.contraction import drop_invariant_scatter_axes
+from tegrad.codegen.lower.product_plans import drop_invariant_scatter_axes
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Accumulate
 

@@ -8,7 +8,7 @@ import pytest
 
 import tegrad as tg
 from tegrad import nn, ops
-from tegrad.codegen.kernels.contraction import constant_bounds, detect_contraction
+from tegrad.codegen.lower.product_plans import constant_bounds, detect_contraction
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct
 from tegrad.codegen.lower.residues import drop_residue_masks
