@@ -10,7 +10,14 @@ row sum of exponentials), sometimes in another form: the forward program keeps
    ``stop_gradient(max_k x[i, k])``, the same values computed in the same place;
 2. replaces every compute stage whose axes, dtype and body (its reads retargeted first)
    equal an earlier stage's by that stage: equal expressions over equal tensors give
-   equal values.
+   equal values;
+3. computes apart a reduction inside a larger body that another stage computes whole
+   (``dense[i, j] = sum_k x[i, k] * w[j, k] + b[j]`` and the gradient's
+   ``dense_red0[i, j] = sum_k x[i, k] * w[j, k]``): the body reads a stage holding the
+   reduction over its own axes, which step 2 then merges with the other (one matrix
+   product instead of two). Only reductions reached through arithmetic are taken (one
+   under a select or a logical operator may not be evaluated everywhere), in a body that
+   reads something besides them (a body of reductions alone is step 1's to match).
 
 The outputs keep their own stages; ``computed_once(outputs)[k]`` computes the values of
 ``outputs[k]``.
@@ -29,11 +36,12 @@ y[i, j] = x[i, j] * a[i] + a[i]
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Read, Reduce, Var, structural_equal
+from tegrad.ir.expr import Binary, Call, Cast, Neg, Read, Reduce, Var, structural_equal
 from tegrad.ir.graph import topological_order
-from tegrad.ir.mapper import walk
+from tegrad.ir.mapper import IdentityMapper, children, walk
 from tegrad.ir.stages import compute_body, is_placeholder
 from tegrad.ir.rewrite import retarget_ids
+from tegrad.ir.tensor import compute
 from tegrad.zero_elim.inline import inline_stages
 
 
@@ -74,8 +82,9 @@ class _Seen:
 
     def find(self, t):
         key = _key(t)
-        if key is None:
-            return None
+        return None if key is None else self.find_key(key)
+
+    def find_key(self, key):
         return next((s for k, s in self.by_hash.get(hash(key), ()) if _equal(k, key)), None)
 
     def add(self, t):
@@ -84,16 +93,103 @@ class _Seen:
             self.by_hash.setdefault(hash(key), []).append((key, t))
 
 
+def _top_reductions(body):
+    """The reductions of ``body`` reached through arithmetic alone (not inside another
+    reduction, a select or a logical operator), in a fixed order."""
+    out, stack = [], [body]
+    while stack:
+        e = stack.pop()
+        if type(e) is Reduce:
+            out.append(e)
+        elif type(e) in (Binary, Neg, Cast, Call):
+            stack.extend(reversed(children(e)))
+    return out
+
+
+def _reads_outside_reductions(body):
+    """Whether ``body`` reads a tensor outside its reductions (``dense``'s bias)."""
+    stack = [body]
+    while stack:
+        e = stack.pop()
+        if type(e) is Read:
+            return True
+        if type(e) is not Reduce:
+            stack.extend(children(e))
+    return False
+
+
+def _reduction_key(t, r):
+    """The key a stage of ``t``'s shape and axes computing just ``r`` would have."""
+    axes = tuple((ax.var.name, ax.extent) for ax in t.op.axes)
+    return (t.shape, r.dtype, axes, r)
+
+
+def _shared_parts(tensors):
+    """``{id(stage): [k, ...]}``: the stages (not whole reductions) whose k-th top
+    reduction another stage of ``tensors`` computes as its whole body, over the same
+    axes."""
+    wholes = _Seen()
+    for t in tensors:
+        if type(compute_body(t)) is Reduce:
+            wholes.add(t)
+    found = {}
+    if not wholes.by_hash:
+        return found
+    for t in tensors:
+        body = compute_body(t)
+        if body is None or type(body) is Reduce or not _reads_outside_reductions(body):
+            continue  # a body of reductions alone is step 1's to match
+        ks = [k for k, r in enumerate(_top_reductions(body))
+              if wholes.find_key(_reduction_key(t, r)) is not None]
+        if ks:
+            found[id(t)] = ks
+    return found
+
+
+class _ReplaceNodes(IdentityMapper):
+    """Replaces the very nodes of ``table`` (id -> new node)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def finish(self, e, out):
+        return self.table.get(id(e), out)
+
+
+def _split(t, ks, seen):
+    """``t`` reading, for its top reductions ``ks``, stages that compute them over its
+    axes (found among ``seen`` or new and added to it)."""
+    body = compute_body(t)
+    tops = _top_reductions(body)
+    names = [ax.var.name for ax in t.op.axes]
+    table = {}
+    for k in ks:
+        r = tops[k]
+        part = compute(t.shape, lambda *axes, r=r: r, name=f"{t.name}_red",
+                       axis_names=names)
+        same = seen.find(part)
+        if same is None:
+            seen.add(part)
+            same = part
+        table[id(r)] = Read(same, tuple(ax.var for ax in t.op.axes), same.dtype)
+    new_body = _ReplaceNodes(table)(body)
+    return compute(t.shape, lambda *axes: new_body, name=t.name, axis_names=names)
+
+
 def computed_once(outputs):
     """``outputs`` with stages computing the same values merged (module doc)."""
     outputs = list(outputs)
     wanted = {id(t) for t in outputs}
     mapping, seen = {}, _Seen()
-    for t in topological_order(outputs):
+    order = topological_order(outputs)
+    shared = _shared_parts(order)
+    for t in order:
         if is_placeholder(t):
             mapping[id(t)] = t
             continue
         new = retarget_ids(t, mapping)
+        if id(t) in shared:
+            new = _split(new, shared[id(t)], seen)
         if id(t) not in wanted:
             same = seen.find(new)
             inner = _wrapped_reduction(new) if same is None else None

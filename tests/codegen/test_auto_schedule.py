@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import tegrad as tg
 from tegrad import nn, ops
 from tegrad.codegen.loops.interpret import run
-from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.loops.mapper import loads as loads_in, walk_stmts
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, For, Load, Store
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule.auto import auto_schedule
@@ -309,3 +309,51 @@ def test_a_reshape_copy_runs_over_the_source_axes_without_divisions():
     # the divisors 24 and 4 of the flat index: three loops, of 5, 6 and 4
     trips = sorted(s.end.value for s in walk_stmts(kernel.body) if type(s) is For)
     assert trips == [3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("batch, inner, outer", [(64, 256, 128), (7, 33, 5), (1, 16, 24)])
+def test_a_dense_layers_forward_product_is_computed_once_with_its_gradient(batch, inner,
+                                                                           outer):
+    """``dense = sum_k x * w + b`` and the gradient's own ``dense_red0 = sum_k x * w``: the
+    forward body reads a stage holding its product, merged with the gradient's, so a
+    training step runs one forward product, not two; values as the evaluator's."""
+    from tegrad.codegen.loops.nodes import MatrixProduct
+    x = tg.placeholder((batch, inner), dtype=F64, name="x")
+    w = tg.placeholder((outer, inner), dtype=F64, name="w")
+    b = tg.placeholder((outer,), dtype=F64, name="b")
+    y = nn.relu(nn.dense(x, w, b))
+    head = tg.placeholder(y.shape, dtype=F64, name="head")
+    outputs = [y, *tg.differentiate(y, [x, w, b], head=head)]
+    inputs = [x, w, b, head]
+    f = tg.build(inputs, outputs)
+    rng = np.random.default_rng(batch)
+    feed = {t: rng.standard_normal(t.shape) for t in inputs}
+    for got, want in zip(f(*[feed[t] for t in inputs]), tg.evaluate(outputs, feed)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+    def reads_x_and_w(s):
+        if type(s) is MatrixProduct:
+            return {s.a.name, s.b.name} == {"x", "w"}
+        if type(s) is Accumulate:
+            names = {n.buffer.name for n in loads_in(s.value)}
+            return {"x", "w"} <= names
+        return False
+    forward = [s for s in walk_stmts(f.kernel.body) if reads_x_and_w(s)]
+    assert len(forward) == 1, f.loops
+
+
+def test_a_reduction_under_a_select_is_not_computed_apart():
+    """Only reductions every element evaluates are split off: one under a select may be
+    skipped where its condition is false (its reads may even be out of range there)."""
+    from tegrad.codegen.lower.dedupe import computed_once
+    x = tg.placeholder((6, 5), dtype=F64, name="x")
+    k1, k2 = tg.reduce_axis((0, 5), name="k"), tg.reduce_axis((0, 5), name="k")
+    whole = tg.compute((6,), lambda i: tg.sum(x[i, k1], axis=k1), name="whole")
+    guarded = tg.compute((6,), lambda i: tg.if_then_else(x[i, 0] > 0, tg.sum(x[i, k2], axis=k2),
+                                                         x[i, 1]), name="guarded")
+    out = computed_once([whole, guarded])
+    assert "guarded_red" not in tg.format(out)
+    k3 = tg.reduce_axis((0, 5), name="k")
+    plus = tg.compute((6,), lambda i: tg.sum(x[i, k3], axis=k3) + x[i, 1], name="plus")
+    out = computed_once([whole, plus])
+    assert "plus[i] = whole[i] + x[i, 1]" in tg.format(out)
