@@ -33,7 +33,7 @@ from tegrad.codegen.runtime.program_key import program_key
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DTypeError, FeedError, ShapeError, TegradError
 from tegrad.ir.stages import is_placeholder
-from tegrad.ir.tensor import Tensor, compute, placeholder
+from tegrad.ir.tensor import compute, placeholder
 from tegrad.pipeline import differentiate
 
 

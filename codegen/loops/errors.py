@@ -4,9 +4,10 @@ A kernel stops with a status naming a kind of error and a tensor: a :class:`Chec
 failed (a data-dependent index outside its tensor, an integer division by zero), or the
 emitter's own check did (an access outside its buffer under ``check_bounds``). Compiled
 code allocates nothing, so no kind reports a failed allocation (a matrix product packs
-into the kernel's own storage: see ``tegrad.codegen.kernels.packspace``). Each kind has the exception ``tg.build``'s function
-raises, the text that exception carries when no ``Check`` supplied one, and the text the
-C library's ``NAME_error_string`` gives before the tensor's name. Adding a kind touches
+into the kernel's own storage: see ``tegrad.codegen.kernels.packspace``). Each kind has
+the exception ``tg.build``'s function raises, the text that exception carries when no
+``Check`` supplied one, and the text the C library's ``NAME_error_string`` gives before
+the tensor's name. Adding a kind touches
 this table only (tests check that every kind the code reports is here).
 
 >>> ERRORS["division_by_zero"].c_text
@@ -25,28 +26,27 @@ from tegrad.ir.errors import OutOfBoundsError, TegradError
 class ErrorKind:
     """One kind of run-time error: ``exception`` (a ``TegradError`` subclass), the
     ``default`` text (a format string of ``tensor``, used when no ``Check`` node gave a
-    message), ``c_text`` (the C library's text, followed by the tensor's name) and
-    ``checkable`` (whether a ``Check`` node of the loop IR may report it)."""
+    message) and ``c_text`` (the C library's text, followed by the tensor's name)."""
 
     name: str
     exception: type
     default: str
     c_text: str
-    checkable: bool
 
 
 ERRORS = {e.name: e for e in (
     ErrorKind("index_out_of_range", OutOfBoundsError,
               "{tensor!r}: a data-dependent index is out of bounds (an index read from "
               "data addresses outside the tensor)",
-              "index out of range in tensor", checkable=True),
+              "index out of range in tensor"),
     ErrorKind("division_by_zero", TegradError,
               "{tensor!r}: integer division or modulo by zero",
-              "integer division by zero in tensor", checkable=True),
+              "integer division by zero in tensor"),
 )}
 
-#: the kinds a :class:`~tegrad.codegen.loops.nodes.Check` node may report
-CHECK_KINDS = tuple(name for name, e in ERRORS.items() if e.checkable)
+#: the kinds a :class:`~tegrad.codegen.loops.nodes.Check` node may report: every kind (the
+#: emitter's own bounds checks report ``index_out_of_range`` too)
+CHECK_KINDS = tuple(ERRORS)
 
 
 def status_error(kind, tensor, message=None):

@@ -159,7 +159,6 @@ def test_a_module_with_its_own_pool_runs_and_exports():
 def test_negative_strides_need_a_base_pointer():
     # C[i, j] = sum_k A[m-1-i, k] B[k, j]: fine through the address with a base pointer,
     # refused by call_raw (which passes each array's first element)
-    import ctypes
     m, n, k = 5, 9, 3
     spec = GemmSpec("float32", 1, m, n, k, (0, -k, 1), (0, n, 1), (0, n, 1))
     f = pooled_gemm(spec)
