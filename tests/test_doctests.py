@@ -11,6 +11,9 @@ import importlib
 WITH_EXAMPLES = {
     "tegrad.codegen.kernels", "tegrad.codegen.kernels.jit", "tegrad.codegen.kernels.irutil",
     "tegrad.codegen.kernels.threadpool", "tegrad.codegen.kernels.gemm",
+    "tegrad.codegen.kernels.gemm_spec", "tegrad.codegen.kernels.gemm_emitter",
+    "tegrad.codegen.kernels.gemm_micro", "tegrad.codegen.kernels.gemm_pack",
+    "tegrad.codegen.kernels.gemm_driver",
     "tegrad.codegen.kernels.dot", "tegrad.codegen.kernels.product",
     "tegrad.codegen.lower.product_plans", "tegrad.codegen.lower.contraction_operands",
     "tegrad.codegen.lower.reduction_bounds", "tegrad.codegen.lower.index_forms",

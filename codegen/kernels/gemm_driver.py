@@ -1,0 +1,211 @@
+"""The gemm's macro-loops and entry point: the driver that every product of a dtype and
+blocking shares (:meth:`DriverEmitter.emit_driver`: a chunk of tasks, each packing its
+columns of ``B`` and calling the micro-kernels), and a product's entry
+(:meth:`DriverEmitter.emit_entry`), which fills the driver's parameters and hands its
+tasks to the thread pool.
+
+>>> import llvmlite.ir as ir
+>>> from tegrad.codegen.kernels.gemm_spec import Blocking, GemmSpec
+>>> spec, blk = GemmSpec.dense("float32", 8, 32, 16), Blocking(8, 6, 16, 256, 256)
+>>> DriverEmitter(ir.Module(), spec, blk, "mm").emit_driver().name
+'tegrad.gemm.driver.float32.vl8.mr6.nr16.kc256.nc256'
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tegrad.codegen.kernels import packspace, threadpool
+from tegrad.codegen.kernels.gemm_emitter import GemmEmitterBase
+from tegrad.codegen.kernels.gemm_spec import pack_slot_bytes
+from tegrad.codegen.kernels.irutil import (I8, I32, I64, VOIDPTR, ceil_div, constant_table,
+                                           counted_loop, i32, i64, smin)
+
+
+class DriverEmitter(GemmEmitterBase):
+    """Emits a gemm's driver (its macro-loops) and its entry point."""
+
+    #: the fields of the parameters a product hands its driver (see :meth:`emit_driver`)
+    PARAMS = ("a", "b", "c", "claims", "slots", "slot_bytes", "batch", "m", "n", "k",
+              "sa0", "sa1", "sa2", "sb0", "sb1", "sb2", "sc0", "sc1", "sc2", "k0_offsets",
+              "k1_offsets", "n_offsets", "batch_offsets", "chunk", "rows_per_task",
+              "micro_full", "micro_tail", "pack")
+
+    def params_type(self):
+        eptr, iptr = self.eptr, I64.as_pointer()
+        micro = self.micro_type().as_pointer()
+        kinds = {"a": eptr, "b": eptr, "c": eptr, "claims": iptr, "k0_offsets": iptr,
+                 "k1_offsets": iptr, "n_offsets": iptr, "batch_offsets": iptr,
+                 "micro_full": micro, "micro_tail": micro,
+                 "pack": self.pack_type().as_pointer()}
+        return ir.LiteralStructType([kinds.get(f, I64) for f in self.PARAMS])
+
+    def emit_driver(self):
+        """``driver(params, begin, end)``: the tasks ``[begin, end)`` of one chunk of a
+        fork-join, for any product of this dtype and blocking (its extents, strides,
+        offset tables, micro-kernels and packing routine are read from ``params``; a
+        null table means the stride). Task ``t`` is row group ``t % row_groups`` (of
+        ``params.rows_per_task`` row blocks) of column chunk ``g % chunks`` of batch
+        ``g // chunks`` (``g = t // row_groups``), the chunks ``params.chunk`` columns
+        wide: a call packs only the columns of its tasks, into the slot of
+        ``params.claims``'s space it claims (:mod:`.packspace`)."""
+        blk = self.blk
+        name = f"tegrad.gemm.driver.{self.spec.dtype}.vl{blk.vl}.mr{blk.mr}.nr{blk.nr}." \
+               f"kc{blk.kc}.nc{blk.nc}"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        if self.shared:
+            return self._declare_shared(name, threadpool.TASK_FN_TYPE,
+                                        lambda em: em.emit_driver())
+        fn = ir.Function(self.module, threadpool.TASK_FN_TYPE, name=name)
+        fn.linkage = "internal"
+        raw, t_begin, t_end = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ptr = b.bitcast(raw, self.params_type().as_pointer())
+
+        def field(f):
+            return b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True)
+
+        p = {f: b.load(field(f)) for f in self.PARAMS}
+        m, n, k, chunk = p["m"], p["n"], p["k"], p["chunk"]
+        null = ir.Constant(I64.as_pointer(), None)
+
+        def is_null(table):
+            return b.icmp_unsigned("==", b.ptrtoint(table, I64), i64(0))
+
+        # A 64-byte aligned panel of this call's own for the packed B, held until it returns.
+        claimed, bp = packspace.emit_claim(b, fn, p["claims"], p["slots"], p["slot_bytes"],
+                                           self.eptr)
+
+        row_blocks = ceil_div(b, m, i64(blk.mr))
+        rows_per = p["rows_per_task"]
+        row_groups = ceil_div(b, row_blocks, rows_per)
+        chunks = ceil_div(b, n, chunk)
+        k_tables = [p["k0_offsets"], p["k1_offsets"]]
+        # with a reduction table, k0's offset is in the table, not in the base pointers
+        a_k_stride = b.select(is_null(k_tables[0]), p["sa2"], i64(0))
+        b_k_stride = b.select(is_null(k_tables[1]), p["sb1"], i64(0))
+        b_n_stride = b.select(is_null(p["n_offsets"]), p["sb2"], i64(0))
+        batch_table = p["batch_offsets"]
+        first = b.sdiv(t_begin, row_groups)
+        last = b.sdiv(b.sub(t_end, i64(1)), row_groups)
+        with counted_loop(b, first, b.add(last, i64(1)), name="g") as g:
+            task0 = b.mul(g, row_groups)
+            lo = b.sub(b.select(b.icmp_signed(">", t_begin, task0), t_begin, task0), task0)
+            hi = b.sub(smin(b, t_end, b.add(task0, row_groups)), task0)
+            lo, hi = b.mul(lo, rows_per), smin(b, row_blocks, b.mul(hi, rows_per))
+            batch, col0 = b.sdiv(g, chunks), b.mul(b.srem(g, chunks), chunk)
+            col1 = smin(b, n, b.add(col0, chunk))
+            strided = [b.mul(batch, stride) for stride in (p["sa0"], p["sb0"], p["sc0"])]
+            before = b.block
+            read, joined = fn.append_basic_block("batch.table"), fn.append_basic_block("batch")
+            b.cbranch(is_null(batch_table), joined, read)
+            b.position_at_end(read)
+            from_table = [b.load(b.gep(batch_table, [b.add(b.mul(batch, i64(3)), i64(j))],
+                                       inbounds=True)) for j in range(3)]
+            b.branch(joined)
+            b.position_at_end(joined)
+            at = []
+            for x, y in zip(strided, from_table):
+                phi = b.phi(I64)
+                phi.add_incoming(x, before)
+                phi.add_incoming(y, read)
+                at.append(phi)
+            a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
+                             for base, off in zip((p["a"], p["b"], p["c"]), at))
+            with counted_loop(b, i64(0), k, blk.kc, name="k0") as k0:
+                kc = smin(b, i64(blk.kc), b.sub(k, k0))
+                accumulate = b.icmp_signed(">", k0, i64(0))
+                koff = [b.select(is_null(t), null, b.gep(t, [k0], inbounds=True))
+                        for t in k_tables]
+                with counted_loop(b, col0, col1, blk.nc, name="n0") as n0:
+                    nc = smin(b, i64(blk.nc), b.sub(col1, n0))
+                    src = b.gep(b_p, [b.add(b.mul(k0, b_k_stride), b.mul(n0, b_n_stride))],
+                                inbounds=True)
+                    noff = b.select(is_null(p["n_offsets"]), null,
+                                    b.gep(p["n_offsets"], [n0], inbounds=True))
+                    b.call(p["pack"], [src, bp, kc, nc, koff[1], noff, p["sb1"], p["sb2"]])
+                    with counted_loop(b, lo, hi, name="rb") as rb:
+                        m0 = b.mul(rb, i64(blk.mr))
+                        a_blk = b.gep(a_p, [b.add(b.mul(m0, p["sa1"]), b.mul(k0, a_k_stride))],
+                                      inbounds=True)
+                        c_row = b.gep(c_p, [b.add(b.mul(m0, p["sc1"]), n0)], inbounds=True)
+                        n_strips = ceil_div(b, nc, i64(blk.nr))
+                        full = b.icmp_signed("<=", b.add(m0, i64(blk.mr)), m)
+                        micro = b.select(full, p["micro_full"], p["micro_tail"])
+                        with counted_loop(b, i64(0), n_strips, name="s") as s_:
+                            j0 = b.mul(s_, i64(blk.nr))
+                            b.call(micro, [a_blk, b.gep(bp, [b.mul(j0, kc)], inbounds=True),
+                                           b.gep(c_row, [j0], inbounds=True), kc, accumulate,
+                                           smin(b, i64(blk.nr), b.sub(nc, j0)), koff[0],
+                                           p["sa1"], p["sa2"], p["sc1"]])
+        packspace.emit_release(b, p["claims"], claimed)
+        b.ret_void()
+        return fn
+
+    def table(self, what, values):
+        """An ``i64*`` to this product's constant offset table ``what``."""
+        return constant_table(self.module, f"{self.name}.{what}_offsets", values)
+
+    def emit_entry(self, driver, micro_full, micro_tail, pack, min_flops_per_thread):
+        """``void NAME(A, B, C, i8 *space, i32 n_threads)``: the product's parameters,
+        handed to the driver through the thread pool."""
+        spec, blk = self.spec, self.blk
+        fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr,
+                                               I8.as_pointer(), I32])
+        fn = ir.Function(self.module, fnty, name=self.name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ptr = b.alloca(self.params_type())
+        null = ir.Constant(I64.as_pointer(), None)
+
+        def put(f, value):
+            b.store(value, b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True))
+
+        for f, arg in zip("abc", fn.args[:3]):
+            put(f, arg)
+        for f in ("batch", "m", "n", "k"):
+            put(f, i64(getattr(spec, f)))
+        for f, strides in zip(("sa", "sb", "sc"), (spec.a_strides, spec.b_strides,
+                                                   spec.c_strides)):
+            for j, v in enumerate(strides):
+                put(f"{f}{j}", i64(v))
+        for j in range(2):
+            put(f"k{j}_offsets", null if spec.k_offsets is None else
+                self.table(f"k{j}", [row[j] for row in spec.k_offsets]))
+        put("n_offsets", null if spec.n_offsets is None else self.table("n", spec.n_offsets))
+        put("batch_offsets", null if spec.batch_offsets is None else
+            self.table("batch", [v for row in spec.batch_offsets for v in row]))
+        put("micro_full", micro_full)
+        put("micro_tail", micro_full if micro_tail is None else micro_tail)
+        put("pack", pack)
+        # Work too small to pay for waking threads runs on fewer of them.
+        threads = threadpool.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
+        # One slot per thread this call runs on (the pool runs no more of its tasks at
+        # once), in a space sized for n_threads >= threads: see .packspace.
+        put("claims", packspace.emit_init(b, fn.args[3]))
+        at_least_one = b.select(b.icmp_signed("<", threads, i32(1)), i32(1), threads)
+        put("slots", b.zext(smin(b, at_least_one, i32(threadpool.MAX_THREADS)), I64))
+        put("slot_bytes", i64(pack_slot_bytes(spec, blk)))
+        # Tasks for the pool's chunks (one, serially): whole batches while there are
+        # enough of them, else each batch cut into column chunks of whole strips (a task
+        # packs only its columns of B), then, when those are still too few, into groups
+        # of row blocks (their tasks pack the same columns again).
+        threads = b.zext(threads, I64)
+        want = b.select(b.icmp_signed(">", threads, i64(1)),
+                        b.mul(threads, i64(threadpool.CHUNKS_PER_THREAD)), i64(1))
+        per_batch = ceil_div(b, want, i64(spec.batch))
+        strips = -(-spec.n // blk.nr)
+        width = b.mul(ceil_div(b, i64(strips), smin(b, per_batch, i64(strips))), i64(blk.nr))
+        chunks = ceil_div(b, i64(spec.n), width)
+        row_blocks = -(-spec.m // blk.mr)
+        few = b.icmp_signed("<", b.mul(i64(spec.batch), chunks), threads)
+        row_groups = b.select(few, smin(b, ceil_div(b, per_batch, chunks), i64(row_blocks)),
+                              i64(1))
+        rows_per = ceil_div(b, i64(row_blocks), row_groups)
+        row_groups = ceil_div(b, i64(row_blocks), rows_per)  # none left empty
+        put("chunk", width)
+        put("rows_per_task", rows_per)
+        n_tasks = b.mul(i64(spec.batch), b.mul(chunks, row_groups))
+        parallel_for = threadpool.declare_parallel_for(self.module)
+        b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, b.trunc(threads, I32)])
+        b.ret_void()
+        return fn
