@@ -380,7 +380,30 @@ def _scatter_stage(name, t, out_axes, group, init):
         conds = [c for c in conds if not (type(c) is Const and c.value is True)]
         targets.append(ScatterTarget(indices, rewrite(term.value),
                                      conjunction(conds) if conds else None))
-    return scatter_stage(name, t.shape, axes, targets, init)
+    return scatter_stage(name, t.shape, axes, _merged_targets(targets), init)
+
+
+def _merged_targets(targets):
+    """Targets writing the same indices under the same condition, added into one.
+
+    ``out[I] += a if c; out[I] += b if c`` equals ``out[I] += a + b if c`` up to rounding,
+    and the sum is the better of the two: a derivative expanded into terms that cancel
+    (``tanh' = 1 - tanh**2`` where tanh is saturated, so the two terms are equal and of
+    opposite sign) cancels exactly at each point, instead of leaving the rounding of
+    large partial sums accumulated in different orders (and one index computation and
+    one store serve both).
+    """
+    merged = []
+    for target in targets:
+        for k, kept in enumerate(merged):
+            if (structural_equal(kept.indices, target.indices)
+                    and structural_equal(kept.where, target.where)):
+                value = Binary("add", kept.value, target.value, kept.value.dtype)
+                merged[k] = ScatterTarget(kept.indices, value, kept.where)
+                break
+        else:
+            merged.append(target)
+    return merged
 
 
 def _is_pinning(c, pinned):
