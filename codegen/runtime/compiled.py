@@ -72,6 +72,10 @@ class CompiledFunction:
         except BufferTooLargeError as err:
             self._oversized = str(err)
         self._run = executable.run
+        #: the kernel on data pointers (ints: the inputs', then the outputs'), unchecked,
+        #: for callers that allocate the outputs themselves (tegrad.torch): see
+        #: Executable.run_pointers; None when the outputs could not be allocated
+        self._run_pointers = executable.run_pointers if self._oversized is None else None
         # the outputs of earlier calls, each set reused once nothing else references it
         self._spares = []
 

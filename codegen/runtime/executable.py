@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import struct
 import threading
 import weakref
 
@@ -108,7 +109,9 @@ def owned_buffers(kernel):
 
 class Executable:
     """``kernel`` compiled for this CPU. ``run(arrays)`` takes the kernel's arguments (C-
-    contiguous aligned numpy arrays of the buffers' shapes and dtypes, already checked).
+    contiguous aligned numpy arrays of the buffers' shapes and dtypes, already checked);
+    ``run_pointers(pointers)`` takes their data pointers instead (ints), unchecked: an
+    internal entry for callers that own the memory (see :meth:`run_pointers`).
 
     Its parallel loops run on ``threads`` threads of the process's native pool (None:
     every usable core, counted now; 1: no pool at all). With ``check_bounds``, every
@@ -129,11 +132,14 @@ class Executable:
                                for b in km.buffers[n_args:]]
         pointers = [a.ctypes.data for a in self.storage_arrays]
         self._storage = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        self._pack = struct.Struct(f"{n_args}P").pack
+        self._storage_table = struct.pack(f"{len(pointers)}P", *pointers)
         self._lock = threading.Lock() if pointers else None
         self._complete_lock = threading.Lock()
         _live.add(self)
-        #: (call, errors of its statuses, loaded module, emitted IR), replaced as a whole
-        #: once the rare branches are compiled (a call still running keeps its module)
+        #: (call, errors of its statuses, loaded module, emitted IR, the kernel's entry on
+        #: a table of pointers), replaced as a whole once the rare branches are compiled
+        #: (a call still running keeps its module)
         self._running = self._runner(km, text, loaded)
 
     def _compile(self, defer_rare):
@@ -148,28 +154,32 @@ class Executable:
         return km, text, LoadedModule(text)
 
     def _runner(self, km, text, loaded):
-        return self._caller(km, loaded), km.errors, loaded, text
+        # the kernel's own entry, given one table of every buffer's pointer
+        raw = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(loaded.address(km.name))
+        return self._caller(km, loaded, raw), km.errors, loaded, text, raw
 
-    def _caller(self, km, loaded):
+    def _caller(self, km, loaded, raw):
         """``call(arrays) -> status`` running the loaded module."""
         if python_abi() is not None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.py_object)
             entry = proto(loaded.address(f"{km.name}.py"))
             storage = self._storage
             return lambda arrays: entry(storage, tuple(arrays))
-        kernel_fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(
-            loaded.address(km.name))
-        n, overlaps = len(km.buffers), self._overlaps
-        pointers = [a.ctypes.data for a in self.storage_arrays]
+        overlaps, table = self._overlaps, self._table
 
         def call(arrays):
-            starts = [a.ctypes.data for a in arrays]
             for pair, (k, m) in enumerate(overlaps):
                 if np.may_share_memory(arrays[k], arrays[m]):
                     return -(pair + 1)
-            table = (ctypes.c_void_p * n)(*starts, *pointers)
-            return kernel_fn(table)
+            return raw(table([a.ctypes.data for a in arrays]))
         return call
+
+    def _table(self, pointers):
+        """The kernel's table of buffer pointers: the arguments' ``pointers`` (packed
+        here, which refuses anything but an int that fits a pointer, and a count other
+        than the arguments'), then the storage's (packed once). The kernel only reads
+        the table, so an immutable bytes object serves."""
+        return self._pack(*pointers) + self._storage_table
 
     def _complete(self, running):
         """The runner of the kernel with its rare branches compiled (compiled the first
@@ -217,9 +227,35 @@ class Executable:
         """Run the kernel on ``arrays`` (its arguments, in order); raise on a failed check."""
         running = self._running
         status = self._status(running[0], arrays)
+        if status:
+            self._failed(status, running, 0, arrays)
+
+    def run_pointers(self, pointers):
+        """Run the kernel on its arguments' data pointers (ints, in order); raise on a
+        failed check. Internal: nothing but the count and that each is an int is
+        checked, so the caller guarantees each addresses live, element-aligned,
+        C-contiguous memory of its buffer's shape and dtype, and that no output overlaps
+        another argument (memory it allocated for the call, as :mod:`tegrad.torch`
+        does)."""
+        # the body of _status and _table, inlined: this entry is timed in microseconds
+        table = self._pack(*pointers) + self._storage_table
+        running = self._running
+        lock = self._lock
+        if lock is None:
+            status = running[4](table)
+        else:
+            with lock:
+                status = running[4](table)
+        if status:
+            self._failed(status, running, 4, table)
+
+    def _failed(self, status, running, entry, args):
+        """After ``running[entry](args)`` returned ``status`` (non-zero): run it again
+        with the rare branches compiled when it stopped at one, else (or if that fails
+        too) raise the error its status describes."""
         if status > 0 and running[1][status - 1][0] == RARE_BRANCH:
             running = self._complete(running)
-            status = self._status(running[0], arrays)
+            status = self._status(running[entry], args)
         if status > 0:
             raise status_error(*running[1][status - 1])
         if status < 0:
