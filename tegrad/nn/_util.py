@@ -74,32 +74,36 @@ def ints(value, op, what, count, minimum=None):
 
 
 def side_pads(value, op, count):
-    """Padding of ``count`` spatial dimensions as ``((before, after), ...)`` pairs.
+    """``padding`` of ``count`` spatial dimensions as ``((before, after), ...)`` pairs of
+    non-negative ints: the one parser of every layer's ``padding``.
 
-    An int pads every side alike; ``count`` ints pad both sides of each dimension; for
-    ``count == 1`` a pair is ``(left, right)``; otherwise ``count`` pairs give each
-    dimension's sides (``((top, bottom), (left, right))`` in 2-D).
+    An int pads every side alike; ``count`` ints pad both sides of each dimension alike;
+    ``count`` ``(before, after)`` pairs give each side (``((top, bottom), (left, right))``
+    in 2-D); in 1-D a bare pair is ``(left, right)``, so ``(d * (K - 1), 0)`` is causal.
 
     >>> side_pads(1, "conv1d", 1), side_pads((2, 0), "conv1d", 1)
     (((1, 1),), ((2, 0),))
     >>> side_pads((1, 2), "conv2d", 2), side_pads(((2, 0), (1, 1)), "conv2d", 2)
     (((1, 1), (2, 2)), ((2, 0), (1, 1)))
     """
-    what = "padding"
-    if count == 1 and isinstance(value, (tuple, list)) and len(value) == 2:
-        return (ints(value, op, what, 2, minimum=0),)
-    if (isinstance(value, (tuple, list)) and len(value) == count
-            and all(isinstance(v, (tuple, list)) for v in value)):
-        for v in value:
-            if len(v) != 2:
-                raise TegradError(f"{op}: padding {value!r} must give (before, after) per "
-                                  f"dimension")
-        return tuple(ints(v, op, what, 2, minimum=0) for v in value)
-    if not is_integer(value) and not (isinstance(value, (tuple, list)) and len(value) == count
-                                      and all(is_integer(v) for v in value)):
-        raise TegradError(f"{op}: padding must be an int, {count} int(s) or {count} "
-                          f"(before, after) pair(s), got {value!r}")
-    return tuple((p, p) for p in ints(value, op, what, count, minimum=0))
+    def sequence(v):
+        return isinstance(v, (tuple, list))
+
+    if is_integer(value):
+        sides = ((value, value),) * count
+    elif count == 1 and sequence(value) and len(value) == 2 and all(map(is_integer, value)):
+        sides = (tuple(value),)
+    elif sequence(value) and len(value) == count and all(map(is_integer, value)):
+        sides = tuple((v, v) for v in value)
+    elif (sequence(value) and len(value) == count
+          and all(sequence(v) and len(v) == 2 and all(map(is_integer, v)) for v in value)):
+        sides = tuple(tuple(v) for v in value)
+    else:
+        forms = ("an int or a (left, right) pair of ints" if count == 1 else
+                 f"an int, {count} ints or {count} (before, after) pairs of ints")
+        raise TegradError(f"{op}: padding must be {forms}, got {value!r}")
+    return tuple(tuple(check_int(v, f"{op}: padding", minimum=0) for v in pads)
+                 for pads in sides)
 
 
 def const(value, dtype):
@@ -145,33 +149,41 @@ def window_index(out, tap, stride, dilation, offset):
     return e - offset if offset else e
 
 
-def check_window(op, x, size, kernel, dilation, padding, dim):
-    """The dilated kernel must fit in the padded input along ``dim``."""
+def check_window(op, x, size, kernel, dilation, pads, dim):
+    """The dilated kernel must fit in the input padded by ``pads = (before, after)`` along
+    ``dim``; returns its extent."""
     effective = dilation * (kernel - 1) + 1
-    if effective > size + 2 * padding:
+    padded = size + pads[0] + pads[1]
+    if effective > padded:
         raise ShapeError(f"{op}: the kernel of {x.name!r} along {dim} ({kernel}, dilated to "
-                         f"{effective}) is larger than the padded input ({size} + 2 * "
-                         f"{padding} = {size + 2 * padding})")
+                         f"{effective}) is larger than the padded input ({size} + {pads[0]} + "
+                         f"{pads[1]} = {padded})")
     return effective
 
 
-def sliding_output(size, kernel, stride, padding, dilation, ceil_mode=False):
-    """Windows of a sliding kernel (PyTorch's rule for ``ceil_mode``).
+def sliding_output(size, kernel, stride, pads, dilation, ceil_mode=False):
+    """Windows of a sliding kernel over an input padded by ``pads = (before, after)``
+    (PyTorch's rule for ``ceil_mode``, its ``pooling_output_shape_pad_lr``).
 
-    ``floor((size + 2p - d(k-1) - 1) / s) + 1``, rounding up instead with ``ceil_mode``
-    unless the last window would then start beyond the input and the left padding.
+    ``floor((size + before + after - d(k-1) - 1) / s) + 1``, rounding up instead with
+    ``ceil_mode`` unless the last window would then start beyond the input and the
+    ``before`` padding.
+
+    >>> sliding_output(5, 2, 2, (0, 0), 1), sliding_output(5, 2, 2, (0, 0), 1, ceil_mode=True)
+    (2, 3)
     """
-    span = size + 2 * padding - dilation * (kernel - 1) - 1
+    span = size + pads[0] + pads[1] - dilation * (kernel - 1) - 1
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
-    if ceil_mode and (out - 1) * stride >= size + padding:
+    if ceil_mode and (out - 1) * stride >= size + pads[0]:
         out -= 1
     return out
 
 
 def sliding_window(out, tap, out_size, kernel, stride, dilation, padding, extent):
     """The input index of output ``out`` and kernel tap ``tap`` of a sliding window,
-    ``out * stride + tap * dilation - padding``, and the conditions keeping it inside an
-    input of ``extent`` (only those that some output/tap pair can violate)."""
+    ``out * stride + tap * dilation - padding`` (``padding`` the ``before`` side), and the
+    conditions keeping it inside an input of ``extent`` (only those that some output/tap
+    pair can violate)."""
     index = window_index(out, tap, stride, dilation, padding)
     highest = (out_size - 1) * stride + (kernel - 1) * dilation - padding
     return index, in_bounds(index, extent, -padding, highest)

@@ -18,8 +18,8 @@ from tegrad.ir.errors import ShapeError, TegradError
 from tegrad.ir.reduction import reduce_axis
 from tegrad.ir.reduction import sum as _sum
 from tegrad.ir.tensor import compute
-from tegrad.nn._util import (check_same_dtype, check_tensor, in_bounds, ints, pair, side_pads,
-                             sliding_window, where_of)
+from tegrad.nn._util import (check_same_dtype, check_tensor, check_window, in_bounds, ints, pair,
+                             side_pads, sliding_output, sliding_window, where_of)
 from tegrad.ops.validation import check_int
 
 __all__ = ["conv1d", "conv2d", "conv2d_transpose"]
@@ -56,13 +56,9 @@ def _convolution(op, nd, x, w, stride, padding, dilation, groups):
                          f"channel(s) in {groups} group(s) ({channels // groups} per group)")
     out_sizes = []
     for d, dim in enumerate(_DIMS[nd]):
-        (before, after), k, dil = pads[d], kernels[d], dilations[d]
-        effective = dil * (k - 1) + 1
-        if effective > sizes[d] + before + after:
-            raise ShapeError(f"{op}: the kernel of {x.name!r} along {dim} ({k}, dilated to "
-                             f"{effective}) is larger than the padded input ({sizes[d]} + "
-                             f"{before} + {after} = {sizes[d] + before + after})")
-        out_sizes.append((sizes[d] + before + after - effective) // strides[d] + 1)
+        check_window(op, x, sizes[d], kernels[d], dilations[d], pads[d], dim)
+        out_sizes.append(sliding_output(sizes[d], kernels[d], strides[d], pads[d],
+                                        dilations[d]))
     per_group_out = out_channels // groups
 
     def input_channel(ff, rc):
@@ -101,7 +97,8 @@ def conv1d(x, w, *, stride=1, padding=0, dilation=1, groups=1):
     with ``xp`` the input padded with zeros and ``g(f) = f // (O/G)``.
 
     ``x`` is ``(N, C, L)``, ``w`` is ``(O, C/G, K)``; ``stride`` and ``dilation`` are
-    ints; ``padding`` an int (both sides) or ``(left, right)``: ``padding=(d*(K-1), 0)``
+    ints; ``padding`` an int (both sides) or ``(left, right)`` (the parser of every
+    layer's padding, :func:`tegrad.nn._util.side_pads`): ``padding=(d*(K-1), 0)``
     is a causal convolution, without a padded copy. The output is ``(N, O, OL)`` with
     ``OL = (L + left + right - d(K-1) - 1) // s + 1``.
 
@@ -135,18 +132,21 @@ def conv2d_transpose(x, w, stride=1, padding=0, output_padding=0, dilation=1):
     with PyTorch's ``conv_transpose2d`` semantics:
 
     ``out[n, o, y, x] = sum_{c, ky, kx} x[n, c, iy, ix] * w[c, o, ky, kx]`` over the taps
-    with ``iy * sh = y + ph - ky * dh`` (and the same for x) for an integer
-    ``0 <= iy < H``; written as ``iy = (y + ph - ky*dh) // sh`` masked by
-    ``(y + ph - ky*dh) % sh == 0`` (no dilated copy of the input is made).
+    with ``iy * sh = y + top - ky * dh`` (and the same for x) for an integer
+    ``0 <= iy < H``; written as ``iy = (y + top - ky*dh) // sh`` masked by
+    ``(y + top - ky*dh) % sh == 0`` (no dilated copy of the input is made).
 
-    ``x`` is ``(N, C, H, W)`` and ``w`` is ``(C, O, KH, KW)``; the output is
-    ``(N, O, OH, OW)`` with ``OH = (H - 1) sh - 2 ph + dh (KH - 1) + oph + 1``.
-    ``output_padding`` must be smaller than the stride or the dilation (as PyTorch).
+    ``x`` is ``(N, C, H, W)`` and ``w`` is ``(C, O, KH, KW)``; ``padding`` (an int, an
+    ``(h, w)`` pair or per side ``((top, bottom), (left, right))``) crops the full
+    output, so the output is ``(N, O, OH, OW)`` with
+    ``OH = (H - 1) sh - top - bottom + dh (KH - 1) + oph + 1``: per side, the adjoint of
+    ``conv2d`` with that padding. ``output_padding`` must be smaller than the stride or
+    the dilation (as PyTorch).
     """
     op = "conv2d_transpose"
     _check_inputs(op, x, w)
     strides = pair(stride, op, "stride", 1)
-    pads = pair(padding, op, "padding", 0)
+    pads = side_pads(padding, op, 2)
     extra = pair(output_padding, op, "output_padding", 0)
     dilations = pair(dilation, op, "dilation", 1)
     n_batch, channels, height, width = x.shape
@@ -161,16 +161,18 @@ def conv2d_transpose(x, w, stride=1, padding=0, output_padding=0, dilation=1):
             raise TegradError(f"{op}: output_padding {extra[d]} along {dim} must be smaller "
                               f"than either the stride ({strides[d]}) or the dilation "
                               f"({dilations[d]})")
-        size = ((sizes[d] - 1) * strides[d] - 2 * pads[d] + dilations[d] * (kernels[d] - 1)
-                + extra[d] + 1)
+        before, after = pads[d]
+        size = ((sizes[d] - 1) * strides[d] - before - after
+                + dilations[d] * (kernels[d] - 1) + extra[d] + 1)
         if size <= 0:
-            raise ShapeError(f"{op}: padding {pads[d]} along {dim} leaves no output for x "
+            shown = before if before == after else pads[d]
+            raise ShapeError(f"{op}: padding {shown} along {dim} leaves no output for x "
                              f"{x.name!r} of shape {x.shape} (output size {size})")
         out_hw.append(size)
 
     def source(out, tap, d):
         """The input index feeding output ``out`` through ``tap`` and its conditions."""
-        s, dil, p = strides[d], dilations[d], pads[d]
+        s, dil, p = strides[d], dilations[d], pads[d][0]
         t = out - (tap if dil == 1 else tap * dil)
         t = t + p if p else t
         lowest, highest = p - dil * (kernels[d] - 1), out_hw[d] - 1 + p

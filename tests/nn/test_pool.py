@@ -155,9 +155,16 @@ def test_pools_are_one_stage_with_affine_indices():
 def test_pool_errors(fn):
     op = fn.__name__
     x = _ph((1, 1, 4, 4))
-    with pytest.raises(tg.TegradError, match=f"{op}: padding 2 along height is more than half "
-                                             f"the kernel size 3"):
-        fn(x, 3, padding=2)
+    # more than PyTorch's half kernel is accepted while every window holds an input element
+    assert fn(x, 3, padding=2).shape == (1, 1, 2, 2)
+    with pytest.raises(tg.TegradError, match=f"{op}: window 0 of 'x' along height \\(taps -3, "
+                                             f"-2, ... with dilation 1\\) holds no input "
+                                             f"element, only padding \\(3 before, 3 after\\)"):
+        fn(x, 3, padding=3)
+    with pytest.raises(tg.TegradError, match=f"{op}: window 2 of 'x' along width \\(taps 4, 5, "
+                                             f"... with dilation 1\\) holds no input element, "
+                                             f"only padding \\(0 before, 2 after\\)"):
+        fn(x, 2, padding=((0, 0), (0, 2)))
     with pytest.raises(tg.ShapeError, match=f"{op}: the kernel of 'x' along width \\(5, dilated "
                                             f"to 5\\) is larger than the padded input"):
         fn(x, (2, 5))
