@@ -1,9 +1,10 @@
 """One LLVM lowering per tegrad intrinsic (:data:`tegrad.ir.intrinsics.INTRINSICS`).
 
 Float intrinsics of float16 operands are computed in float32 and rounded, as numpy does.
-``exp`` (and so ``sigmoid``), and ``log`` and ``tanh`` of float32, are computed inline,
-without a library call, so that loops containing them vectorise (``exp`` within 1 ulp
-of numpy's in float64, 2 in float32; ``log`` and ``tanh`` within a few ulp); so is a
+``exp`` (and so ``sigmoid``), and ``log``, ``tanh``, ``sin`` and ``cos`` of float32,
+are computed inline, without a library call, so that loops containing them vectorise
+(``exp`` within 1 ulp of numpy's in float64, 2 in float32; ``log`` and ``tanh`` within
+a few ulp; ``sin`` and ``cos`` within 2 ulp for every float32, :mod:`.trig`); so is a
 float32 ``pow`` by a constant number of quarters (``x ** 2.5``, lrn's ``** 0.75``), from
 square roots (within 2 ulp); ``pow`` by the constant 0.5 is ``sqrt``, as numpy's.
 Semantics follow the evaluator's numpy implementations: ``round`` ties to even
@@ -27,6 +28,8 @@ from llvmlite import ir
 
 from tegrad.ir import dtypes as _dt
 
+from tegrad.codegen.llvm.polynomial import contract, horner
+from tegrad.codegen.llvm.trig import SIN_COS_FLOAT32
 from tegrad.codegen.llvm.types import is_signed
 
 
@@ -53,12 +56,6 @@ _LN2 = 0.6931471805599453
 _LOG2E = 1.4426950408889634
 
 
-def _contract(instr):
-    """Allow ``instr`` to fuse (an approximation's own operations, not the program's)."""
-    instr.flags.append("contract")
-    return instr
-
-
 def exp_in_double(em, x):
     """``exp`` of a float32 (or float16) value, computed in double without a library call
     (so loops containing it vectorise) and rounded once: ``exp(x) = 2**n * exp(r)``
@@ -76,7 +73,7 @@ def exp_in_double(em, x):
                                     ir.Constant(f64, -104.0), xd))
     xs = bld.select(nan, ir.Constant(f64, 0.0), clamped)
     n = bld.call(em.intrinsic("llvm.roundeven", f64), [bld.fmul(xs, ir.Constant(f64, _LOG2E))])
-    r = _contract(bld.fsub(xs, _contract(bld.fmul(n, ir.Constant(f64, _LN2)))))
+    r = contract(bld.fsub(xs, contract(bld.fmul(n, ir.Constant(f64, _LN2)))))
     poly = _taylor_exp(bld, r, 8)
     i64 = ir.IntType(64)
     scale = bld.bitcast(bld.shl(bld.add(bld.fptosi(n, i64), ir.Constant(i64, 1023)),
@@ -95,7 +92,7 @@ def _taylor_exp(bld, r, degree):
         coefficient = 1.0
         for j in range(2, k + 1):
             coefficient /= j
-        poly = _contract(bld.fadd(_contract(bld.fmul(poly, r)), ir.Constant(r.type, coefficient)))
+        poly = contract(bld.fadd(contract(bld.fmul(poly, r)), ir.Constant(r.type, coefficient)))
     return poly
 
 
@@ -118,8 +115,8 @@ def _exp_cody_waite(em, x, *, limits, ln2, polynomial):
     small = bld.fcmp_ordered("<", x, c(limits[0]))
     xs = bld.select(bld.or_(nan, bld.or_(big, small)), c(0.0), x)
     n = bld.call(em.intrinsic("llvm.roundeven", ft), [bld.fmul(xs, c(_LOG2E))])
-    r = _contract(bld.fsub(_contract(bld.fsub(xs, _contract(bld.fmul(n, c(ln2[0]))))),
-                           _contract(bld.fmul(n, c(ln2[1])))))
+    r = contract(bld.fsub(contract(bld.fsub(xs, contract(bld.fmul(n, c(ln2[0]))))),
+                          contract(bld.fmul(n, c(ln2[1])))))
     poly = polynomial(r)
     ni = bld.fptosi(n, it)
     half = bld.ashr(ni, ir.Constant(it, 1))
@@ -159,11 +156,8 @@ def exp_float32(em, x):
     bld = em.builder
 
     def polynomial(r):
-        poly = ir.Constant(r.type, _CEPHES_EXPF[0])
-        for coefficient in _CEPHES_EXPF[1:]:
-            poly = _contract(bld.fadd(_contract(bld.fmul(poly, r)),
-                                      ir.Constant(r.type, coefficient)))
-        poly = _contract(bld.fadd(_contract(bld.fmul(poly, _contract(bld.fmul(r, r)))), r))
+        poly = horner(bld, r, _CEPHES_EXPF)
+        poly = contract(bld.fadd(contract(bld.fmul(poly, contract(bld.fmul(r, r)))), r))
         return bld.fadd(poly, ir.Constant(r.type, 1.0))
 
     return _exp_cody_waite(em, x, limits=(-103.97208404541016, 88.72283935546875),
@@ -193,15 +187,6 @@ def _sigmoid(em, args, dtype):
     return bld.select(nonnegative, bld.fdiv(one, denominator), bld.fdiv(e, denominator))
 
 
-def _horner(bld, x, coefficients):
-    """``sum(c * x**k)`` for ``coefficients`` highest degree first (fusable)."""
-    poly = ir.Constant(x.type, coefficients[0])
-    for coefficient in coefficients[1:]:
-        poly = _contract(bld.fadd(_contract(bld.fmul(poly, x)),
-                                  ir.Constant(x.type, coefficient)))
-    return poly
-
-
 #: Cephes' coefficients of ``(tanh(x) - x) / x**3`` in ``x**2`` on ``|x| < 0.625``, float32
 _CEPHES_TANHF = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
                  -3.33332819422e-1)
@@ -221,8 +206,8 @@ def tanh_float32(em, x):
 
     ax = bld.call(em.intrinsic("llvm.fabs", ft), [x])
     square = bld.fmul(x, x)
-    small = _contract(bld.fadd(_contract(bld.fmul(bld.fmul(_horner(bld, square, _CEPHES_TANHF),
-                                                             square), x)), x))
+    small = contract(bld.fadd(contract(bld.fmul(bld.fmul(horner(bld, square, _CEPHES_TANHF),
+                                                            square), x)), x))
     # |x| <= 44 here, so exp(2|x|) stays finite
     clamped = bld.select(bld.fcmp_ordered(">", ax, c(44.0)), c(44.0), ax)
     e = exp_float32(em, bld.fadd(clamped, clamped))
@@ -267,10 +252,10 @@ def log_float32(em, x):
     z = bld.fsub(bld.select(low, bld.fadd(m, m), m), c(1.0))
     fe = bld.sitofp(exponent, ft)
     square = bld.fmul(z, z)
-    y = bld.fmul(bld.fmul(_horner(bld, z, _CEPHES_LOGF), z), square)
-    y = _contract(bld.fadd(y, _contract(bld.fmul(fe, c(-2.12194440e-4)))))
-    y = _contract(bld.fadd(y, _contract(bld.fmul(square, c(-0.5)))))
-    y = _contract(bld.fadd(_contract(bld.fadd(z, y)), _contract(bld.fmul(fe, c(0.693359375)))))
+    y = bld.fmul(bld.fmul(horner(bld, z, _CEPHES_LOGF), z), square)
+    y = contract(bld.fadd(y, contract(bld.fmul(fe, c(-2.12194440e-4)))))
+    y = contract(bld.fadd(y, contract(bld.fmul(square, c(-0.5)))))
+    y = contract(bld.fadd(contract(bld.fadd(z, y)), contract(bld.fmul(fe, c(0.693359375)))))
     y = bld.select(bld.fcmp_ordered("==", x, c(float("inf"))), x, y)
     y = bld.select(bld.fcmp_ordered("==", x, c(0.0)), c(float("-inf")), y)
     # NaN for a negative x (and a NaN x stays itself)
@@ -328,7 +313,7 @@ def erf_float32(em, x):
     square = bld.fmul(x, x)
     # x times the ratio (about 2 / sqrt(pi) near 0), not the ratio of x * P: a subnormal x
     # is then rounded once, in the last product
-    ratio = bld.fdiv(_horner(bld, square, _ERF_P), _horner(bld, square, _ERF_Q))
+    ratio = bld.fdiv(horner(bld, square, _ERF_P), horner(bld, square, _ERF_Q))
     return bld.fmul(x, ratio)
 
 
@@ -473,8 +458,8 @@ INTRINSIC_LOWERINGS = {
     "log": _float32_inline(log_float32, _llvm_unary("log")),
     "sqrt": _llvm_unary("sqrt"),
     "tanh": _float32_inline(tanh_float32, _llvm_unary("tanh")),
-    "sin": _llvm_unary("sin"),
-    "cos": _llvm_unary("cos"),
+    "sin": _float32_inline(SIN_COS_FLOAT32["sin"], _llvm_unary("sin")),
+    "cos": _float32_inline(SIN_COS_FLOAT32["cos"], _llvm_unary("cos")),
     "floor": _llvm_unary("floor"),
     "ceil": _llvm_unary("ceil"),
     "round": _llvm_unary("roundeven"),
