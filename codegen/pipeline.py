@@ -20,6 +20,12 @@ computes it):
 ``schedule="none"`` runs :data:`PLAIN_PASSES` instead: ``lower`` as written (no merged
 stages, no gemm calls) and ``parallelize``. ``dump=`` sees the text after every pass.
 
+Every choice the passes make is a step (:mod:`.schedule.primitives`), made before any
+code is emitted; ``CompiledKernel.schedule`` is the :class:`~.schedule.steps.Schedule`
+of them all (``f.schedule``). Given as ``schedule=``, a Schedule is replayed: the passes
+apply its steps in order and choose nothing (``computed_once`` and lowering with
+products only when its steps say so), so the same program compiles to the same loops.
+
 >>> import tegrad as tg
 >>> x = tg.placeholder((4,), name="x")
 >>> y = tg.compute((4,), lambda i: x[i] * 2.0, name="y")
@@ -31,6 +37,9 @@ stages, no gemm calls) and ``parallelize``. ``dump=`` sees the text after every 
 ('kernel', ())
 >>> compile_kernel([x], [y], threads=1, schedule="none").record is None
 True
+>>> again = compile_kernel([x], [y], threads=1, schedule=compiled.schedule)
+>>> format_kernel(again.kernel) == format_kernel(compiled.kernel), list(compiled.schedule)
+(True, [Step('computed_once', None, ()), Step('contractions', None, ()), Step('unroll_tiny', 'y', ('i',))])
 """
 from __future__ import annotations
 
@@ -38,31 +47,44 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from tegrad.ir.errors import TegradError
+from tegrad.ir.graph import topological_order
 from tegrad.ir.printer import format_tensor
+from tegrad.codegen.llvm.parallel import resolve_threads
 from tegrad.codegen.loops.nodes import Kernel
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.lower.program import _tensor_list, lower_program
-from tegrad.codegen.schedule.auto import ScheduleRecord, auto_schedule
+from tegrad.codegen.schedule.auto import ScheduleRecord, choose, record_of
 from tegrad.codegen.schedule.common import ScheduleError
 from tegrad.codegen.lower.dedupe import computed_once
-from tegrad.codegen.schedule.parallel import parallelize_stages
+from tegrad.codegen.schedule.describe import schedule_value
+from tegrad.codegen.schedule.fusion import stage_names, statements
+from tegrad.codegen.schedule.manual import override_steps
+from tegrad.codegen.schedule.parallel import parallel_steps
+from tegrad.codegen.schedule.primitives import Scheduler, naming, primitive, unrealised_mark
+from tegrad.codegen.schedule.products import product_steps
+from tegrad.codegen.schedule.steps import Schedule, Step
 from tegrad.codegen.target import Target
 
 
 @dataclass(frozen=True)
 class CompiledKernel:
-    """What :func:`compile_kernel` gives: the ``kernel`` and the schedule ``record``
-    (None for ``schedule="none"``), which :func:`~.schedule.describe.describe_schedule`
-    prints."""
+    """What :func:`compile_kernel` gives: the ``kernel``, the schedule ``record`` (None
+    for ``schedule="none"``) and ``schedule``, the :class:`~.schedule.steps.Schedule` of
+    every step made, which prints as :func:`~.schedule.describe.describe_schedule`
+    describes the kernel and compiles the same kernel again when given as
+    ``schedule=``."""
 
     kernel: Kernel
     record: Optional[ScheduleRecord] = None
+    schedule: Optional[Schedule] = None
 
 
 @dataclass(frozen=True)
 class _State:
     """What flows through the passes: the program, the options, and once lowered the
-    kernel and the schedule record."""
+    kernel, the schedule record and the steps made so far. ``mode``: ``"auto"`` (the
+    steps chosen, a dict's asked for), ``"plain"`` (``schedule="none"``) or ``"replay"``
+    (a :class:`Schedule` given: its steps, nothing chosen)."""
 
     inputs: tuple
     outputs: tuple
@@ -70,32 +92,87 @@ class _State:
     threads: Optional[int]
     schedule: object
     target: Target
+    mode: str = "auto"
     kernel: Optional[Kernel] = None
     record: Optional[ScheduleRecord] = None
+    steps: tuple = ()
+
+
+def _given(s, name):
+    return any(step.primitive == name for step in s.schedule)
 
 
 def _computed_once(s):
-    return replace(s, outputs=tuple(computed_once(s.outputs)))
+    if s.mode == "replay" and not _given(s, "computed_once"):
+        return s
+    done = () if s.mode == "replay" else (Step("computed_once", None, ()),)
+    return replace(s, outputs=tuple(computed_once(s.outputs)), steps=s.steps + done)
 
 
 def _lower(s):
+    if s.mode == "replay":
+        return _lower_given(s)
     # a stage scheduled by hand keeps its loop nest, not a gemm call
-    return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name,
-                                           contractions=True, plain=s.schedule or ()))
+    plain = tuple(s.schedule or ())
+    kernel = lower_program(s.inputs, s.outputs, name=s.name, contractions=True, plain=plain)
+    steps = (Step("contractions", None, ()),) + product_steps(s.outputs, plain, s.target)
+    return replace(s, kernel=kernel, steps=s.steps + steps)
 
 
-def _lower_plain(s):
-    return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name))
+def _lower_given(s):
+    """Lowered as a replayed schedule says: as products exactly the stages its product
+    steps name, each with the products those steps say (else a ScheduleError)."""
+    given = {}
+    for step in s.schedule:
+        if primitive(step).kind == "product":
+            with naming(step.stage):
+                if step.stage is None or step.stage in given:
+                    raise ScheduleError("give one product step per stage, naming it")
+            given[step.stage] = step.args
+    if not _given(s, "contractions"):
+        if given:
+            raise ScheduleError(f"schedule for stage {next(iter(given))!r}: a product step "
+                                f"needs the program's 'contractions' step")
+        return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name))
+    plain = {t.name for t in topological_order(list(s.outputs))} - set(given)
+    made = {step.stage: step.args for step in product_steps(s.outputs, plain, s.target)}
+    for stage in list(given) + [m for m in made if m not in given]:
+        if made.get(stage) != given.get(stage):
+            raise ScheduleError(
+                f"schedule for stage {stage!r}: its product step asks for "
+                f"{given.get(stage)!r}, but its plan and this target give {made.get(stage)!r} "
+                f"(the kernel and blocking of a product follow from them)")
+    kernel = lower_program(s.inputs, s.outputs, name=s.name, contractions=True, plain=plain)
+    return replace(s, kernel=kernel)
 
 
 def _auto_schedule(s):
     # vector accumulators and tiles as wide as the target's vector registers
-    kernel, record = auto_schedule(s.kernel, overrides=s.schedule, lanes_of=s.target.lanes)
-    return replace(s, kernel=kernel, record=record)
+    sched = Scheduler(s.kernel, lanes_of=s.target.lanes, threads=resolve_threads(s.threads))
+    if s.mode == "replay":
+        sched.replay(s.schedule)
+        kernel = sched.result()
+        manual = sorted({n for st in statements(kernel.body) for n in stage_names(st)})
+        record = record_of(sched, manual)
+        return replace(s, kernel=kernel, record=record, steps=record.steps)
+    steps, manual = override_steps(s.kernel, s.schedule or {})
+    sched.replay(steps)
+    choose(sched, manual=manual)
+    record = record_of(sched, manual)
+    return replace(s, kernel=sched.result(), record=record, steps=s.steps + record.steps)
 
 
 def _parallelize(s):
-    return replace(s, kernel=parallelize_stages(s.kernel, threads=s.threads))
+    if s.mode == "replay":
+        return s
+    kernel, steps = parallel_steps(s.kernel, threads=s.threads)
+    unrealised_mark(kernel)
+    record = None if s.record is None else replace(s.record, steps=s.steps + steps)
+    return replace(s, kernel=kernel, record=record, steps=s.steps + steps)
+
+
+def _lower_plain(s):
+    return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name))
 
 
 #: the passes, in order: ``(name, state -> state)``
@@ -106,18 +183,20 @@ PLAIN_PASSES = (("lower", _lower_plain), ("parallelize", _parallelize))
 
 
 def check_schedule(schedule, caller):
-    """``schedule`` when it is None, ``"none"`` or a dict ``{stage: requests}``; else a
-    :class:`~.schedule.common.ScheduleError` naming ``caller``.
+    """``schedule`` when it is None, ``"none"``, a dict ``{stage: requests}`` or a
+    :class:`~.schedule.steps.Schedule`; else a :class:`~.schedule.common.ScheduleError`
+    naming ``caller``.
 
     >>> check_schedule("auto", "export")
     Traceback (most recent call last):
     ...
-    tegrad.codegen.schedule.common.ScheduleError: export: schedule must be None, 'none' or a dict {stage: requests}, got 'auto'
+    tegrad.codegen.schedule.common.ScheduleError: export: schedule must be None, 'none' or a dict {stage: requests}, or a Schedule (f.schedule), got 'auto'
     """
-    if schedule is None or schedule == "none" or isinstance(schedule, dict):
+    if schedule is None or isinstance(schedule, (dict, Schedule)) or (
+            isinstance(schedule, str) and schedule == "none"):
         return schedule
     raise ScheduleError(f"{caller}: schedule must be None, 'none' or a dict "
-                        f"{{stage: requests}}, got {schedule!r}")
+                        f"{{stage: requests}}, or a Schedule (f.schedule), got {schedule!r}")
 
 
 def _dumper(dump):
@@ -151,15 +230,18 @@ def compile_kernel(inputs, outputs, *, threads, schedule=None, name=None, dump=N
     """
     schedule = check_schedule(schedule, "compile_kernel")
     dump = _dumper(dump)
+    mode = "plain" if isinstance(schedule, str) else \
+        "replay" if isinstance(schedule, Schedule) else "auto"
     state = _State(tuple(_tensor_list(inputs, "inputs")), tuple(_tensor_list(outputs, "outputs")),
                    "kernel" if name is None else name, threads, schedule,
-                   Target.host() if target is None else target)
-    for pass_name, run in PLAIN_PASSES if schedule == "none" else PASSES:
+                   Target.host() if target is None else target, mode)
+    for pass_name, run in PLAIN_PASSES if mode == "plain" else PASSES:
         state = run(state)
         if dump is not None:
             dump(pass_name, format_tensor(list(state.outputs)) if state.kernel is None
                  else format_kernel(state.kernel))
-    return CompiledKernel(state.kernel, state.record)
+    return CompiledKernel(state.kernel, state.record,
+                          schedule_value(state.kernel, state.record, state.steps))
 
 
 __all__ = ["PASSES", "PLAIN_PASSES", "CompiledKernel", "check_schedule", "compile_kernel"]

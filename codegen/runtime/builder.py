@@ -31,6 +31,7 @@ from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
+from tegrad.codegen.schedule.steps import Schedule
 
 #: how many compiled programs the cache keeps (least recently used ones are dropped)
 CACHE_SIZE = 256
@@ -41,7 +42,7 @@ CACHE_SIZE = 256
 #: each) stay within it, programs with temporaries of hundreds of MB are a handful
 CACHE_BYTES = min(2**30, (physical_memory() or 2**33) // 8)
 
-#: key -> (executable, schedule record)
+#: key -> (executable, schedule record, schedule)
 _executables = collections.OrderedDict()
 #: (ids of inputs, ids of outputs, options) -> (inputs, outputs, key, weak reference
 #: to the last function returned)
@@ -137,7 +138,7 @@ def _remember_executable(key, entry):
     _cached_bytes += entry[0].nbytes
     while len(_executables) > 1 and (len(_executables) > CACHE_SIZE
                                      or _cached_bytes > CACHE_BYTES):
-        _, (dropped, _) = _executables.popitem(last=False)
+        _, (dropped, *_) = _executables.popitem(last=False)
         _cached_bytes -= dropped.nbytes
 
 
@@ -152,7 +153,10 @@ def cache_bytes():
 
 
 def _frozen(value):
-    """A hashable form of a schedule override (dicts and lists become sorted tuples)."""
+    """A hashable form of a schedule option (dicts and lists become sorted tuples, a
+    Schedule its steps)."""
+    if isinstance(value, Schedule):
+        return ("Schedule",) + value.steps
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted(((repr(k), _frozen(v)) for k, v in value.items())))
     if isinstance(value, (list, tuple)):
@@ -196,14 +200,18 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     part of the cache key.
 
     Stages computing the same values run once, and each stage's loops are scheduled
-    automatically (see ``f.schedule``); ``schedule``
-    overrides that per stage, by the name of the tensor it computes: ``"none"`` keeps a
-    stage's plain loops, a dict asks for ``"split"``, ``"order"``, ``"compute_at"``,
-    ``"unroll"``, ``"vectorize"`` and ``"parallel"`` (see
+    automatically; every choice is a step, and ``f.schedule`` is the
+    :class:`~tegrad.codegen.schedule.steps.Schedule` of them (printed: per stage its
+    loops and the steps that made them). ``schedule=f.schedule`` (or a Schedule edited
+    from its steps, see :mod:`tegrad.codegen.schedule.primitives`) compiles with exactly
+    those steps, choosing nothing: the same program gets the same loops. A dict overrides
+    the automatic schedule per stage, by the name of the tensor it computes: ``"none"``
+    keeps a stage's plain loops, a dict asks for ``"split"``, ``"order"``,
+    ``"compute_at"``, ``"unroll"``, ``"vectorize"`` and ``"parallel"`` steps (see
     :mod:`tegrad.codegen.schedule.manual`); ``schedule="none"`` keeps every stage plain.
-    Unknown stages or loops and requests that would change the result raise a
-    ``TegradError`` naming the stage. The passes are :mod:`tegrad.codegen.pipeline`'s,
-    which ``tg.export`` and ``f.export`` run too.
+    Unknown stages or loops and steps that would change the result or not be realised
+    raise a ``TegradError`` naming the stage. The passes are
+    :mod:`tegrad.codegen.pipeline`'s, which ``tg.export`` and ``f.export`` run too.
 
     >>> import numpy as np, tegrad as tg
     >>> x = tg.placeholder((3,), dtype="float64", name="x")
@@ -215,6 +223,12 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     >>> print(g.schedule)
     stage y (as given)
       loops: i<3 unrolled
+      i: unrolled
+    program
+      stages computing the same values computed once
+      stages with a product plan lowered to product kernels
+    >>> tg.build([x], [y], schedule=g.schedule).loops == g.loops
+    True
     """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral)
                                 or threads < 1):
@@ -245,12 +259,12 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
         compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule,
                                   name=kernel_name)
         executable = Executable(compiled.kernel, threads=threads, check_bounds=check_bounds)
-        executable = (executable, compiled.record)
+        executable = (executable, compiled.record, compiled.schedule)
         with _lock:
             _remember_executable(key, executable)
-    executable, record = executable
+    executable, record, chosen = executable
     f = CompiledFunction(inputs, outputs, executable, schedule_record=record,
-                         schedule=schedule)
+                         schedule=schedule, chosen=chosen)
     with _lock:
         _remember(_functions, identity, (tuple(inputs), tuple(outputs), key, weakref.ref(f)))
     return f

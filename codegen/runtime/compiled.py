@@ -11,7 +11,7 @@ from tegrad.reference.memory import BufferTooLargeError, check_buffers_fit
 from tegrad.codegen.export.program import export_built
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, by_name, check_count
-from tegrad.codegen.schedule.describe import describe_schedule
+from tegrad.codegen.schedule.describe import schedule_value
 
 
 def _reference_counts(arrays):
@@ -48,8 +48,10 @@ class CompiledFunction:
     ``f.asm`` the machine code; ``f.inputs`` and ``f.outputs`` are the tensors.
     """
 
-    def __init__(self, inputs, outputs, executable, schedule_record=None, schedule=None):
+    def __init__(self, inputs, outputs, executable, schedule_record=None, schedule=None,
+                 chosen=None):
         self._schedule_record = schedule_record
+        self._chosen = chosen  # the Schedule of the steps made (None: described anew)
         # the build's schedule= option, which an export compiles with again (a copy: the
         # caller's dict may change after the build)
         self._schedule = copy.deepcopy(schedule)
@@ -160,9 +162,12 @@ class CompiledFunction:
 
     @property
     def schedule(self):
-        """The schedule of each stage, as readable text (see
-        :mod:`tegrad.codegen.schedule.describe`)."""
-        return describe_schedule(self._executable.kernel, self._schedule_record)
+        """The :class:`~tegrad.codegen.schedule.steps.Schedule` of the steps made, printed
+        per stage (see :mod:`tegrad.codegen.schedule.describe`); ``tg.build(...,
+        schedule=f.schedule)`` compiles the same loops."""
+        if self._chosen is not None:
+            return self._chosen
+        return schedule_value(self._executable.kernel, self._schedule_record)
 
     @property
     def llvm_ir(self):

@@ -68,8 +68,8 @@ from tegrad.codegen.loops.mapper import (StmtMapper, block, free_variables, load
                                          substitute_stmt, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Buffer, Check, For, Kernel,
                                         Load, Store)
-from tegrad.codegen.schedule.common import (constant_trip_count, fresh, names_in,
-                                            stmt_uses_var, uses_var)
+from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, fresh,
+                                            names_in, stmt_uses_var, uses_var)
 from tegrad.codegen.schedule.fusion import statements
 from tegrad.codegen.schedule.loop_order import stride_one
 from tegrad.codegen.target import Target
@@ -207,15 +207,35 @@ def _combine_lanes(targets, lane, lanes):
     return block(stmts)
 
 
+def _asked_lanes(loop, found, lanes):
+    """``found`` (:func:`_candidate`'s) with ``lanes`` lanes instead of its own: whole
+    vectors of the target, at most the trip count (one vector when it is known at run
+    time only)."""
+    accs, _, n, vector = found
+    if not (isinstance(lanes, int) and not isinstance(lanes, bool) and lanes >= vector
+            and lanes % vector == 0 and (lanes <= n if n is not None else lanes == vector)):
+        most = "one vector" if n is None else f"a multiple of it up to the {n} iterations"
+        raise ScheduleError(f"vector accumulators of loop {loop.var.name!r}: {lanes!r} lanes, "
+                            f"but the target's vectors hold {vector} ({most})")
+    return accs, lanes, n, vector
+
+
 class _Vectorise(StmtMapper):
-    def __init__(self, lanes_of, taken):
+    def __init__(self, lanes_of, taken, only=None):
         super().__init__()
         self.lanes_of, self.taken, self.loops = lanes_of, taken, []
+        # loop name -> the lanes asked for its rewritten loops, in order
+        self.only = None if only is None else {k: list(v) for k, v in only.items()}
 
     def map_for(self, s):
+        asked = None if self.only is None else self.only.get(s.var.name)
+        if self.only is not None and not asked:
+            return super().map_for(s)
         found = _candidate(s, self.lanes_of)
         if found is None:
             return super().map_for(s)
+        if asked:
+            found = _asked_lanes(s, found, asked.pop(0))
         self.loops.append((s.var.name, found[1]))
         return _rewrite(s, *found, self.taken)
 
@@ -281,10 +301,12 @@ class _HoistLanes(StmtMapper):
         return out
 
 
-def statement_accumulators(s, *, taken, lanes_of=host_lanes):
+def statement_accumulators(s, *, taken, lanes_of=host_lanes, only=None):
     """``(statement, loops)``: :func:`vector_accumulators` on one statement; ``taken`` holds
-    the names in use (new ones are added to it); ``loops`` lists ``(loop, lanes)``."""
-    mapper = _Vectorise(lanes_of, taken)
+    the names in use (new ones are added to it); ``loops`` lists ``(loop, lanes)``.
+    ``only``: the loops to rewrite, each name to the lanes of its loops of that name in
+    order (a ScheduleError if the target cannot have them), when given."""
+    mapper = _Vectorise(lanes_of, taken, only)
     out = mapper(s)
     if mapper.loops:
         out = _HoistLanes()(out)

@@ -1,22 +1,26 @@
 """The automatic schedule: chosen per stage from the program's loops and accesses.
 
-:func:`auto_schedule` applies, in order (each pass keeps every result equal to the
-plain loops', see its module):
+:func:`auto_schedule` makes, in order, these steps (:mod:`.primitives`; each keeps
+every result equal to the plain loops', see its module):
 
-1. an expert's overrides (:mod:`.manual`), whose stages are left alone afterwards;
-2. loop fusion of consecutive nests over the same range (:mod:`.fusion`), then values
-   a loop stored read back where a later one computes them again (:mod:`.stored`);
-3. per top-level statement: loops divided by a small constant split by it
-   (:mod:`.divisors`), tiny moving-bound reductions over constant guarded ranges,
-   the written stride-1 axis moved innermost, tiny reductions unrolled
+1. an expert's overrides (:mod:`.manual`, as steps), whose stages are left alone
+   afterwards;
+2. loop fusion of consecutive nests over the same range (``fuse``, :mod:`.fusion`),
+   then values a loop stored read back where a later one computes them again
+   (``reuse_stored``, :mod:`.stored`);
+3. per top-level statement, each pass of :data:`~.primitives.STATEMENT_PASSES`: loops
+   divided by a small constant split by it (:mod:`.divisors`), tiny moving-bound
+   reductions over constant guarded ranges, the written stride-1 axis moved innermost
    (:mod:`.loop_order`), nests reading across rows what they write along them run in
-   square tiles (:mod:`.tiles`), overlapping scatter windows run outside their stride-1 loop
-   (:mod:`.windows`), the guards of innermost loops made bounds (:mod:`.guards`),
-   guarded accumulations made unguarded (:mod:`.ifconvert`);
-4. vector accumulators for innermost reductions along the stride-1 axis
-   (:mod:`.accumulators`, the only pass that reassociates);
-5. innermost loops over the written stride-1 axis marked ``vectorized``.
+   square tiles (:mod:`.tiles`), tiny loops unrolled, overlapping scatter windows run
+   outside their stride-1 loop (:mod:`.windows`), the guards of innermost loops made
+   bounds (:mod:`.guards`), guarded accumulations made unguarded (:mod:`.ifconvert`),
+   vector accumulators for innermost reductions along the stride-1 axis
+   (:mod:`.accumulators`, the only pass that reassociates), innermost loops over the
+   written stride-1 axis marked ``vectorized`` (:mod:`.vector_loops`).
 
+Each choice is recorded as a :class:`~.steps.Step` of the loops it changed: replaying
+the steps (:meth:`.primitives.Scheduler.replay`) makes the same kernel without choosing.
 It returns the new kernel and a :class:`ScheduleRecord` of the choices, which
 :func:`.describe.describe_schedule` prints next to the final loops.
 
@@ -31,114 +35,61 @@ It returns the new kernel and a :class:`ScheduleRecord` of the choices, which
 (('S', 'B'),)
 >>> record.notes[0]
 ('k: vector accumulators (32 lanes)', 'j: vectorized')
+>>> record.steps[-1]
+Step('vector_loops', 'S', ('j',))
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tegrad.codegen.loops.mapper import StmtMapper, block, walk_stmts
-from tegrad.codegen.loops.nodes import For, Kernel
-from tegrad.codegen.schedule.accumulators import host_lanes, statement_accumulators
-from tegrad.codegen.schedule.common import constant_trip_count, names_in, writes
-from tegrad.codegen.schedule.fusion import fuse_stages, stage_names, statements
-from tegrad.codegen.schedule.divisors import split_divided_loops
-from tegrad.codegen.schedule.guards import innermost_guards_to_bounds
-from tegrad.codegen.schedule.ifconvert import if_convert
-from tegrad.codegen.schedule.loop_order import (constant_tiny_loops, is_reduction_loop,
-                                                sink_stride_one, stride_one,
-                                                unroll_tiny_reductions)
-from tegrad.codegen.schedule.manual import apply_overrides
-from tegrad.codegen.schedule.stored import reuse_stored_values
-from tegrad.codegen.schedule.tiles import tile_transposed_reads
-from tegrad.codegen.schedule.windows import hoist_scatter_windows
+from tegrad.codegen.schedule.accumulators import host_lanes
+from tegrad.codegen.schedule.manual import override_steps
+from tegrad.codegen.schedule.primitives import STATEMENT_PASSES, Scheduler
 
 
 @dataclass(frozen=True)
 class ScheduleRecord:
     """What the schedule chose: ``fused`` (groups of stages run in one loop nest),
     ``notes`` (index of a top-level statement of the kernel -> the choices made for
-    it, as text) and
-    ``manual`` (the stages an expert's overrides scheduled)."""
+    it, as text), ``manual`` (the stages the ``schedule=`` option scheduled: its
+    overrides', or every stage for a :class:`~.steps.Schedule` replayed) and ``steps``
+    (every step made, in order)."""
 
     fused: tuple = ()
     notes: dict = field(default_factory=dict)
     manual: tuple = ()
+    steps: tuple = ()
 
 
-class _MarkVector(StmtMapper):
-    """Innermost constant loops writing along their stride-1 axis become ``vectorized``
-    (loops inside them that are unrolled when emitted do not count)."""
-
-    def __init__(self):
-        super().__init__()
-        self.marked = []
-
-    def map_for(self, s):
-        s = super().map_for(s)
-        n = constant_trip_count(s)
-        if (s.kind != "serial" or n is None or n < 2
-                or any(type(m) is For and m.kind != "unrolled" for m in walk_stmts(s.body))
-                or is_reduction_loop(s)):
-            return s
-        ws = writes(s.body)
-        if any(w.buffer.scope != "local" for w in ws) and all(
-                stride_one(w.indices, s.var.name) for w in ws):
-            self.marked.append(s.var.name)
-            return For(s.var, s.begin, s.end, s.body, "vectorized", s.step)
-        return s
+def record_of(sched, manual=()):
+    """The :class:`ScheduleRecord` of the :class:`~.primitives.Scheduler` ``sched``."""
+    return ScheduleRecord(fused=tuple(sched.fused),
+                          notes={k: tuple(v) for k, v in sched.notes.items()},
+                          manual=tuple(manual), steps=tuple(sched.steps))
 
 
-def _nest_schedule(s, notes, taken, lanes_of):
-    changed, moved, divided, tiled = [], [], [], []
-    s = split_divided_loops(s, taken=taken, changed=divided)
-    notes += [f"{v}: split by its divisor" for v in divided]
-    s = constant_tiny_loops(s, changed=changed)
-    s = sink_stride_one(s, moved=moved)
-    s = tile_transposed_reads(s, lanes_of=lanes_of, taken=taken, tiled=tiled)
-    before = {m.var.name for m in walk_stmts(s) if type(m) is For and m.kind == "unrolled"}
-    s = unroll_tiny_reductions(s)
-    unrolled = [m.var.name for m in walk_stmts(s) if type(m) is For and m.kind == "unrolled"
-                and m.var.name not in before]
-    hoisted = []
-    s = hoist_scatter_windows(s, taken=taken, hoisted=hoisted)
-    bounded = []
-    s = innermost_guards_to_bounds(s, changed=bounded)
-    s = if_convert(s, taken=taken)
-    notes += [f"{v}: tiny bounds made constant, guarded" for v in changed]
-    notes += [f"{v}: moved innermost (stride 1)" for v in moved]
-    notes += [f"{v}: square tiles with the loop inside it (a read across rows)"
-              for v in tiled]
-    notes += [f"{v}: unrolled (tiny reduction)" for v in unrolled]
-    notes += [f"{v}: inside its scatter's window (updates kept in order)" for v in hoisted]
-    notes += [f"{v}: guards made bounds" for v in bounded]
-    return s
-
-
-def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes):
-    """``(kernel, record)``: the kernel with the automatic schedule (module doc), the
-    stages named in ``overrides`` (see :func:`.manual.apply_overrides`) scheduled as asked
-    instead."""
-    kernel, manual = apply_overrides(kernel, overrides or {})
-    kernel, fused = fuse_stages(kernel, keep=manual)
-    kernel = Kernel(kernel.name, kernel.args, kernel.temps, reuse_stored_values(kernel.body))
-    taken = names_in(kernel)
-    stmts, notes = statements(kernel.body), {}
-    for k, s in enumerate(stmts):
-        names = stage_names(s)
-        if set(names) & set(manual):
+def choose(sched, *, manual=()):
+    """Make the automatic schedule's steps (module doc, 2 and 3) on ``sched``'s kernel,
+    the stages named in ``manual`` left alone."""
+    sched.fuse(keep=manual)
+    sched.reuse()
+    manual = set(manual)
+    for k in range(len(sched.statements())):
+        if set(sched.names()[k]) & manual:
             continue
-        found = []
-        s = _nest_schedule(s, found, taken, lanes_of)
-        s, lanes = statement_accumulators(s, taken=taken, lanes_of=lanes_of)
-        found += [f"{v}: vector accumulators ({n} lanes)" for v, n in lanes]
-        mark = _MarkVector()
-        s = mark(s)
-        found += [f"{v}: vectorized" for v in mark.marked]
-        stmts[k] = s
-        if found:
-            notes[k] = tuple(found)
-    kernel = Kernel(kernel.name, kernel.args, kernel.temps, block(stmts))
-    return kernel, ScheduleRecord(fused=fused, notes=notes, manual=tuple(manual))
+        for name in STATEMENT_PASSES:
+            sched.run_pass(name, k)
 
 
-__all__ = ["auto_schedule", "ScheduleRecord"]
+def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes, threads=None):
+    """``(kernel, record)``: the kernel with the automatic schedule (module doc), the
+    stages named in ``overrides`` (see :func:`.manual.override_steps`) scheduled as asked
+    instead; ``threads``: the kernel's thread count (None: unknown)."""
+    steps, manual = override_steps(kernel, overrides or {})
+    sched = Scheduler(kernel, lanes_of=lanes_of, threads=threads)
+    sched.replay(steps)
+    choose(sched, manual=manual)
+    return sched.result(), record_of(sched, manual)
+
+
+__all__ = ["auto_schedule", "choose", "record_of", "ScheduleRecord"]

@@ -1,9 +1,11 @@
-"""The schedule of a kernel as text (``f.schedule``): per top-level statement, the stages it
-computes, its loop nests with their kinds and trip counts, and the recorded choices.
+"""The schedule of a kernel as text (``str(f.schedule)``): per top-level statement, the
+stages it computes, its loop nests with their kinds and trip counts, and the steps that
+made them (:mod:`.primitives`), one or more lines each; then the steps of the whole
+program, and those of stages the final kernel no longer has apart.
 
-Loop kinds are read from the final kernel (passes after the schedule may mark loops
-``parallel``); a statement that is not a loop nest (a node the schedule does not know)
-is shown by its type.
+Loop kinds are read from the final kernel; a statement that is not a loop nest (a node
+the schedule does not know) is shown by its type. A step is shown under the statement
+its stage names (the first statement computing the name, the ``n``-th for ``name#n``).
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
@@ -15,6 +17,7 @@ is shown by its type.
 >>> print(describe_schedule(*auto_schedule(lower_program([A], [B]), lanes_of=lambda d: 8)))
 stages S, B (fused)
   loops: i<4 { k_l<32; k_o<2 { k_l_1<32 vectorized }; k_l_2<16 vectorized; k_l_2<8 vectorized; k_l_2<4 vectorized; k_l_2<2 vectorized; k_l_2<2 unrolled; j<64 vectorized }
+  fused with B
   k: vector accumulators (32 lanes)
   j: vectorized
 """
@@ -27,6 +30,8 @@ from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For,
 from tegrad.codegen.loops.printer import format_expr
 from tegrad.codegen.schedule.common import constant_trip_count
 from tegrad.codegen.schedule.fusion import stage_names, statements
+from tegrad.codegen.schedule.primitives import step_lines
+from tegrad.codegen.schedule.steps import Schedule, statement_key
 
 _LOOP_IR = (For, Block, If, Store, Accumulate, Let, Allocate, Check)
 
@@ -56,33 +61,66 @@ def nest_text(s):
     return "; ".join(parts)
 
 
-def describe_schedule(kernel, record=None):
-    """The text of ``kernel``'s schedule (module doc), with ``record``'s choices."""
+def _placed(steps, names):
+    """``(by statement index, program steps, others by stage)``: where each step is
+    shown (module doc)."""
+    at, program, others = {}, [], {}
+    for step in steps:
+        if step.stage is None:
+            program.append(step)
+            continue
+        name, n = statement_key(step.stage)
+        found = [k for k, held in enumerate(names) if name in held]
+        if found:
+            at.setdefault(found[min(n, len(found)) - 1], []).append(step)
+        else:
+            others.setdefault(step.stage, []).append(step)
+    return at, program, others
+
+
+def describe_schedule(kernel, record=None, steps=None):
+    """The text of ``kernel``'s schedule (module doc), with ``record``'s choices and the
+    ``steps`` made (by default ``record.steps``)."""
     fused = {g[0]: g for g in (record.fused if record else ())}
     manual = set(record.manual) if record else set()
-    notes = record.notes if record else {}
+    if steps is None:
+        steps = record.steps if record else ()
+    stmts = statements(kernel.body)
+    names = [() if _unknown(s) else stage_names(s) for s in stmts]
+    at, program, others = _placed(steps, names)
     lines = []
-    for k, s in enumerate(statements(kernel.body)):
-        names = stage_names(s) if not _unknown(s) else ()
-        label = ", ".join(names) or (s.c.name if type(s) is MatrixProduct else
-                                     f"statement {k}")
+    for k, s in enumerate(stmts):
+        label = ", ".join(names[k]) or (s.c.name if type(s) is MatrixProduct else
+                                        f"statement {k}")
         tags = []
-        if len(names) > 1 and names[0] in fused:
+        if len(names[k]) > 1 and names[k][0] in fused:
             tags.append("fused")
-        if set(names) & manual:
+        if set(names[k]) & manual:
             tags.append("as given")
-        head = "stages" if len(names) > 1 else "stage"
+        head = "stages" if len(names[k]) > 1 else "stage"
         lines.append(f"{head} {label}" + (f" ({', '.join(tags)})" if tags else ""))
         if type(s) is MatrixProduct:
             lines.append(f"  {describe_product(s.spec)}")
-            continue
-        if _unknown(s):
+        elif _unknown(s):
             lines.append(f"  {type(s).__name__} (not a loop nest)")
-            continue
-        loops = nest_text(s)
-        lines.append(f"  loops: {loops or 'none'}")
-        lines.extend(f"  {n}" for n in notes.get(k, ()))
+        else:
+            lines.append(f"  loops: {nest_text(s) or 'none'}")
+        lines.extend(f"  {line}" for step in at.get(k, ()) for line in step_lines(step))
+    for stage, held in others.items():
+        lines.append(f"stage {stage} (not a statement of the final loops)")
+        lines.extend(f"  {line}" for step in held for line in step_lines(step))
+    if program:
+        lines.append("program")
+        lines.extend(f"  {line}" for step in program for line in step_lines(step))
     return "\n".join(lines)
 
 
-__all__ = ["describe_schedule", "nest_text"]
+def schedule_value(kernel, record=None, steps=None):
+    """The :class:`~.steps.Schedule` of ``steps`` (by default ``record.steps``), printed
+    as :func:`describe_schedule` describes ``kernel`` (when first printed)."""
+    if steps is None:
+        steps = record.steps if record else ()
+    return Schedule(steps, text=lambda: describe_schedule(kernel, record, steps))
+
+
+__all__ = ["describe_schedule", "nest_text", "schedule_value"]

@@ -101,22 +101,25 @@ def _c(v):
 
 
 class _SplitAll(StmtMapper):
-    def __init__(self, taken):
+    def __init__(self, taken, only):
         super().__init__()
-        self.taken, self.changed = taken, []
+        self.taken, self.changed, self.only = taken, [], only
 
     def map_for(self, s):
         s = super().map_for(s)
+        if self.only is not None and s.var.name not in self.only:
+            return s
         new = split_by_divisor(s, taken=self.taken)
         if new is not s:
             self.changed.append(s.var.name)
         return new
 
 
-def split_divided_loops(s, *, taken, changed=None):
-    """``s`` with :func:`split_by_divisor` applied to each of its loops, innermost first
-    (the names of the loops split appended to the list ``changed`` when given)."""
-    return run_noting(_SplitAll(taken), s, changed)
+def split_divided_loops(s, *, taken, changed=None, only=None):
+    """``s`` with :func:`split_by_divisor` applied to each of its loops (those named in
+    ``only`` when given), innermost first (the names of the loops split appended to the
+    list ``changed`` when given)."""
+    return run_noting(_SplitAll(taken, only), s, changed)
 
 
 __all__ = ["split_by_divisor", "split_divided_loops"]

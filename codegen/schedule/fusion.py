@@ -17,7 +17,7 @@ elementwise output over the same rows end up in one loop over rows).
 >>> k = tg.reduce_axis((0, 3), name="k")
 >>> S = tg.compute((4,), lambda i: tg.sum(A[i, k], axis=k), name="S")
 >>> B = tg.compute((4, 3), lambda i, j: A[i, j] / S[i], name="B")
->>> kernel, fused = fuse_stages(lower_program([A], [B]))
+>>> kernel, fused, _ = fuse_stages(lower_program([A], [B]))
 >>> print(format_kernel(kernel))
 kernel kernel(float64 A[4][3], float64 B[4][3]) {
   temp float64 S[4];
@@ -175,11 +175,12 @@ def fuse_list_body(body):
 FUSION_WINDOW = 256
 
 
-def fuse_list(stmts, keep=frozenset()):
+def fuse_list(stmts, keep=frozenset(), allowed=None):
     """``(statements, groups)``: ``stmts`` with each loop fused with the later loops it can
     be (see the module doc), among the next :data:`FUSION_WINDOW`; ``groups`` lists the
     indices of the statements merged into each result statement. Statements whose index
-    is in ``keep`` are left alone."""
+    is in ``keep`` are left alone; with ``allowed`` (index -> indices), a statement takes
+    only the statements it maps to."""
     summaries = {}
 
     def summary(k):  # of statement k of ``stmts``, computed once
@@ -202,7 +203,8 @@ def fuse_list(stmts, keep=frozenset()):
                 if taken[j]:
                     continue
                 fused = None
-                if j not in keep and summary(j).commutes_with(between):
+                if j not in keep and (allowed is None or j in allowed.get(i, ())) \
+                        and summary(j).commutes_with(between):
                     fused = loop.fused_body(stmts[j])
                 if fused is None:
                     between.add(summary(j))
@@ -216,17 +218,26 @@ def fuse_list(stmts, keep=frozenset()):
     return out, groups
 
 
-def fuse_stages(kernel, *, keep=()):
-    """``(kernel, fused)``: the top-level loop nests of ``kernel`` fused where legal (see the
-    module doc); ``fused`` names, per merged statement, the stages (written buffers) it
-    computes, for those merging two or more. Stages named in ``keep`` are not fused."""
-    # a stage lowered as several loops (fill, then accumulate) fuses loop by loop
-    stmts = [part for s in statements(kernel.body) for part in statements(s)]
+def fusion_parts(kernel):
+    """The statements fusion takes: a stage lowered as several loops (fill, then
+    accumulate) fuses loop by loop."""
+    return [part for s in statements(kernel.body) for part in statements(s)]
+
+
+def fuse_stages(kernel, *, keep=(), allowed=None):
+    """``(kernel, fused, groups)``: the top-level loop nests of ``kernel`` fused where legal
+    (see the module doc); ``fused`` names, per merged statement, the stages (written
+    buffers) it computes, for those merging two or more; ``groups``, the indices among
+    :func:`fusion_parts` of those statements. Stages named in ``keep`` are not fused;
+    ``allowed`` (index -> indices), when given, the only statements each may take."""
+    stmts = fusion_parts(kernel)
     names = [stage_names(s) for s in stmts]
     keep_idx = frozenset(k for k, n in enumerate(names) if set(n) & set(keep))
-    new, groups = fuse_list(stmts, keep_idx)
-    fused = tuple(tuple(n for k in g for n in names[k]) for g in groups if len(g) > 1)
-    return Kernel(kernel.name, kernel.args, kernel.temps, block(new)), fused
+    new, groups = fuse_list(stmts, keep_idx, allowed)
+    merged = [g for g in groups if len(g) > 1]
+    fused = tuple(tuple(n for k in g for n in names[k]) for g in merged)
+    return Kernel(kernel.name, kernel.args, kernel.temps, block(new)), fused, tuple(
+        tuple(g) for g in merged)
 
 
 def stage_names(s):

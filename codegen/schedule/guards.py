@@ -121,13 +121,14 @@ def guards_to_bounds(loop):
 
 
 class _Bounds(StmtMapper):
-    def __init__(self):
+    def __init__(self, only=None):
         super().__init__()
-        self.changed = []
+        self.changed, self.only = [], only
 
     def map_for(self, s):
         s = super().map_for(s)
-        if any(type(m) is For for m in walk_stmts(s.body)):
+        if (self.only is not None and s.var.name not in self.only) or \
+                any(type(m) is For for m in walk_stmts(s.body)):
             return s
         new = guards_to_bounds(s)
         if new is not s:
@@ -135,10 +136,10 @@ class _Bounds(StmtMapper):
         return new
 
 
-def innermost_guards_to_bounds(s, *, changed=None):
-    """``s`` with :func:`guards_to_bounds` applied to its innermost loops (their names
-    appended to the list ``changed`` when given)."""
-    return run_noting(_Bounds(), s, changed)
+def innermost_guards_to_bounds(s, *, changed=None, only=None):
+    """``s`` with :func:`guards_to_bounds` applied to its innermost loops (those named in
+    ``only`` when given; their names appended to the list ``changed`` when given)."""
+    return run_noting(_Bounds(only), s, changed)
 
 
 __all__ = ["guards_to_bounds", "innermost_guards_to_bounds"]

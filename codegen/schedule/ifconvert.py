@@ -30,7 +30,7 @@ from tegrad.ir.expr import Const, Select, Var, may_divide_by_zero
 
 from tegrad.codegen.loops.mapper import loads, to_affine, walk_expr
 from tegrad.codegen.loops.nodes import Accumulate, Let
-from tegrad.codegen.schedule.common import RangedStmtMapper, fresh, names_in_stmt
+from tegrad.codegen.schedule.common import RangedStmtMapper, fresh, names_in_stmt, run_noting
 
 #: the reducers whose neutral element is known exactly
 _NEUTRAL = (reduction.sum, reduction.prod, reduction.max, reduction.min)
@@ -62,18 +62,20 @@ def _safe(value, cond, ranges):
 
 
 class _IfConvert(RangedStmtMapper):
-    def __init__(self, taken):
+    def __init__(self, taken, only):
         super().__init__()
-        self.taken = taken
+        self.taken, self.only, self.changed = taken, only, []
 
     def map_if(self, s):
         s = super().map_if(s)
         a = s.then
         if (s.otherwise is not None or type(a) is not Accumulate or a.reducer not in _NEUTRAL
+                or (self.only is not None and a.buffer.name not in self.only)
                 or not _safe(a.value, s.cond, self.ranges)
                 or a.value.dtype != a.buffer.dtype):
             return s
         dtype, value = a.buffer.dtype, a.value
+        self.changed.append(a.buffer.name)
         if loads(value):
             # bound ahead: a select arm that loads would be emitted as a branch
             var = Var(fresh(f"{a.buffer.name}_update", self.taken), dtype)
@@ -83,10 +85,12 @@ class _IfConvert(RangedStmtMapper):
         return Accumulate(a.buffer, a.indices, chosen, a.reducer)
 
 
-def if_convert(s, *, taken=None):
-    """``s`` with its guarded accumulations unguarded (module doc; ``taken``: the names in
-    use, new ones added, by default those of ``s``)."""
-    return _IfConvert(names_in_stmt(s) if taken is None else taken)(s)
+def if_convert(s, *, taken=None, changed=None, only=None):
+    """``s`` with its guarded accumulations (into the buffers named in ``only`` when
+    given) unguarded (module doc; ``taken``: the names in use, new ones added, by default
+    those of ``s``); the names of their buffers appended to ``changed`` when given."""
+    return run_noting(_IfConvert(names_in_stmt(s) if taken is None else taken, only), s,
+                      changed)
 
 
 __all__ = ["if_convert", "evaluation_cannot_fail"]

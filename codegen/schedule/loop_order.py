@@ -131,12 +131,12 @@ def _tiny_trip(loop, ranges):
 
 
 class _ConstantTiny(_Ranged):
-    def __init__(self):
+    def __init__(self, only=None):
         super().__init__()
-        self.changed = []
+        self.changed, self.only = [], only
 
     def rewrite_for(self, old, s):
-        if not is_reduction_loop(s):
+        if (self.only is not None and s.var.name not in self.only) or not is_reduction_loop(s):
             return s
         v = s.var
         span = _tiny_range(s, self.ranges)
@@ -154,10 +154,11 @@ class _ConstantTiny(_Ranged):
         return For(v, _c(0), _c(trip), If(Compare("lt", v, span), body), s.kind)
 
 
-def constant_tiny_loops(s, *, changed=None):
-    """``s`` with its tiny moving-bound reduction loops over constant guarded ranges (their
-    names appended to the list ``changed`` when given)."""
-    return run_noting(_ConstantTiny(), s, changed)
+def constant_tiny_loops(s, *, changed=None, only=None):
+    """``s`` with its tiny moving-bound reduction loops (those named in ``only`` when
+    given) over constant guarded ranges (their names appended to the list ``changed``
+    when given)."""
+    return run_noting(_ConstantTiny(only), s, changed)
 
 
 #: unrolling stops where the statements emitted for a loop would exceed this many
@@ -185,21 +186,29 @@ def code_size(s):
 
 
 class _UnrollTiny(StmtMapper):
+    def __init__(self, only=None):
+        super().__init__()
+        self.changed, self.only = [], only
+
     def map_for(self, s):
         s = super().map_for(s)
+        if self.only is not None and s.var.name not in self.only:
+            return s
         n = constant_trip_count(s)
         if s.kind == "serial" and n is not None and 1 < n <= TINY_TRIP \
                 and n * code_size(s.body) <= UNROLLED_SIZE and (
                 is_reduction_loop(s) or all(m.kind == "unrolled" for m in walk_stmts(s.body)
                                             if type(m) is For)):
+            self.changed.append(s.var.name)
             return For(s.var, s.begin, s.end, s.body, "unrolled", s.step)
         return s
 
 
-def unroll_tiny_reductions(s):
+def unroll_tiny_reductions(s, *, changed=None, only=None):
     """``s`` with its constant tiny reduction loops, and its other tiny loops with only
-    unrolled loops inside, marked ``unrolled`` (the same iterations, in order)."""
-    return _UnrollTiny()(s)
+    unrolled loops inside, marked ``unrolled`` (the same iterations, in order); only those
+    named in ``only`` when given, their names appended to ``changed`` when given."""
+    return run_noting(_UnrollTiny(only), s, changed)
 
 
 # -- the stride-1 axis innermost --------------------------------------------------------
@@ -360,19 +369,20 @@ def _try_sink(loop):
 
 
 class _SinkStrideOne(StmtMapper):
-    def __init__(self):
+    def __init__(self, only=None):
         super().__init__()
-        self.changed = []
+        self.changed, self.only = [], only
 
     def map_for(self, s):
-        sunk = _try_sink(s)
+        sunk = _try_sink(s) if self.only is None or s.var.name in self.only else None
         if sunk is None:
             return super().map_for(s)
         self.changed.append(s.var.name)
         return sunk
 
 
-def sink_stride_one(s, *, moved=None):
-    """``s`` with loops over the written stride-1 axis moved innermost (module doc); the
-    names of the loops moved are appended to the list ``moved`` when given."""
-    return run_noting(_SinkStrideOne(), s, moved)
+def sink_stride_one(s, *, moved=None, only=None):
+    """``s`` with loops over the written stride-1 axis (those named in ``only`` when
+    given) moved innermost (module doc); the names of the loops moved are appended to the
+    list ``moved`` when given."""
+    return run_noting(_SinkStrideOne(only), s, moved)

@@ -24,11 +24,14 @@ kernel kernel(float64 A[10], float64 B[10]) {
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tegrad.ir.expr import Binary, Compare, Const, Var
 from tegrad.analysis.simplify import simplify
 
-from tegrad.codegen.loops.mapper import block, substitute_stmt, walk_stmts
-from tegrad.codegen.loops.nodes import UNROLL_LIMIT, For, If
+from tegrad.codegen.llvm.emit import STACK_LIMIT_BYTES
+from tegrad.codegen.loops.mapper import block, stmt_children, substitute_stmt, walk_stmts
+from tegrad.codegen.loops.nodes import UNROLL_LIMIT, Allocate, For, If, MatrixProduct
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, find_loop, fresh,
                                             independence_problem, loop_value, names_in,
                                             replace_loop, stmt_uses_var, uses_var)
@@ -191,15 +194,54 @@ def vectorize(kernel, *, loop):
     return _mark(kernel, loop, "vectorized")
 
 
+def _enclosing(kernel, loop):
+    """The loops around the loop named ``loop`` (outermost first)."""
+    stack = [(kernel.body, ())]
+    while stack:
+        s, around = stack.pop()
+        if type(s) is For and s.var.name == loop:
+            return around
+        inner = around + (s,) if type(s) is For else around
+        stack.extend((c, inner) for c in stmt_children(s))
+    return ()
+
+
+def serial_reason(s, around):
+    """Why the backend would run the loop ``s``, marked parallel, serially (None when it
+    would not), ``around`` the loops around it: it holds a matrix product (which runs on
+    the threads itself), it is inside or around another parallel loop (a task runs its
+    loops serially), or it allocates a local buffer too large for a thread's stack."""
+    inside = list(walk_stmts(s.body))
+    if any(type(n) is MatrixProduct for n in inside):
+        return "it holds a matrix product, which runs on the threads itself"
+    nested = [n.var.name for n in inside if type(n) is For and n.kind == "parallel"] + [
+        n.var.name for n in around if n.kind == "parallel"]
+    if nested:
+        return f"loop {nested[0]!r} around or inside it is parallel"
+    large = [n.buffer.name for n in inside if type(n) is Allocate
+             and n.buffer.size * np.dtype(n.buffer.dtype).itemsize > STACK_LIMIT_BYTES]
+    if large:
+        return (f"it allocates {large[0]!r}, larger than a thread's stack takes "
+                f"({STACK_LIMIT_BYTES} bytes)")
+    return None
+
+
+def serial_when_emitted(kernel, loop):
+    """:func:`serial_reason` for the loop named ``loop`` of ``kernel``."""
+    return serial_reason(find_loop(kernel, loop), _enclosing(kernel, loop))
+
+
 def parallelize(kernel, *, loop):
     """Mark ``loop`` parallel: the same iterations, in any order or at once.
 
     Refused unless its iterations are independent: each write pins the loop variable
     (different iterations write different elements; no accumulation into one element
-    from several iterations) and written buffers are read only where written.
+    from several iterations) and written buffers are read only where written; and
+    refused when the backend would run it serially anyway (:func:`serial_when_emitted`).
     """
     s = find_loop(kernel, loop)
-    problem = independence_problem(s.body, (loop,), accumulate_ok=False)
+    problem = independence_problem(s.body, (loop,), accumulate_ok=False) or \
+        serial_when_emitted(kernel, loop)
     if problem:
         raise ScheduleError(f"parallelize {loop!r}: {problem}")
     return replace_loop(kernel, loop, lambda s: For(s.var, s.begin, s.end, s.body, "parallel",

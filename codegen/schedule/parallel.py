@@ -43,6 +43,7 @@ from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, 
                                             sole_accumulation, stmt_uses_var)
 from tegrad.codegen.schedule.ifconvert import evaluation_cannot_fail
 from tegrad.codegen.schedule.loops import fuse, parallelize
+from tegrad.codegen.schedule.steps import Step, find_statement, names_of, parts, statement_keys
 
 #: the least work (expression nodes evaluated, see :func:`loop_work`) of a loop run in
 #: parallel. ``python benchmarks/threads.py`` measures about 15-30 ps of serial time per
@@ -109,14 +110,6 @@ def loop_work(s, ranges=None):
     return sum(_nodes(e) for e in stmt_exprs(s))
 
 
-def _stages(body):
-    """The top-level statements of a kernel body (blocks flattened: a stage that is a
-    block, such as a scatter's fill and accumulation, counts as its statements)."""
-    if type(body) is not Block:
-        return [body]
-    return [s for child in body.stmts for s in _stages(child)]
-
-
 def _candidates(stmt):
     """The serial loops of ``stmt`` from the outside in, each with the ranges of the loops
     around it, along the single path through lets, allocations and one-statement
@@ -144,7 +137,9 @@ def _has_loop(s):
 
 def _collapse(kernel, loop, threads):
     """Fuse ``loop`` with the loop directly inside it while it has too few iterations
-    for ``threads``; returns the kernel and the name of the (fused) loop."""
+    for ``threads``; returns the kernel, the (fused) loop and the ``(outer, inner)``
+    names of each fusion."""
+    pairs = []
     while True:
         n = constant_trip_count(loop)
         inner = loop.body
@@ -152,8 +147,9 @@ def _collapse(kernel, loop, threads):
                 or type(inner) is not For or inner.kind != "serial" or not _has_loop(inner.body)
                 or constant_trip_count(inner) is None
                 or stmt_uses_var(For(inner.var, inner.begin, inner.end, Block(())), loop.var.name)):
-            return kernel, loop
+            return kernel, loop, pairs
         fused = fuse(kernel, outer=loop.var.name, inner=inner.var.name)
+        pairs.append((loop.var.name, inner.var.name))
         new = [s for s in walk_stmts(fused.body) if type(s) is For
                and s.var.name not in _loop_names(kernel)]
         kernel, loop = fused, new[0]
@@ -229,29 +225,62 @@ class _ReplaceStage(StmtMapper):
         return self.new if s is self.old else super().map_for(s)
 
 
+def _replaced(kernel, old, new):
+    return Kernel(kernel.name, kernel.args, kernel.temps, _ReplaceStage(old, new)(kernel.body))
+
+
+def partition_stage(kernel, key, threads):
+    """``kernel`` with the statement ``key`` names (among :func:`~.steps.parts`) run once
+    per thread, each thread applying the updates of the rows it owns (see
+    :func:`_partition_by_target`), for ``threads`` threads; a ScheduleError when that
+    does not apply to it."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 2:
+        raise ScheduleError(f"partition: the thread count must be an int of at least 2, "
+                            f"got {threads!r}")
+    stages = parts(kernel.body)
+    stmt = stages[find_statement(names_of(stages), key)]
+    blocked = None if type(stmt) is not For else \
+        _partition_by_target(stmt, threads, 0, names_in(kernel))
+    if blocked is None:
+        raise ScheduleError(f"partition: the stage is not one accumulation whose target rows "
+                            f"the loops around it pick")
+    return _replaced(kernel, stmt, blocked)
+
+
+def parallel_steps(kernel, *, threads=None, min_work=MIN_PARALLEL_WORK):
+    """``(kernel, steps)``: :func:`parallelize_stages`' kernel and the steps that make it
+    from ``kernel`` (``fuse_loops``, ``parallel`` and ``partition``, see
+    :mod:`.primitives`)."""
+    threads = resolve_threads(threads)
+    if threads <= 1:
+        return kernel, ()
+    stages = parts(kernel.body)
+    keys, steps = statement_keys(names_of(stages)), []
+    for key, stmt in zip(keys, stages):
+        loop = _choose(stmt, threads, min_work)
+        if loop is None:
+            blocked = None if type(stmt) is not For else \
+                _partition_by_target(stmt, threads, min_work, names_in(kernel))
+            if blocked is not None:
+                kernel = _replaced(kernel, stmt, blocked)
+                steps.append(Step("partition", key, (threads,)))
+            continue
+        try:
+            collapsed, loop, pairs = _collapse(kernel, loop, threads)
+            kernel = parallelize(collapsed, loop=loop.var.name)
+        except ScheduleError:
+            continue  # loop names shared by two stages, or serial when emitted: stays serial
+        steps += [Step("fuse_loops", key, pair) for pair in pairs]
+        steps.append(Step("parallel", key, (loop.var.name,)))
+    return kernel, tuple(steps)
+
+
 def parallelize_stages(kernel, *, threads=None, min_work=MIN_PARALLEL_WORK):
     """``kernel`` with, per stage, the loop chosen as the module docstring says marked
     parallel (``threads``: the kernel's thread count, None for every usable core; with
     one thread the kernel is returned as it is)."""
-    threads = resolve_threads(threads)
-    if threads <= 1:
-        return kernel
-    taken = names_in(kernel)
-    for stmt in _stages(kernel.body):
-        loop = _choose(stmt, threads, min_work)
-        if loop is None:
-            blocked = None if type(stmt) is not For else \
-                _partition_by_target(stmt, threads, min_work, taken)
-            if blocked is not None:
-                kernel = Kernel(kernel.name, kernel.args, kernel.temps,
-                                _ReplaceStage(stmt, blocked)(kernel.body))
-            continue
-        try:
-            collapsed, loop = _collapse(kernel, loop, threads)
-            kernel = parallelize(collapsed, loop=loop.var.name)
-        except ScheduleError:
-            continue  # loop names shared by two stages: that stage stays serial
-    return kernel
+    return parallel_steps(kernel, threads=threads, min_work=min_work)[0]
 
 
-__all__ = ["parallelize_stages", "loop_work", "MIN_PARALLEL_WORK"]
+__all__ = ["parallelize_stages", "parallel_steps", "partition_stage", "loop_work",
+           "MIN_PARALLEL_WORK"]

@@ -43,7 +43,7 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, buffers_of, loa
                                          substitute_expr, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Allocate, Block, For, If, Let, Load, MatrixProduct,
                                         Store)
-from tegrad.codegen.schedule.common import bound_names, writes
+from tegrad.codegen.schedule.common import bound_names, run_noting, writes
 
 
 @dataclass(frozen=True)
@@ -117,34 +117,38 @@ class _ReplaceExpr(ExprMapper):
         return out
 
 
-def _read_back(s, stored, mapping=None):
+def _read_back(s, stored, hits, mapping=None):
     """``s`` with the value of ``stored`` loaded where ``s`` computes it inside loops
     matching all of ``stored.chain``, in any order (``mapping``: its variables matched
-    so far, to the variables of the loops of ``s`` matching them)."""
+    so far, to the variables of the loops of ``s`` matching them); the number of
+    expressions replaced is appended to the list ``hits``."""
     mapping = mapping or {}
     chain = stored.chain
     if len(mapping) == len(chain):
         store = stored.store
         target = substitute_expr(store.value, mapping)
         index = tuple(substitute_expr(i, mapping) for i in store.indices)
-        return StmtMapper(_ReplaceExpr(target, Load(store.buffer, index, store.buffer.dtype)))(s)
+        replace = _ReplaceExpr(target, Load(store.buffer, index, store.buffer.dtype))
+        out = StmtMapper(replace)(s)
+        hits.append(replace.hits)
+        return out
     t = type(s)
     if t is For:
         loop = _matching_loop(s, chain, mapping)
         inner = mapping if loop is None else {**mapping, loop.var.name: s.var}
-        body = _read_back(s.body, stored, inner)
+        body = _read_back(s.body, stored, hits, inner)
         return s if body is s.body else For(s.var, s.begin, s.end, body, s.kind, s.step)
     if t is Block:
-        stmts = tuple(_read_back(c, stored, mapping) for c in s.stmts)
+        stmts = tuple(_read_back(c, stored, hits, mapping) for c in s.stmts)
         return s if all(a is b for a, b in zip(stmts, s.stmts)) else Block(stmts)
     if t in (Allocate, Let):
-        body = _read_back(s.body, stored, mapping)
+        body = _read_back(s.body, stored, hits, mapping)
         if body is s.body:
             return s
         return Allocate(s.buffer, body) if t is Allocate else Let(s.var, s.value, body)
     if t is If:
-        then = _read_back(s.then, stored, mapping)
-        other = None if s.otherwise is None else _read_back(s.otherwise, stored, mapping)
+        then = _read_back(s.then, stored, hits, mapping)
+        other = None if s.otherwise is None else _read_back(s.otherwise, stored, hits, mapping)
         if then is s.then and other is s.otherwise:
             return s
         return If(s.cond, then, other, s.likely)
@@ -204,14 +208,19 @@ class _Available:
                         self.by_buffer.get(other, set()).discard(key)
 
 
-def _forward_block(stmts):
+def _forward_block(stmts, only, reused):
     available, out = _Available(), []
     for s in stmts:
         written = set(_written(s))
         if available.values:
             for stored in available.usable_in(set(buffers_of(s)[0])):
-                if stored.store.buffer not in written and not stored.reads & written:
-                    s = _read_back(s, stored)
+                name = stored.store.buffer.name
+                if stored.store.buffer not in written and not stored.reads & written \
+                        and (only is None or name in only):
+                    hits = []
+                    s = _read_back(s, stored, hits)
+                    if any(hits) and name not in reused:
+                        reused.append(name)
         available.drop_written(written)
         for stored in _candidates(s):
             available.add(stored)
@@ -220,16 +229,21 @@ def _forward_block(stmts):
 
 
 class _ReuseStored(StmtMapper):
+    def __init__(self, only):
+        super().__init__()
+        self.only, self.changed = only, []
+
     def map_block(self, s):
         s = super().map_block(s)
-        stmts = _forward_block(list(s.stmts))
+        stmts = _forward_block(list(s.stmts), self.only, self.changed)
         return s if all(a is b for a, b in zip(stmts, s.stmts)) else Block(tuple(stmts))
 
 
-def reuse_stored_values(s):
-    """``s`` with values stored by a loop loaded back where a later statement of the same
-    block computes them again (module doc)."""
-    return _ReuseStored()(s)
+def reuse_stored_values(s, *, only=None, reused=None):
+    """``s`` with values stored by a loop (into the buffers named in ``only`` when given)
+    loaded back where a later statement of the same block computes them again (module
+    doc); the names of the buffers read back appended to ``reused`` when given."""
+    return run_noting(_ReuseStored(only), s, reused)
 
 
 __all__ = ["reuse_stored_values"]

@@ -90,13 +90,15 @@ def _tile(outer, inner, lanes):
 
 
 class _TileTransposed(StmtMapper):
-    def __init__(self, lanes_of, taken):
+    def __init__(self, lanes_of, taken, only):
         super().__init__()
-        self.lanes_of, self.taken, self.tiled = lanes_of, taken, []
+        self.lanes_of, self.taken, self.tiled, self.only = lanes_of, taken, [], only
 
     def map_for(self, s):
         s = super().map_for(s)
         inner = s.body
+        if self.only is not None and s.var.name not in self.only:
+            return s
         if (type(inner) is not For or s.kind != "serial" or inner.kind != "serial"
                 or s.step != 1 or inner.step != 1 or uses_var(inner.begin, s.var.name)
                 or uses_var(inner.end, s.var.name) or not _straight_line(inner.body)):
@@ -133,12 +135,12 @@ class _TileTransposed(StmtMapper):
         return body
 
 
-def tile_transposed_reads(s, *, lanes_of, taken, tiled=None):
+def tile_transposed_reads(s, *, lanes_of, taken, tiled=None, only=None):
     """``s`` with each two-loop nest that writes along its inner loop and reads along its
-    outer one run in square tiles of ``lanes_of(dtype)`` (the written dtype's vector
-    lanes) or fewer (module doc); the outer loops' names tiled are appended to
-    ``tiled``."""
-    mapper = _TileTransposed(lanes_of, taken)
+    outer one (whose outer loop is named in ``only`` when given) run in square tiles of
+    ``lanes_of(dtype)`` (the written dtype's vector lanes) or fewer (module doc); the
+    outer loops' names tiled are appended to ``tiled``."""
+    mapper = _TileTransposed(lanes_of, taken, only)
     out = mapper(s)
     if tiled is not None:
         tiled.extend(mapper.tiled)

@@ -255,23 +255,24 @@ def _hoist(loop, ranges, taken):
 
 
 class _HoistWindows(RangedStmtMapper):
-    def __init__(self, taken):
+    def __init__(self, taken, only):
         super().__init__()
-        self.changed, self.taken = [], taken
+        self.changed, self.taken, self.only = [], taken, only
 
     def map_for(self, s):
-        out = _hoist(s, self.ranges, self.taken)
+        out = _hoist(s, self.ranges, self.taken) \
+            if self.only is None or s.var.name in self.only else None
         if out is not None:
             self.changed.append(s.var.name)
             return out
         return super().map_for(s)
 
 
-def hoist_scatter_windows(s, *, taken, hoisted=None):
+def hoist_scatter_windows(s, *, taken, hoisted=None, only=None):
     """``s`` with the overlapping tiny windows of its scatters run outside their stride-1
-    loop (module doc; ``taken``: the names in use, new row names added); the names of
-    those loops are appended to ``hoisted`` when given."""
-    return run_noting(_HoistWindows(taken), s, hoisted)
+    loop (those named in ``only`` when given; module doc; ``taken``: the names in use, new
+    row names added); the names of those loops are appended to ``hoisted`` when given."""
+    return run_noting(_HoistWindows(taken, only), s, hoisted)
 
 
 __all__ = ["hoist_scatter_windows", "MAX_TAPS"]

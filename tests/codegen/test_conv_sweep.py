@@ -306,7 +306,7 @@ def check_batch(configs, seed, thread_counts, schedules=None):
             problems.append(f"threads={threads}: {type(err).__name__}: {err}")
             continue
         if schedules is not None:
-            schedules.append(f.schedule)
+            schedules.append(str(f.schedule))
         results[threads] = got
         for _, _, message in program.mismatches(got, want):
             problems.append(f"threads={threads}: {message}")

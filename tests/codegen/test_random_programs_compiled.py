@@ -276,7 +276,7 @@ def test_large_random_programs_take_the_product_vector_and_parallel_paths():
     schedules = []
     for seed in PATH_SEEDS:
         program = build_program(GEN._Seeded(np.random.default_rng([seed, 7])), large=True)
-        schedules.append(check_program((*program[:2], 2), seed).schedule)
+        schedules.append(str(check_program((*program[:2], 2), seed).schedule))
     text = "\n".join(schedules)
     assert "gemm kernel" in text or "dot kernel" in text or "MatrixProduct" in text, text
     assert "vectorized" in text, text
