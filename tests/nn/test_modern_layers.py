@@ -137,7 +137,7 @@ def test_conv_padding_errors():
                                             r"dilated to 7\) is larger than the padded input \(5 \+ 1 \+ 0"):
         nn.conv1d(x, w, dilation=3, padding=(1, 0))
     x2 = tg.placeholder((1, 2, 5, 5), dtype="float64", name="x2")
-    with pytest.raises(tg.TegradError, match=r"conv2d: padding \(\(1, 2\), \(3,\)\) must give"):
+    with pytest.raises(tg.TegradError, match=r"conv2d: padding must be .* got \(\(1, 2\), \(3,\)\)"):
         nn.conv2d(x2, tg.placeholder((1, 2, 3, 3), name="w2", dtype="float64"),
                   padding=((1, 2), (3,)))
 
