@@ -63,8 +63,9 @@ class _Window:
             self._check_no_empty_window(op, x, d, dim)
 
     def _check_no_empty_window(self, op, x, d, dim):
-        """Every window must hold an input element: not only when it starts in the input
-        (padding too large on a side, or a dilated window skipping the input)."""
+        """Every window must hold an input element. One starting inside the input does; one
+        starting in the padding may not (a side padded too much, or a dilated window
+        stepping over the input)."""
         k, s, dil, (before, after) = (self.kernel[d], self.stride[d], self.dilation[d],
                                       self.pads[d])
         for o in range(self.out[d]):
