@@ -286,6 +286,11 @@ class ExprLowering(IdentityMapper):
         result = Load(acc, (), e.dtype)
         return result if init is None else e.reducer.combine(init, result)
 
+    def map_tuple_reduce(self, e, *args):
+        raise TegradError(f"stage {self.ctx.stage!r}: a component of the reduction of a "
+                          f"tuple ({e.reducer.name!r}) inside an expression; it is lowered "
+                          f"only as the whole body of a stage")
+
 
 def _variable_box(constraints):
     """``{name: (lo, hi)}`` from the constraints on one variable with coefficient +-1."""
@@ -323,8 +328,10 @@ def split_guard(conds, rename=None):
     return affine, data
 
 
-def reduction_nest(outer, red, buf, indices, guards=()):
-    """Loops over the domain of ``red`` accumulating its source into ``buf[indices]``.
+def reduction_nest(outer, red, buf, indices, guards=(), update=None):
+    """Loops over the domain of ``red`` accumulating its source into ``buf[indices]``
+    (or, with ``update``, running ``update(lowering)`` at each point: the statement
+    folding the point into the accumulators, built with the point's lowering).
 
     The domain's bounds, the affine part of ``where`` and the constraints ``guards`` on
     outer values (under which the reduction is needed) become loops; the rest of
@@ -359,15 +366,19 @@ def reduction_nest(outer, red, buf, indices, guards=()):
     for v, lo, end in axes:
         inner_context += bound_constraints(v, lo, end) or []
 
+    def accumulate(inner):
+        return Accumulate(buf, indices, widen(inner(red.source), buf.dtype), red.reducer)
+
+    update = update or accumulate
+
     def body():
         inner = ExprLowering(ctx, inner_context, renames)
         if not where_data:
-            value = widen(inner(red.source), buf.dtype)
-            return inner.wrap(Accumulate(buf, indices, value, red.reducer))
+            return inner.wrap(update(inner))
         cond = inner(conjunction(where_data))
         before, inner.stmts = inner.stmts, []
-        value = widen(inner(red.source), buf.dtype)
-        guarded = If(cond, block(inner.stmts + [Accumulate(buf, indices, value, red.reducer)]))
+        step = update(inner)
+        guarded = If(cond, block(inner.stmts + [step]))
         inner.stmts = before
         return inner.wrap(guarded)
 

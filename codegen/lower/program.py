@@ -23,9 +23,10 @@ kernel rowsum(float64 A[4][3], float64 S[4]) {
 from __future__ import annotations
 
 from tegrad.ir.errors import TegradError
+from tegrad.ir.expr import TupleReduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import tensors_read
-from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
+from tegrad.ir.stages import StageMapper, compute_body, is_placeholder, stage_exprs
 from tegrad.ir.tensor import Tensor
 
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
@@ -34,7 +35,7 @@ from tegrad.codegen.lower.contraction import (contraction_plan, lower_contractio
 from tegrad.codegen.lower.expr import Names, StageContext
 from tegrad.codegen.lower.inline import inline_read_once, read_through_copies
 from tegrad.codegen.lower.residues import drop_residue_masks
-from tegrad.codegen.lower.stage import copy_loops, lower_stage
+from tegrad.codegen.lower.stage import copy_loops, lower_stage, lower_tuple_reduction
 
 
 def _tensor_list(tensors, what):
@@ -113,6 +114,7 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=(
     for t in reversed(order):
         if id(t) in in_place:
             buffers[id(t.op.init)] = buffer_of(t)
+    siblings = _tuple_siblings(order)
     for t in order:
         if is_placeholder(t):
             if id(t) not in buffers:
@@ -122,7 +124,11 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=(
         buf = buffer_of(t)
         ctx = StageContext(buffers, names, t.name)
         found = contraction_plan(t) if contractions and t.name not in plain else None
-        if found is not None:
+        if id(t) in siblings:
+            group = siblings[id(t)]
+            if group[0] is t:  # the others are computed in its nest
+                stmts.append(lower_tuple_reduction(group, [buffer_of(s) for s in group], ctx))
+        elif found is not None:
             stmts.append(lower_contraction(t, buf, ctx, found, new_temp, padded))
         else:
             stmts.append(lower_stage(t, buf, ctx, fill=id(t) not in in_place))
@@ -131,6 +137,18 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=(
     stmts = [s for s in stmts + copies if s is not None]
     return Kernel(name, tuple(args + out_bufs), tuple(temps),
                   stmts[0] if len(stmts) == 1 else Block(tuple(stmts)))
+
+
+def _tuple_siblings(order):
+    """``{id(stage): its group}``: the stages computing components of one reduction of a
+    tuple over the same domain, grouped (in ``order``) to be computed in one nest."""
+    groups = {}
+    for t in order:
+        body = compute_body(t)
+        if type(body) is TupleReduce:
+            key = (t.shape, tuple(ax.name for ax in t.op.axes), body.component(0))
+            groups.setdefault(key, []).append(t)
+    return {id(t): group for group in groups.values() for t in group}
 
 
 def _accumulated_in_place(order, buffers):

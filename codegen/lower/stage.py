@@ -9,7 +9,9 @@ runs one sequential loop along its scanned axis per line, carrying an accumulato
 from __future__ import annotations
 
 from tegrad import solver
-from tegrad.ir.expr import Const, Reduce, Var
+from tegrad.ir import dtypes as _dt
+from tegrad.ir.expr import Const, Reduce, TupleReduce, Var
+from tegrad.ir.mapper import substitute
 from tegrad.ir.reduction import sum as sum_reducer
 from tegrad.ir.stages import StageMapper
 
@@ -43,6 +45,8 @@ def box_context(variables, shape):
 def lower_compute(t, buf, ctx):
     """Statements computing every element of ``t`` (a compute stage) into ``buf``."""
     op = t.op
+    if type(op.body) is TupleReduce:
+        return lower_tuple_reduction([t], [buf], ctx)
     renames = {ax.name: ctx.names.fresh(ax.name) for ax in op.axes}
     variables = [Var(renames[ax.name], INDEX) for ax in op.axes]
     context = box_context(variables, t.shape)
@@ -59,6 +63,53 @@ def lower_compute(t, buf, ctx):
     else:
         value = widen(lowering(body), buf.dtype)
         stmt = lowering.wrap(Store(buf, indices, value))
+    return box_loops(variables, t.shape, stmt)
+
+
+def lower_tuple_reduction(stages, bufs, ctx):
+    """Statements computing ``stages``, components of one reduction of a tuple (bodies
+    alike but for the component), into ``bufs``: one loop nest for all of them.
+
+    Per output element: ``acc = identity``; at each point of the domain, with ``x`` the
+    accumulators' values and ``y`` the sources' (each computed once, a :class:`Let`),
+    ``acc_j = combine_j(x, y)`` for every component; then each stage stores its
+    component. Every component is accumulated, stored or not: the combine reads them all.
+    """
+    t = stages[0]
+    op, red = t.op, t.op.body
+    renames = {ax.name: ctx.names.fresh(ax.name) for ax in op.axes}
+    variables = [Var(renames[ax.name], INDEX) for ax in op.axes]
+    context = box_context(variables, t.shape)
+    indices = tuple(variables)
+    dtypes = tuple(s.dtype for s in red.sources)
+    xs, ys, bodies = red.reducer.tuple_combiner(dtypes)
+    accs = [Buffer(ctx.names.fresh("acc"), (), d, "local") for d in dtypes]
+    # the combiner's variables, named apart in the kernel; integer ones are int64 there
+    fresh = {v.name: Var(ctx.names.fresh(v.name.lstrip("_")), v.dtype) for v in xs + ys}
+    combine = [substitute(b, fresh) for b in bodies]
+
+    def update(inner):
+        values = [widen(inner(s), d) for s, d in zip(red.sources, dtypes)]
+        step = ExprLowering(ctx, [], {})
+        new = [widen(step(c), d) for c, d in zip(combine, dtypes)]
+        stmt = step.wrap(block([Store(acc, (), v) for acc, v in zip(accs, new)]))
+        bound = [(fresh[x.name], Load(acc, (), acc.dtype)) for x, acc in zip(xs, accs)]
+        bound += [(fresh[y.name], v) for y, v in zip(ys, values)]
+        for var, value in reversed(bound):
+            if _dt.is_int(var.dtype):
+                var, value = Var(var.name, INDEX), widen(value, INDEX)
+            stmt = Let(var, value, stmt)
+        return stmt
+
+    lowering = ExprLowering(ctx, context, renames)
+    start = [Store(acc, (), c) for acc, c in zip(accs, red.reducer.tuple_identity(dtypes))]
+    nest = reduction_nest(lowering, red, None, indices, update=update)
+    stores = [Store(buf, indices, widen(Load(accs[s.op.body.index], (), accs[s.op.body.index].dtype),
+                                        buf.dtype))
+              for s, buf in zip(stages, bufs)]
+    stmt = lowering.wrap(block(start + [nest] + stores))
+    for acc in reversed(accs):
+        stmt = Allocate(acc, stmt)
     return box_loops(variables, t.shape, stmt)
 
 

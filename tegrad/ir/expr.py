@@ -497,6 +497,37 @@ class Reduce(Expr):
     dtype: str
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class TupleReduce(Expr):
+    """Component ``index`` of the reduction of the tuple ``sources`` by a tuple reducer.
+
+    ``reducer(sources for axes in their ranges if where)`` folds tuples: its combine
+    takes two tuples of partial results and returns one (argmax with its value folds
+    ``(index, value)`` pairs). One node per component, all alike but for ``index``:
+    ``tg.compute`` makes each the whole body of its own output stage, and the lowering
+    computes the stages of one tuple reduction in one loop nest. Only as a stage's whole
+    body (no ``init``: start from the reducer's identity tuple).
+    """
+
+    reducer: object
+    sources: tuple
+    axes: tuple
+    where: Optional[Expr]
+    index: int
+    dtype: str
+
+    def component(self, index):
+        """The node of component ``index`` of the same tuple reduction."""
+        if index == self.index:
+            return self
+        return TupleReduce(self.reducer, self.sources, self.axes, self.where, index,
+                           self.sources[index].dtype)
+
+
+#: the node kinds that reduce over axes of their own
+REDUCTIONS = (Reduce, TupleReduce)
+
+
 # ---------------------------------------------------------------------------------------
 # builders with dtype checking
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import inspect
 from types import GeneratorType
 
-from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not, Or, Read,
-                            Reduce, Select, Var, as_expr)
+from tegrad.ir.errors import TegradError
+from tegrad.ir.expr import (REDUCTIONS, And, Binary, Call, Cast, Compare, Const, IterVar, Neg, Not,
+                            Or, Read, Reduce, Select, TupleReduce, Var, as_expr)
 
 
 class NodeMemo:
@@ -123,11 +124,16 @@ class Mapper(Dispatcher):
         Const: "map_const", Var: "map_var", Binary: "map_binary", Neg: "map_neg",
         Compare: "map_compare", And: "map_and", Or: "map_or", Not: "map_not",
         Select: "map_select", Cast: "map_cast", Call: "map_call", Read: "map_read",
-        Reduce: "map_reduce",
+        Reduce: "map_reduce", TupleReduce: "map_tuple_reduce",
     }
 
     def __call__(self, expr, *args):
         return run(self.visit(expr, *args))
+
+    def map_tuple_reduce(self, e, *args):
+        # a pass that has not learnt reductions of tuples says so, rather than guess
+        raise TegradError(f"{type(self).__name__} does not handle reductions of tuples "
+                          f"(here {e.reducer.name!r}); compute them as a stage of their own")
 
     def visit(self, expr, *args):
         """The work of ``self(expr, *args)``: its result, or a generator for :func:`run`."""
@@ -184,6 +190,13 @@ def rebuild(e, kids):
         where = None if e.where is None else rest.pop(0)
         init = None if e.init is None else rest.pop(0)
         return Reduce(e.reducer, kids[0], axes, where, init, e.dtype)
+    if t is TupleReduce:
+        n = len(e.sources)
+        axes = tuple(ax if (lo is ax.lo and extent is ax.extent) else
+                     IterVar(ax.var, lo, extent, ax.kind)
+                     for ax, lo, extent in zip(e.axes, kids[n::2], kids[n + 1::2]))
+        where = None if e.where is None else kids[n + 2 * len(e.axes)]
+        return TupleReduce(e.reducer, tuple(kids[:n]), axes, where, e.index, e.dtype)
     return _REBUILD[t](e, kids)
 
 
@@ -213,7 +226,7 @@ class IdentityMapper(Mapper):
         cls._rebuilt_here = frozenset(
             kind for kind, name in cls._method_names.items()
             if getattr(cls, name, None) is getattr(IdentityMapper, name, False)
-            and not (own and kind is Reduce))
+            and not (own and kind in REDUCTIONS))
         cls._stepwise = any(inspect.isgeneratorfunction(getattr(cls, name, None))
                             for name in set(cls._method_names.values()))
 
@@ -292,6 +305,15 @@ class IdentityMapper(Mapper):
             return e
         return Reduce(e.reducer, source, axes, where, init, e.dtype)
 
+    def map_tuple_reduce(self, e, *args):
+        axes = tuple(self.map_itervar(ax, *args) for ax in e.axes)
+        sources = tuple(self(c, *args) for c in e.sources)
+        where = None if e.where is None else self(e.where, *args)
+        if (where is e.where and all(x is y for x, y in zip(sources, e.sources))
+                and all(x is y for x, y in zip(axes, e.axes))):
+            return e
+        return TupleReduce(e.reducer, sources, axes, where, e.index, e.dtype)
+
 
 IdentityMapper._rebuilt_here = frozenset(IdentityMapper._method_names)
 IdentityMapper._stepwise = False
@@ -340,6 +362,14 @@ class ChildrenMapper(Mapper):
             out.append(e.where)
         if e.init is not None:
             out.append(e.init)
+        return tuple(out)
+
+    def map_tuple_reduce(self, e):
+        out = list(e.sources)
+        for ax in e.axes:
+            out += [ax.lo, ax.extent]
+        if e.where is not None:
+            out.append(e.where)
         return tuple(out)
 
 
@@ -399,16 +429,16 @@ def free_var_names(e):
         if t is Var:
             if node.name not in bound:
                 out.add(node.name)
-        elif t is Reduce:
-            # each axis's bounds see the axes before it; source and where see all of them
+        elif t is Reduce or t is TupleReduce:
+            # each axis's bounds see the axes before it; sources and where see all of them
             inner = bound
             for ax in node.axes:
                 stack += [(ax.lo, inner), (ax.extent, inner)]
                 inner = inner | {ax.name}
-            stack.append((node.source, inner))
+            stack.extend((s, inner) for s in _sources(node))
             if node.where is not None:
                 stack.append((node.where, inner))
-            if node.init is not None:
+            if t is Reduce and node.init is not None:
                 stack.append((node.init, bound))
         else:
             stack.extend((c, bound) for c in children(node))
@@ -417,7 +447,12 @@ def free_var_names(e):
 
 def reduce_axis_names(e):
     """Names of all reduce axes bound anywhere inside ``e``."""
-    return {ax.name for node in walk(e) if type(node) is Reduce for ax in node.axes}
+    return {ax.name for node in walk(e) if type(node) in REDUCTIONS for ax in node.axes}
+
+
+def _sources(e):
+    """The reduced expressions of a reduction (one, or a tuple's)."""
+    return e.sources if type(e) is TupleReduce else (e.source,)
 
 
 def all_var_names(e):
@@ -466,19 +501,28 @@ class Substitutor(IdentityMapper):
             axis_names = {ax.name for ax in e.axes}
         shadowed = axis_names & self.mapping.keys()
         if not shadowed:
-            return super().map_reduce(e)
+            return super().map_reduce(e) if type(e) is Reduce else super().map_tuple_reduce(e)
         inner = Substitutor({k: v for k, v in self.mapping.items() if k not in shadowed})
         axes = tuple(inner.map_itervar(ax) for ax in e.axes)
-        init = None if e.init is None else self(e.init)
-        return Reduce(e.reducer, inner(e.source), axes,
-                      None if e.where is None else inner(e.where), init, e.dtype)
+        return _rebuilt_reduction(e, axes, inner, self)
+
+    map_tuple_reduce = map_reduce
+
+
+def _rebuilt_reduction(e, axes, inner, outer=None):
+    """The reduction ``e`` over ``axes``, ``inner`` applied to its sources and where,
+    ``outer`` (when given) to its init."""
+    where = None if e.where is None else inner(e.where)
+    if type(e) is TupleReduce:
+        return TupleReduce(e.reducer, tuple(inner(c) for c in e.sources), axes, where,
+                           e.index, e.dtype)
+    init = e.init if (outer is None or e.init is None) else outer(e.init)
+    return Reduce(e.reducer, inner(e.source), axes, where, init, e.dtype)
 
 
 def _rename_axes(e, names, taken):
     axes, renames = rename_axes(e.axes, taken, only=names)
-    inner = Substitutor(renames)
-    return Reduce(e.reducer, inner(e.source), axes,
-                  None if e.where is None else inner(e.where), e.init, e.dtype)
+    return _rebuilt_reduction(e, axes, Substitutor(renames))
 
 
 def rename_axes(axes, taken, *, only=None, kind=None):

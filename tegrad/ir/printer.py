@@ -171,6 +171,14 @@ class ExprText(CombineMapper):
             parts.append(("init ", rest[n][0]))
         return (e.reducer.name, "(", _join(parts, ", "), ")"), ATOM
 
+    def map_tuple_reduce(self, e, *kids):
+        n = len(e.sources)
+        parts = [("(", _join([k[0] for k in kids[:n]], ", "), ",)" if n == 1 else ")")]
+        parts += [self.axis(ax) for ax in e.axes]
+        if e.where is not None:
+            parts.append(("where ", kids[n + 2 * len(e.axes)][0]))
+        return (e.reducer.name, "(", _join(parts, ", "), ")[", str(e.index), "]"), ATOM
+
     def axis(self, ax):
         """``k in [lo, end)``."""
         return f"{ax.name} in [{self.text(ax.lo)}, {self.text(axis_end(ax))})"

@@ -21,7 +21,8 @@ import numpy as np
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import (DTypeError, ImmutableError, IndexingError, ScopeError, ShapeError,
                               TegradError)
-from tegrad.ir.expr import TEXT, Const, IterVar, Reduce, TensorLike, Var, as_expr, read, retype
+from tegrad.ir.expr import (TEXT, Const, IterVar, Reduce, TensorLike, TupleReduce, Var, as_expr,
+                            read, retype)
 from tegrad.ir.mapper import (all_var_names, free_var_names, fresh_name, reduce_axis_names,
                               substitute, tensors_read, walk)
 from tegrad.ir.reduction import Reducer
@@ -342,7 +343,7 @@ def compute_stage(name, axes, body):
         body = as_expr(body)
     except TegradError as err:
         raise TegradError(f"compute {name!r}: {err}") from None
-    _check_scope("compute", name, body, [ax.name for ax in axes], "the body")
+    _check_scope("compute", name, body, [ax.name for ax in axes], "the body", tuple_root=True)
     return Tensor(ComputeOp(name, axes, body), shape, body.dtype, name)
 
 
@@ -477,8 +478,9 @@ def _data_axes(shape, names):
                  for n, d in zip(names, shape))
 
 
-def _check_scope(stage_kind, name, expr, axis_names, what):
-    """Free variables of ``expr`` must be the stage's axes; reduce axes must not clash."""
+def _check_scope(stage_kind, name, expr, axis_names, what, tuple_root=False):
+    """Free variables of ``expr`` must be the stage's axes; reduce axes must not clash; a
+    reduction of a tuple is only the whole expression (with ``tuple_root``)."""
     stray = free_var_names(expr) - set(axis_names)
     if stray:
         v = sorted(stray)[0]
@@ -493,6 +495,11 @@ def _check_scope(stage_kind, name, expr, axis_names, what):
         if isinstance(node, Var) and not _dt.is_int(node.dtype) and node.name in axis_names:
             raise DTypeError(f"{stage_kind} {name!r}: axis variable {node.name!r} is not an "
                              f"integer")
+        if type(node) is TupleReduce and not (tuple_root and node is expr):
+            raise TegradError(f"{stage_kind} {name!r}: {what} uses a component of the "
+                              f"reduction of a tuple ({node.reducer.name!r}) inside an "
+                              f"expression; it must be the whole body of a compute (compute "
+                              f"the components as stages, then combine them)")
 
 
 def compute(shape, fcompute, name=None, dtype=None, axis_names=None):
@@ -502,20 +509,38 @@ def compute(shape, fcompute, name=None, dtype=None, axis_names=None):
     when given. ``dtype`` gives a constant body (e.g. ``lambda: 0``) its dtype and is
     checked against the body otherwise.
 
+    A function returning a tuple gives a tuple of tensors, one per element, named
+    ``name_0, name_1, ...`` (or by ``name``, a tuple of names; ``dtype`` is then a tuple
+    too). The components of one reduction of a tuple (``argmax((k, x[i, k]), axis=k)``,
+    see :func:`tegrad.comm_reducer`) are computed together, in one loop nest.
+
     >>> A = placeholder((4, 4), name="A")
     >>> T = compute((4, 4), lambda i, j: A[j, i], name="T")
     >>> compute((2, 3), lambda *ax: ax[0] + ax[1], axis_names=("r", "c")).op.axes[1].name
     'c'
+    >>> lo, hi = compute((4,), lambda i: (A[i, 0] - 1.0, A[i, 0] + 1.0), name=("lo", "hi"))
+    >>> hi.name
+    'hi'
     """
-    name = _check_name(name, "compute")
+    if isinstance(name, (tuple, list)):
+        out_names, name = tuple(name), _check_name(None, "compute")
+    else:
+        name = out_names = _check_name(name, "compute")
     shape = _check_shape(shape, name)
     names = _explicit_axis_names(axis_names, len(shape), name) if axis_names is not None \
         else _axis_names(fcompute, len(shape), name)
     axes = _data_axes(shape, names)
     body = fcompute(*axes)
     if isinstance(body, (list, tuple)):
-        raise TegradError(f"compute {name!r}: the function returned {type(body).__name__}; "
-                          f"multiple outputs are not supported, return one expression")
+        return _tuple_compute(out_names, axes, tuple(body), dtype)
+    if out_names is not name:
+        raise TegradError(f"compute: the names {out_names!r} are for a function returning "
+                          f"a tuple; this one returned one expression")
+    return compute_stage(name, axes, _typed_body(name, body, dtype))
+
+
+def _typed_body(name, body, dtype):
+    """The body as an expression, of ``dtype`` when given (a constant takes it)."""
     if isinstance(body, (numbers.Number, np.generic)) and dtype is not None:
         body = Const(body, _dt.canonical_dtype(dtype))
     try:
@@ -528,7 +553,32 @@ def compute(shape, fcompute, name=None, dtype=None, axis_names=None):
         if body.dtype != dtype:
             raise DTypeError(f"compute {name!r}: the body has dtype {body.dtype} but dtype="
                              f"{dtype} was asked for; use tg.cast")
-    return compute_stage(name, axes, body)
+    return body
+
+
+def _tuple_compute(name, axes, bodies, dtype):
+    """One stage per element of the tuple ``bodies``, named ``name_0, name_1, ...``
+    (``name`` may be a tuple of names instead); ``dtype`` None or one per element."""
+    n = len(bodies)
+    if not n:
+        raise TegradError(f"compute {name!r}: the function returned an empty tuple")
+    if isinstance(name, (tuple, list)):
+        if len(name) != n:
+            raise TegradError(f"compute: {len(name)} names {tuple(name)!r} for the {n} "
+                              f"outputs of the function")
+        names = [_check_name(each, "compute") for each in name]
+    else:
+        base = _check_name(name, "compute")
+        names = [f"{base}_{j}" for j in range(n)]
+    if dtype is None:
+        dtypes = (None,) * n
+    elif isinstance(dtype, (tuple, list)) and len(dtype) == n:
+        dtypes = tuple(dtype)
+    else:
+        raise DTypeError(f"compute {names[0]!r}: dtype= must be a tuple of {n} dtypes, one "
+                         f"per output, got {dtype!r}")
+    return tuple(compute_stage(each, axes, _typed_body(each, body, d))
+                 for each, body, d in zip(names, bodies, dtypes))
 
 
 def scatter_add(shape, domain, index, value, where=None, init=None, name=None, dtype=None):

@@ -23,7 +23,7 @@ import numpy as np
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import FeedError, OutOfBoundsError, TegradError
-from tegrad.ir.expr import Const, ExprOps, Reduce
+from tegrad.ir.expr import REDUCTIONS, Const, ExprOps
 from tegrad.ir.graph import topological_order
 from tegrad.ir.intrinsics import INTRINSICS
 from tegrad.ir.mapper import Mapper, NodeMemo, bottom_up, children
@@ -193,7 +193,10 @@ class ExprEvaluator(Mapper):
             fixed.append(ix)
         return data[tuple(fixed)]
 
-    def map_reduce(self, e, scope):
+    def _domain(self, e, scope):
+        """``(inner scope, shape of the reduction axes)``: the points of the reduction
+        ``e`` as trailing dimensions, masked where they are not in its domain (a
+        generator, see :func:`tegrad.ir.mapper.run`)."""
         n_red = len(e.axes)
         expand = (Ellipsis,) + (None,) * n_red
         env = {k: v[expand] for k, v in scope.env.items()}
@@ -215,16 +218,24 @@ class ExprEvaluator(Mapper):
             inner = _Scope(env, ndim, _and_mask(inner.mask, t < extent) if ragged else inner.mask)
         if e.where is not None:
             inner = _Scope(env, ndim, _and_mask(inner.mask, (yield self.visit(e.where, inner))))
+        return inner, red_shape
+
+    def _broadcast_sources(self, sources, inner, red_shape):
+        """``(sources, where)`` broadcast over the whole reduction domain."""
+        full = np.broadcast_shapes(*(s.shape for s in sources), tuple(red_shape),
+                                   (1,) if inner.mask is None else inner.mask.shape)
+        where = True if inner.mask is None else np.broadcast_to(inner.mask, full)
+        return [np.broadcast_to(s, full) for s in sources], where
+
+    def map_reduce(self, e, scope):
+        inner, red_shape = yield from self._domain(e, scope)
         identity = e.reducer.identity(e.dtype).value
         if not _any_active(inner.mask):
             result = np.full((1,) * scope.ndim, identity, dtype=e.dtype)
         else:
             src = yield self.visit(e.source, inner)
-            full = np.broadcast_shapes(src.shape, tuple(red_shape),
-                                       (1,) if inner.mask is None else inner.mask.shape)
-            src = np.broadcast_to(src, full)
-            where = True if inner.mask is None else np.broadcast_to(inner.mask, full)
-            red_axes = tuple(range(scope.ndim, ndim))
+            (src,), where = self._broadcast_sources([src], inner, red_shape)
+            red_axes = tuple(range(scope.ndim, inner.ndim))
             if e.reducer.numpy_reduce is not None:
                 result = e.reducer.numpy_reduce(src, axis=red_axes, where=where, initial=identity)
             else:
@@ -234,6 +245,34 @@ class ExprEvaluator(Mapper):
             init = yield self.visit(e.init, scope)
             result = self._combine(e, init, result, scope)
         return result
+
+    def map_tuple_reduce(self, e, scope):
+        """Component ``e.index`` of the fold of the sources' tuples, in the order of the
+        flattened domain (a commutative reducer gives the same result in any order)."""
+        inner, red_shape = yield from self._domain(e, scope)
+        dtypes = tuple(s.dtype for s in e.sources)
+        xs, ys, bodies = e.reducer.tuple_combiner(dtypes)
+        identity = [c.value for c in e.reducer.tuple_identity(dtypes)]
+        if not _any_active(inner.mask):
+            return np.full((1,) * scope.ndim, identity[e.index], dtype=e.dtype)
+        sources = []
+        for source in e.sources:
+            sources.append((yield self.visit(source, inner)))
+        sources, where = self._broadcast_sources(sources, inner, red_shape)
+        outer = sources[0].shape[:scope.ndim]
+        flat = [s.reshape(outer + (-1,)) for s in sources]
+        flat_where = None if where is True else where.reshape(outer + (-1,))
+        accs = [np.full(outer, c, dtype=d) for c, d in zip(identity, dtypes)]
+        for r in range(flat[0].shape[-1]):
+            env = dict(scope.env)
+            env.update({x.name: a for x, a in zip(xs, accs)})
+            env.update({y.name: f[..., r] for y, f in zip(ys, flat)})
+            step = _Scope(env, scope.ndim, scope.mask)  # one memo: shared sub-expressions
+            new = [np.broadcast_to(self(body, step), outer).astype(d)
+                   for body, d in zip(bodies, dtypes)]
+            accs = new if flat_where is None else [np.where(flat_where[..., r], n, a)
+                                                   for n, a in zip(new, accs)]
+        return accs[e.index]
 
     def _check_reduction_memory(self, scope, red_shape):
         """Refuse a reduction whose broadcast index space cannot fit the memory limit (or
@@ -269,7 +308,7 @@ def _reduction_work(e):
 
 def _work_of_node(e, kids):
     inner = max(kids, default=1)
-    if type(e) is Reduce:
+    if type(e) in REDUCTIONS:
         for ax in e.axes:
             if isinstance(ax.extent, Const):
                 inner *= max(ax.extent.value, 1)

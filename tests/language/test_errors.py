@@ -140,8 +140,8 @@ def test_misuse_of_tensors_and_expressions(A):
         tg.compute((4, 5), lambda i, j: A, name="whole")
     with pytest.raises(tg.TegradError, match="unknown intrinsic"):
         tg.call("softplus", A[0, 0])
-    with pytest.raises(tg.TegradError, match="multiple outputs"):
-        tg.compute((4,), lambda i: (A[i, 0], A[i, 1]), name="two")
+    with pytest.raises(tg.TegradError, match=r"2 names \('a', 'b'\) for the 3 outputs"):
+        tg.compute((4,), lambda i: (A[i, 0], A[i, 1], A[i, 2]), name=("a", "b"))
     with pytest.raises(tg.TegradError, match="tg.max"):
         tg.max(A[0, 0], A[0, 1], A[0, 2])
     with pytest.raises(tg.TegradError, match="comm_reducer"):
