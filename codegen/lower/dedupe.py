@@ -36,7 +36,7 @@ y[i, j] = x[i, j] * a[i] + a[i]
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Binary, Call, Cast, Neg, Read, Reduce, Var, structural_equal
+from tegrad.ir.expr import REDUCTIONS, Binary, Call, Cast, Neg, Read, Reduce, Var, structural_equal
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper, children, walk
 from tegrad.ir.stages import compute_body, is_placeholder
@@ -53,7 +53,7 @@ def _wrapped_reduction(t):
         return None
     nodes = list(walk(body))
     reads = [n for n in nodes if type(n) is Read]
-    if len(reads) != 1 or any(type(n) is Reduce for n in nodes):
+    if len(reads) != 1 or any(type(n) in REDUCTIONS for n in nodes):
         return None
     read = reads[0]
     inner = compute_body(read.tensor)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from tegrad.analysis.cost import local_flops
 from tegrad.analysis.simplify import simplify_exact
 from tegrad.analysis.intervals import indices_inside
-from tegrad.ir.expr import Read, Reduce, Var
+from tegrad.ir.expr import REDUCTIONS, Read, Var
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import walk
 from tegrad.ir.stages import StageMapper, compute_body, stage_exprs
@@ -71,7 +71,7 @@ def _inlinable(outputs, keep_inputs_of):
         body = compute_body(t)
         if id(t) in wanted or body is None:
             continue
-        if any(type(n) is Reduce for n in walk(body)):
+        if any(type(n) in REDUCTIONS for n in walk(body)):
             continue
         reads = sites.get(id(t), [])
         if len(reads) != 1:

@@ -23,7 +23,7 @@ plus ``head[x]`` when ``X`` is the scatter's ``init``.
 from __future__ import annotations
 
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.expr import REDUCTIONS, Read, Reduce
 from tegrad.ir.mapper import rename_axes, substitute
 from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
@@ -101,7 +101,7 @@ def _pointwise_contribution(Y, body, X, head, xs, prefix, taken):
     mapping = {ax.name: new.var for ax, new in zip(out_axes, axes) if ax.name != new.name}
     body = substitute(body, mapping) if mapping else body
     ys = tuple(ax.var for ax in axes)
-    answers = {id(body): Read(Y, ys, Y.dtype)} if type(body) is Reduce else {}
+    answers = {id(body): Read(Y, ys, Y.dtype)} if type(body) in REDUCTIONS else {}
     fd = ForwardDiff(element_seed(X, xs), answers, taken | {a.name for a in axes})
     d = fd.tangent(body)
     term = mul(head(prefix, ys), d)

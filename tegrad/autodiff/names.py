@@ -10,7 +10,7 @@ reduce axes, copies ``k_1`` of reduce axes); every new name is picked with
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Reduce
+from tegrad.ir.expr import Reduce, TupleReduce
 from tegrad.ir.mapper import all_var_names, fresh_name, rename_axes, substitute
 from tegrad.ir.tensor import compute
 
@@ -36,10 +36,13 @@ def names_in(*exprs):
 
 
 def rename_reduce(e, taken):
-    """``e`` (a Reduce) with its axes renamed away from ``taken``."""
+    """``e`` (a Reduce or TupleReduce) with its axes renamed away from ``taken``."""
     axes, mapping = rename_axes(e.axes, taken | names_in(e))
-    source = substitute(e.source, mapping)
     where = None if e.where is None else substitute(e.where, mapping)
+    if type(e) is TupleReduce:
+        return TupleReduce(e.reducer, tuple(substitute(c, mapping) for c in e.sources), axes,
+                           where, e.index, e.dtype)
+    source = substitute(e.source, mapping)
     return Reduce(e.reducer, source, axes, where, e.init, e.dtype)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 from types import GeneratorType
 
-from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, Var, binary, select
+from tegrad.ir.expr import And, Const, Or, Read, Reduce, Select, TupleReduce, Var, binary, select
 from tegrad.ir.graph import topological_order
 from tegrad.ir.rewrite import map_stage, retarget_ids
 from tegrad.ir.mapper import IdentityMapper, free_var_names, run, substitute
@@ -163,6 +163,8 @@ class _SinglePoints(IdentityMapper):
 def hoist_body(name, axis_names, shape, body, counter=None):
     """``body`` with every hoistable reduction that is not the whole body moved out."""
     counter = counter if counter is not None else itertools.count()
+    if type(body) is TupleReduce:
+        return body  # its rules read the stages of its components (nothing to hoist)
     body = _SinglePoints()(body)
     h = _Hoister(name, counter)
     ctx = ({n: (0, d) for n, d in zip(axis_names, shape)}, False)

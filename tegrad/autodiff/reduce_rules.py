@@ -35,12 +35,12 @@ import contextvars
 
 from tegrad.ir import reduction as _red
 from tegrad.ir.errors import DifferentiationError
-from tegrad.ir.expr import (And, Binary, Const, IterVar, Or, Read, Reduce, Var, as_expr, cast,
-                            compare, select)
+from tegrad.ir.expr import (And, Binary, Const, IterVar, Or, Read, Reduce, TupleReduce, Var,
+                            as_expr, cast, compare, select)
 from tegrad.ir.stages import compute_body
 from tegrad.ir.tensor import compute_stage, scan_stage
 from tegrad.ir.mapper import substitute
-from tegrad.autodiff.algebra import ZERO, add, choose, div, mul
+from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, div, mul, sum_all
 from tegrad.autodiff.names import fresh_names, names_in, rename_axes, rename_reduce
 from tegrad.autodiff.rules import ForwardDiff, rule
 
@@ -82,10 +82,14 @@ def _value(fd, e):
 
 
 def _others(fd, e, extra=()):
-    """``(f(k'), where(k') && k' != k, k')``: the source over fresh copies k' of the axes."""
+    """``(f(k'), where(k') && k' != k, k')``: the source over fresh copies k' of the axes
+    (the tuple of sources, for a reduction of a tuple)."""
     taken = set(fd.reserved) | names_in(e, *extra)
     axes2, mapping = rename_axes(e.axes, taken)
-    source2 = substitute(e.source, mapping)
+    if type(e) is TupleReduce:
+        source2 = tuple(substitute(c, mapping) for c in e.sources)
+    else:
+        source2 = substitute(e.source, mapping)
     differs = None
     for ax in e.axes:
         c = compare("ne", mapping[ax.name], ax.var)
@@ -328,5 +332,97 @@ def generic_rule(fd, e):
     return out
 
 
+@rule(TupleReduce)
+def tuple_rule(fd, e):
+    """Component ``j = e.index`` of a reduction of a tuple ``Y = (+)_k f(k)``.
+
+    With a declared ``derivative(x, y)`` (rows ``j``, columns ``c``: ``dY_j/dx_c`` for
+    an element ``x = f(k)`` of a reduction of value ``y``): ``dY_j = sum_k(sum_c
+    d[j][c](f(k), Y) * df_c(k))``, reading the values ``Y`` only (the stages of the
+    other components, built once per stage). Without: ``dY_j = sum_k(sum_c
+    dcombine_j/db_c(rest_k, f(k)) * df_c(k))``, ``rest_k`` the reduction of the other
+    points (a reduction per point: quadratic in the reduction's length).
+    """
+    tangents = [fd.tangent(c) for c in e.sources]
+    if all(t is ZERO for t in tangents):
+        return ZERO
+    if e.reducer.derivative is not None:
+        partials = _declared_rows(e, e.sources, _tuple_values(fd, e))[e.index]
+    else:
+        partials = _combine_partials(fd, e)
+    terms = [cast_to(mul(p, t), e.dtype) for p, t in zip(partials, tangents)
+             if p is not ZERO and t is not ZERO]
+    return _sum_k(e, sum_all(terms))
+
+
+def _tuple_values(fd, e):
+    """The values of every component of the reduction of a tuple ``e``: reads of the
+    stages computing them when ``e`` is a stage's whole body, else the components."""
+    y = fd.answer(e)
+    if not (type(y) is Read and type(compute_body(y.tensor)) is TupleReduce):
+        taken = set(fd.reserved) | names_in(e)
+        return tuple(rename_reduce(e.component(c), taken) for c in range(len(e.sources)))
+    Y = y.tensor
+    stages = _STATISTICS.get()
+    cache = {} if stages is None else stages.setdefault(id(Y), (Y, {}))[1]
+    out = []
+    for c in range(len(e.sources)):
+        if c == e.index:
+            out.append(y)
+            continue
+        if ("component", c) not in cache:
+            cache[("component", c)] = compute_stage(f"{Y.name}_c{c}", Y.op.axes,
+                                                    Y.op.body.component(c))
+        stage = cache[("component", c)]
+        out.append(Read(stage, y.indices, stage.dtype))
+    return tuple(out)
+
+
+def _declared_rows(e, x, y):
+    """``derivative(x, y)`` of the reducer of ``e``, checked: n rows of n partials (an
+    expression, or 0 for none), of the component's dtype."""
+    n, name = len(e.sources), e.reducer.name
+    rows = e.reducer.derivative(tuple(x), tuple(y))
+    if not (isinstance(rows, (tuple, list)) and len(rows) == n
+            and all(isinstance(r, (tuple, list)) and len(r) == n for r in rows)):
+        raise DifferentiationError(f"reducer {name!r}: derivative(x, y) of {n} components "
+                                   f"must return {n} rows of {n} partial derivatives "
+                                   f"(dY_j/dx_c), got {rows!r}")
+    out = []
+    for j, row in enumerate(rows):
+        dtype = e.sources[j].dtype
+        parts = []
+        for c, d in enumerate(row):
+            if isinstance(d, (int, float)) and not isinstance(d, bool) and d == 0:
+                parts.append(ZERO)
+                continue
+            d = as_expr(d, dtype)
+            if d.dtype != dtype:
+                raise DifferentiationError(f"reducer {name!r}: derivative row {j}, column "
+                                           f"{c} has dtype {d.dtype}, not {dtype}")
+            parts.append(d)
+        out.append(parts)
+    return out
+
+
+def _combine_partials(fd, e):
+    """``dcombine_j/db_c(rest_k, f(k))`` for ``j = e.index`` and every ``c``."""
+    dtypes = tuple(c.dtype for c in e.sources)
+    xs, ys, bodies = e.reducer.tuple_combiner(dtypes)
+    sources2, where2, axes2 = _others(fd, e)
+    rest = [TupleReduce(e.reducer, sources2, axes2, where2, c, d)
+            for c, d in enumerate(dtypes)]
+    at = {x.name: r for x, r in zip(xs, rest)}
+    at.update({y.name: s for y, s in zip(ys, e.sources)})
+    out = []
+    for y in ys:
+        one = Const(1, y.dtype)
+        seed = (lambda leaf, y=y, one=one: one if isinstance(leaf, Var) and leaf.name == y.name
+                else ZERO)
+        partial = ForwardDiff(seed).tangent(bodies[e.index])
+        out.append(ZERO if partial is ZERO else substitute(partial, at))
+    return out
+
+
 __all__ = ["REDUCER_RULES", "reducer_rule", "sum_rule", "prod_rule", "generic_rule",
-           "combiner_partials"]
+           "combiner_partials", "tuple_rule"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
-                            Select, Var, call)
+                            Select, TupleReduce, Var, call)
 from tegrad.ir.mapper import NodeMemo, bottom_up
 from tegrad.autodiff.intrinsic_rules import DERIVATIVES
 from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
@@ -97,6 +97,7 @@ TANGENT_OPERANDS = {
     Binary: lambda e: (e.a, e.b), Neg: lambda e: (e.a,), Cast: lambda e: (e.a,),
     Select: lambda e: (e.true_value, e.false_value), Call: lambda e: e.args,
     Reduce: lambda e: (e.source,) if e.init is None else (e.source, e.init),
+    TupleReduce: lambda e: e.sources,
 }
 
 

@@ -11,7 +11,7 @@ is read outside reductions only, or its body costs at most one floating-point op
 from __future__ import annotations
 
 from tegrad.analysis.cost import local_flops
-from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.expr import REDUCTIONS, Read
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper, children, substitute, walk
 from tegrad.ir.rewrite import map_stage, retarget_ids
@@ -46,7 +46,7 @@ def read_sites(e):
         visits[key] = visits.get(key, 0) + 1
         if type(node) is Read:
             out.append((node.tensor, inside))
-        inner = inside or type(node) is Reduce
+        inner = inside or type(node) in REDUCTIONS
         stack.extend((c, inner) for c in reversed(children(node)))
     return out
 
@@ -58,7 +58,7 @@ class _InlineFacts(StageMapper):
         return False, ()
 
     def map_compute(self, t):
-        return not any(type(n) is Reduce for n in walk(t.op.body)), ()
+        return not any(type(n) in REDUCTIONS for n in walk(t.op.body)), ()
 
     def map_scatter(self, t):
         return False, (() if t.op.init is None else (t.op.init,))

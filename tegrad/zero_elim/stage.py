@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from tegrad.ir.expr import Binary, Const, IterVar, Reduce, Select, Var, structural_equal
+from tegrad.ir.expr import (Binary, Const, IterVar, Reduce, Select, TupleReduce, Var,
+                            structural_equal)
 from tegrad.ir.mapper import free_var_names, fresh_name, substitute, walk
 from tegrad.analysis.cost import CountError, stage_cost
 from tegrad.analysis.simplify import simplify
@@ -65,6 +66,8 @@ class _OptimizeStage(StageMapper):
     map_scatter = map_scan = map_placeholder
 
     def map_compute(self, t):
+        if type(t.op.body) is TupleReduce:
+            return t  # a component of a reduction of a tuple: a forward value, no zeros
         return _optimize_compute(t, self.supports)
 
 
