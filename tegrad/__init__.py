@@ -17,6 +17,7 @@ from tegrad.ir.builders import (abs, acos, acosh, all, any, asin, asinh, atan, a
 from tegrad.ir.errors import (BufferTooLargeError, DifferentiationError, DTypeError, FeedError,
                               ImmutableError, IndexingError, OutOfBoundsError, ScopeError,
                               ShapeError, TegradError)
+from tegrad.ir.random import random_uniform
 from tegrad.reference.evaluator import evaluate
 from tegrad.reference.memory import set_memory_limit
 from tegrad.ir.expr import Expr, IterVar, Var, structural_equal

@@ -17,6 +17,7 @@ rounded to the operand's dtype, and so are ``asinh``, ``acosh``,
 lowered); every one of them links with libm alone; ``sign`` keeps NaN; integer ``abs``
 of the smallest integer wraps; integer ``pow`` is exact with wrapping (a negative exponent
 gives the truncated quotient ``1 / a**-b``: 1 or -1 for a = +-1, else 0, and 0 for a = 0).
+``philox`` is integer arithmetic, bit for bit the reference's (:mod:`.random`).
 
 >>> from tegrad.ir.intrinsics import INTRINSICS
 >>> set(INTRINSIC_LOWERINGS) == set(INTRINSICS)
@@ -29,6 +30,7 @@ from llvmlite import ir
 from tegrad.ir import dtypes as _dt
 
 from tegrad.codegen.llvm.polynomial import contract, horner
+from tegrad.codegen.llvm.random import philox
 from tegrad.codegen.llvm.trig import SIN_COS_FLOAT32
 from tegrad.codegen.llvm.types import is_signed
 
@@ -485,6 +487,7 @@ INTRINSIC_LOWERINGS = {
     "abs": _abs,
     "sign": _sign,
     "stop_gradient": _identity,
+    "philox": philox,
 }
 
 __all__ = ["INTRINSIC_LOWERINGS"]

@@ -85,5 +85,7 @@ register_derivative("ceil", None)
 register_derivative("round", None)
 register_derivative("trunc", None)
 register_derivative("stop_gradient", None)
+# random bits of integer arguments: a constant of whatever it scales (dropout's mask)
+register_derivative("philox", None, None, None)
 
 __all__ = ["DERIVATIVES", "register_derivative"]

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from tegrad.ir import dtypes as _dt
+from tegrad.ir.philox import philox_bits
 
 
 @dataclass(frozen=True)
@@ -22,12 +23,15 @@ class Intrinsic:
     name: str
     arity: int
     numpy: Callable
-    #: "float": float operands only; "number": integer or float operands
+    #: "float": float operands only; "number": integer or float operands; "uint64":
+    #: uint64 operands only (bit manipulation, wrapping as numpy's uint64 arithmetic)
     domain: str = "float"
 
     def accepts(self, dtype):
         if self.domain == "float":
             return _dt.is_float(dtype)
+        if self.domain == "uint64":
+            return dtype == "uint64"
         return _dt.is_float(dtype) or _dt.is_int(dtype)
 
 
@@ -92,3 +96,6 @@ register_intrinsic("trunc", 1, np.trunc)
 # the maximum subtracted inside a softmax for stability
 register_intrinsic("stop_gradient", 1, lambda x: x, domain="number")
 
+# philox(key, counter_high, counter_low): 64 random bits, Philox-4x32-10 of the 128-bit
+# counter under the 64-bit key (tegrad.ir.philox); tg.random_uniform builds on it
+register_intrinsic("philox", 3, philox_bits, domain="uint64")

@@ -31,7 +31,7 @@ def test_keyword_names_are_fixed():
     expected = {
         "leaky_relu": ["x", "alpha"], "prelu": ["x", "alpha", "axis"],
         "softmax": ["x", "axis"], "log_softmax": ["x", "axis"], "bias_add": ["x", "b", "axis"],
-        "dropout": ["x", "rate", "mask", "seed"],
+        "dropout": ["x", "rate", "mask", "seed", "training", "stream"],
         "batch_norm": ["x", "gamma", "beta", "mean", "var", "axis", "epsilon", "training"],
         "conv2d": ["x", "w", "stride", "padding", "dilation", "groups"],
         "conv2d_transpose": ["x", "w", "stride", "padding", "output_padding", "dilation"],
