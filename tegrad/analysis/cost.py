@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from tegrad import solver
 from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import And, Binary, Compare, Const, Not, Or, Reduce
+from tegrad.ir.expr import REDUCTIONS, And, Binary, Compare, Const, Not, Or, TupleReduce
 from tegrad.ir.graph import as_tensor_list, topological_order
 from tegrad.ir.mapper import Mapper, bottom_up, children
 from tegrad.ir.printer import axis_end
@@ -154,6 +154,8 @@ class _LocalWork(Mapper):
     def map_reduce(self, e):
         return None
 
+    map_tuple_reduce = map_reduce
+
 
 _LOCAL_WORK = _LocalWork()
 
@@ -182,10 +184,10 @@ def local_flops(e):
 
     def combine(node, kids):  # post-order: every node after those below it
         order.append(node)
-        found = type(node) is Reduce or any(kids)
+        found = type(node) in REDUCTIONS or any(kids)
         reduces[id(node)] = found
         return found
-    bottom_up(e, children, combine, whole=lambda node: type(node) is Reduce)
+    bottom_up(e, children, combine, whole=lambda node: type(node) in REDUCTIONS)
     # per node, {condition key: [conditions, paths]}; a node with no reduction below
     # has one entry, whatever the conditions (they change nothing there)
     # a key is the set of conditions (structurally: a condition built again at each
@@ -300,20 +302,31 @@ def _reduction_work(e, space, stage):
                 condition_alternatives(guard), [affine]), stage)
             n = inner.count()
             points += n * paths
-            known = source_flops.get(id(red.source))
-            if known is None:
-                known = source_flops[id(red.source)] = (red.source,
-                                                        local_flops(red.source)[0])
-            flops += n * paths * (1 + known[1])
-            if red.init is not None:
+            sources = red.sources if type(red) is TupleReduce else (red.source,)
+            for source in sources:
+                known = source_flops.get(id(source))
+                if known is None:
+                    known = source_flops[id(source)] = (source, local_flops(source)[0])
+                flops += n * paths * known[1]
+            flops += n * paths * _combine_flops(red)
+            if type(red) is not TupleReduce and red.init is not None:
                 stack.append((red.init, outer, guard, paths))
             if red.where is not None:
                 stack.append((red.where, inner, (), paths))
                 source = inner.nested((), condition_alternatives([red.where]), stage)
             else:
                 source = inner
-            stack.append((red.source, source, (), paths))
+            stack.extend((s, source, (), paths) for s in sources)
     return points, flops
+
+
+def _combine_flops(red):
+    """Float operations of folding one point into a reduction: one (an add, a max), or
+    those of the combine of a reduction of tuples (every component updated)."""
+    if type(red) is not TupleReduce:
+        return 1
+    _, _, bodies = red.reducer.tuple_combiner(tuple(s.dtype for s in red.sources))
+    return sum(local_flops(b)[0] for b in bodies)
 
 
 def _stage_space(t):

@@ -11,7 +11,9 @@ ties, as ``torch.max(x, dim)`` does); the indices have none.
 ``mean = ma + d * nb / n``, ``M2 = M2a + M2b + d * d * na * nb / n``. It does not
 subtract two large sums as ``sum(x * x) - n * mean**2`` does (all digits lost when the
 mean is large against the spread), and it reads ``x`` once where the two-pass
-``sum((x - mean)**2)`` reads it twice. Its cost is a division per element.
+``sum((x - mean)**2)`` reads it twice. Its cost is a division per element. The moments
+accumulate in float64 (see :data:`ACCUMULATOR`), the results have the input's float
+dtype (float64 for integers, as numpy).
 
 >>> import numpy as np, tegrad as tg
 >>> x = tg.placeholder((2, 3), dtype="float64", name="x")
@@ -24,6 +26,8 @@ mean is large against the spread), and it reads ``x`` once where the two-pass
 [0.6666666666666666, 0.0]
 """
 from __future__ import annotations
+
+import functools
 
 from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
@@ -130,19 +134,26 @@ def _chan(a, b):
     return n, a[1] + d * nb, a[2] + b[2] + d * d * cast(a[0], dtype) * nb
 
 
-def _moments_derivative(x, y):
-    """``dmean/dx = 1/n`` and ``dM2/dx = 2 (x - mean)`` for an element ``(1, x, 0)``."""
-    dtype = y[1].dtype
-    return ((0, 0, 0), (0, Const(1, dtype) / cast(y[0], dtype), 0),
-            (0, Const(2, dtype) * (x[1] - y[1]), 0))
+@functools.lru_cache(maxsize=None)
+def moments(n):
+    """The reducer of ``(count, mean, M2)`` triples, each element ``(1, x, 0)`` (see the
+    module doc), for reductions over ``n`` points: its derivative, ``dmean/dx = 1/n``
+    and ``dM2/dx = 2 (x - mean)``, then needs no count. One reducer per ``n``, so stages
+    built alike compare equal."""
+    def derivative(x, y):
+        dtype = y[1].dtype
+        return ((0, 0, 0), (0, Const(1 / n, dtype), 0),
+                (0, Const(2, dtype) * (x[1] - y[1]), 0))
 
-
-#: ``(count, mean, M2)`` triples, each element ``(1, x, 0)`` (see the module doc)
-MOMENTS = _red.comm_reducer(_chan, lambda tn, tm, t2: (0, 0.0, 0.0), name="moments",
-                            derivative=_moments_derivative)
+    return _red.comm_reducer(_chan, lambda tn, tm, t2: (0, 0.0, 0.0), name="moments",
+                             derivative=derivative)
 
 #: the dtype of the element count (exact for any tensor size)
 COUNT_DTYPE = "int64"
+#: the dtype the moments accumulate in, whatever the input's (as PyTorch's var_mean on
+#: CPU): a float32 fold of 4096 values 1e4 +- 0.1 loses the variance to a relative error
+#: of 5e-3 (measured), a float64 one to 2e-8, the error of the float32 result
+ACCUMULATOR = "float64"
 
 
 @operator
@@ -163,20 +174,24 @@ def mean_var(x, axis=None, keepdims=False, correction=0):
     keepdims = check_keepdims(keepdims)
     if isinstance(correction, bool) or not is_integer(correction) or correction < 0:
         raise TegradError(f"correction must be a non-negative integer, got {correction!r}")
-    dtype, to_float = _float_source(x)
+    dtype, _ = _float_source(x)
     n = numel(x.shape[d] for d in axes)
     if n - correction <= 0:
         raise TegradError(f"the variance of tensor {x.name!r} over {n} element(s) with "
                           f"correction {correction} divides by zero")
 
     def body(read, raxes):
-        element = to_float(x[read])
+        element = cast(x[read], ACCUMULATOR)
         if not raxes:
-            return Const(1, COUNT_DTYPE), element, Const(0, dtype)
-        return MOMENTS((Const(1, COUNT_DTYPE), element, Const(0, dtype)), axis=raxes)
+            return Const(1, COUNT_DTYPE), element, Const(0, ACCUMULATOR)
+        return moments(n)((Const(1, COUNT_DTYPE), element, Const(0, ACCUMULATOR)), axis=raxes)
 
-    _, mean, m2 = reduce_stage(x, axes, keepdims, ("mean_var_count", "mean_var_mean",
-                                                    "mean_var_m2"), body)
-    divisor = Const(n - correction, dtype)
-    var = compute(m2.shape, lambda *i: m2[i] / divisor, name="mean_var_var")
+    wide = "mean_var_mean" if dtype == ACCUMULATOR else "mean_var_mean64"
+    _, mean, m2 = reduce_stage(x, axes, keepdims, ("mean_var_count", wide, "mean_var_m2"),
+                               body)
+    divisor = Const(n - correction, ACCUMULATOR)
+    var = compute(m2.shape, lambda *i: cast(m2[i] / divisor, dtype), name="mean_var_var")
+    if dtype != ACCUMULATOR:
+        moments_mean = mean
+        mean = compute(mean.shape, lambda *i: cast(moments_mean[i], dtype), name="mean_var_mean")
     return mean, var

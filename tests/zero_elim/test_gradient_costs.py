@@ -670,6 +670,33 @@ _entry("variance/axis1")(functools.partial(_variance, (16, 12), 1, False))
 _entry("variance/all_unbiased")(functools.partial(_variance, (10, 12), None, True))
 
 
+def _with_index(name, shape, axis):
+    x = _x(shape)
+    _, out = getattr(ops, name)(x, axis=axis)
+    X, M = _n(shape), _n(out.shape)
+    # dx = k == index ? head : 0 (X), reading the index stage of the one-pass reduction
+    # of (index, value) pairs (M + X): the gradient goes to one position, no tie count
+    return out, [x], [M + X + X]
+
+
+for _name in ("argmax_with_value", "argmin_with_value"):
+    _entry(f"{_name}/axis1")(functools.partial(_with_index, _name, (12, 10), 1))
+    _entry(f"{_name}/all")(functools.partial(_with_index, _name, (6, 5, 4), None))
+
+
+def _mean_var(shape, axis, correction, which):
+    x = _x(shape)
+    out = ops.mean_var(x, axis=axis, correction=correction)[which]
+    X, M = _n(shape), _n(out.shape)
+    # the mean: dx = head / n (X); the variance: dx = head * 2 (x - mean) / (n -
+    # correction), reading the mean stage (M + X), and X
+    return out, [x], [X if which == 0 else M + X + X]
+
+
+_entry("mean_var/mean_axis0")(functools.partial(_mean_var, (16, 12), 0, 1, 0))
+_entry("mean_var/var_axis1")(functools.partial(_mean_var, (16, 12), 1, 0, 1))
+
+
 @_entry("matmul/2d")
 def _():
     a, b = _x((12, 10), "a"), _x((10, 14), "b")
