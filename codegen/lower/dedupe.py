@@ -18,6 +18,11 @@ row sum of exponentials), sometimes in another form: the forward program keeps
    product instead of two). Only reductions reached through arithmetic are taken (one
    under a select or a logical operator may not be evaluated everywhere), in a body that
    reads something besides them (a body of reductions alone is step 1's to match).
+   Every such reduction is computed apart as its stage is met, before steps 1 and 2 look
+   for an equal stage, so that merges that make later stages equal (a gradient's copies
+   of a batch norm, a ReLU and the next convolution; of a recurrent network's steps)
+   all happen in one pass; a part no other stage came to share is substituted back at
+   the end, so a stage is split only where that saves a computation.
 
 The outputs keep their own stages; ``computed_once(outputs)[k]`` computes the values of
 ``outputs[k]``.
@@ -118,32 +123,13 @@ def _reads_outside_reductions(body):
     return False
 
 
-def _reduction_key(t, r):
-    """The key a stage of ``t``'s shape and axes computing just ``r`` would have."""
-    axes = tuple((ax.var.name, ax.extent) for ax in t.op.axes)
-    return (t.shape, r.dtype, axes, r)
-
-
-def _shared_parts(tensors):
-    """``{id(stage): [k, ...]}``: the stages (not whole reductions) whose k-th top
-    reduction another stage of ``tensors`` computes as its whole body, over the same
-    axes."""
-    wholes = _Seen()
-    for t in tensors:
-        if type(compute_body(t)) is Reduce:
-            wholes.add(t)
-    found = {}
-    if not wholes.by_hash:
-        return found
-    for t in tensors:
-        body = compute_body(t)
-        if body is None or type(body) is Reduce or not _reads_outside_reductions(body):
-            continue  # a body of reductions alone is step 1's to match
-        ks = [k for k, r in enumerate(_top_reductions(body))
-              if wholes.find_key(_reduction_key(t, r)) is not None]
-        if ks:
-            found[id(t)] = ks
-    return found
+def _splittable(t):
+    """The positions of ``t``'s top reductions step 3 computes apart: all of them, in a
+    body that reads something besides them (a body of reductions alone is step 1's)."""
+    body = compute_body(t)
+    if body is None or type(body) is Reduce or not _reads_outside_reductions(body):
+        return []
+    return list(range(len(_top_reductions(body))))
 
 
 class _ReplaceNodes(IdentityMapper):
@@ -156,9 +142,22 @@ class _ReplaceNodes(IdentityMapper):
         return self.table.get(id(e), out)
 
 
-def _split(t, ks, seen):
+class _InlineParts(IdentityMapper):
+    """Reads of the parts in ``parts`` (id -> part) replaced by the parts' bodies (a
+    part is read at its own axes, which are its reader's: the body as it is)."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def finish(self, e, out):
+        if type(out) is Read and id(out.tensor) in self.parts:
+            return compute_body(out.tensor)
+        return out
+
+
+def _split(t, ks, seen, parts):
     """``t`` reading, for its top reductions ``ks``, stages that compute them over its
-    axes (found among ``seen`` or new and added to it)."""
+    axes (found among ``seen`` or new, added to it and to ``parts``)."""
     body = compute_body(t)
     tops = _top_reductions(body)
     names = [ax.var.name for ax in t.op.axes]
@@ -170,26 +169,66 @@ def _split(t, ks, seen):
         same = seen.find(part)
         if same is None:
             seen.add(part)
-            same = part
+            parts[id(part)] = same = part
         table[id(r)] = Read(same, tuple(ax.var for ax in t.op.axes), same.dtype)
     new_body = _ReplaceNodes(table)(body)
     return compute(t.shape, lambda *axes: new_body, name=t.name, axis_names=names)
 
 
-def computed_once(outputs):
-    """``outputs`` with stages computing the same values merged (module doc)."""
-    outputs = list(outputs)
-    wanted = {id(t) for t in outputs}
-    mapping, seen = {}, _Seen()
+def _unshared_parts_inlined(outputs, parts):
+    """``outputs`` with the parts of step 3 that one stage alone reads (no other stage
+    computed them) substituted back into it, as it was written."""
     order = topological_order(outputs)
-    shared = _shared_parts(order)
+    readers = {}
+    for t in order:
+        for r in t.op.input_tensors() if not is_placeholder(t) else ():
+            if id(r) in parts:
+                readers.setdefault(id(r), set()).add(id(t))
+    lone = {p for p, who in readers.items() if len(who) == 1}
+    if not lone:
+        return outputs
+    # the parts are retargeted like any stage (what they read may have changed), and
+    # their reader reads the retargeted part
+    retargeted = {}
+    inline = _InlineParts(retargeted)
+    mapping = {}
     for t in order:
         if is_placeholder(t):
             mapping[id(t)] = t
             continue
         new = retarget_ids(t, mapping)
-        if id(t) in shared:
-            new = _split(new, shared[id(t)], seen)
+        if id(t) in lone:
+            retargeted[id(new)] = new
+        elif any(id(r) in retargeted for r in new.op.input_tensors()):
+            names = [ax.var.name for ax in new.op.axes]
+            body = inline(compute_body(new))
+            new = compute(new.shape, lambda *axes, body=body: body, name=new.name,
+                          axis_names=names)
+        mapping[id(t)] = new
+    return [mapping[id(t)] for t in outputs]
+
+
+def computed_once(outputs):
+    """``outputs`` with stages computing the same values merged (module doc).
+
+    One pass in topological order, each stage retargeted to the merged stages it reads:
+    step 3 computes apart every top reduction of a body that reads something besides
+    them, before steps 1 and 2 look for an equal stage, so that a chain of merges (a
+    training step's copies of a recurrent network's steps, of a batch norm feeding the
+    next convolution) resolves in this one pass; the parts no other stage shares are
+    substituted back at the end.
+    """
+    outputs = list(outputs)
+    wanted = {id(t) for t in outputs}
+    mapping, seen, parts = {}, _Seen(), {}
+    for t in topological_order(outputs):
+        if is_placeholder(t):
+            mapping[id(t)] = t
+            continue
+        new = retarget_ids(t, mapping)
+        ks = _splittable(new)
+        if ks:
+            new = _split(new, ks, seen, parts)
         if id(t) not in wanted:
             same = seen.find(new)
             inner = _wrapped_reduction(new) if same is None else None
@@ -200,7 +239,7 @@ def computed_once(outputs):
                 continue
         seen.add(new)
         mapping[id(t)] = new
-    return [mapping[id(t)] for t in outputs]
+    return _unshared_parts_inlined([mapping[id(t)] for t in outputs], parts)
 
 
 def _equal(a, b):
