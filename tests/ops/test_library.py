@@ -12,7 +12,8 @@ greater_equal less less_equal where clip zeros zeros_like ones ones_like full fu
 reshape_like transpose squeeze expand_dims concatenate split flatten broadcast_to
 broadcast_to_like collapse_sum_like collapse_sum_to slice_like strided_slice layout_transform pad
 take one_hot sum max min mean prod variance argmax argmin matmul floor_divide tan asin acos atan
-atan2 sinh cosh asinh acosh atanh log1p expm1""".split()
+atan2 sinh cosh asinh acosh atanh log1p expm1 argmax_with_value argmin_with_value
+mean_var""".split()
 
 def test_all_lists_every_operator_once():
     assert sorted(ops.__all__) == sorted(EXPECTED)
