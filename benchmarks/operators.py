@@ -89,6 +89,11 @@ def _cases(F, torch):
          ()),
         ("prod over 16 of 4096x16", [(4096, 16)], lambda x: ops.prod(x, axis=1),
          lambda x: torch.prod(x, 1), ()),
+        ("max with its index over 1000 of 256x1000", [(256, 1000)],
+         lambda x: ops.argmax_with_value(x, axis=1)[1], lambda x: torch.max(x, 1).values, ()),
+        ("mean + variance over 1024 of 256x1024 (one pass)", [(256, 1024)],
+         lambda x: ops.add(*ops.mean_var(x, axis=1)),
+         lambda x: sum(torch.var_mean(x, 1, correction=0)), ()),
     ]
 
 

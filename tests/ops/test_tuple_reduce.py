@@ -93,6 +93,21 @@ def test_value_gradient_goes_to_the_first_maximum_as_in_torch():
     np.testing.assert_array_equal(tg.build([x, h], grad)(a, head)[0], expected)
 
 
+def test_forward_and_gradient_share_one_nest():
+    # the gradient reads the index; built with the forward outputs, its copy of the index
+    # stage is the forward one (computed once), so one reduction nest computes all three
+    x = tg.placeholder((8, 33), dtype="float64", name="x")
+    h = tg.placeholder((8,), dtype="float64", name="h")
+    idx, val = ops.argmax_with_value(x, axis=1)
+    (grad,) = tg.differentiate(val, [x], head=h)
+    f = tg.build([x, h], [idx, val, grad])
+    assert _reduction_loops(f.loops) == 1, f.loops
+    rng = np.random.default_rng(9)
+    a, head = rng.normal(size=(8, 33)), rng.normal(size=8)
+    for got, want in zip(f(a, head), tg.evaluate([idx, val, grad], {x: a, h: head})):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("which", ["max", "min"])
 def test_value_gradient_against_finite_differences(which):
     x = tg.placeholder((4, 7), dtype="float64", name="x")
