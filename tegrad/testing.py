@@ -71,6 +71,7 @@ class _ToFloat64(IdentityMapper):
     map_select = _generic("map_select")
     map_call = _generic("map_call")
     map_reduce = _generic("map_reduce")
+    map_tuple_reduce = _generic("map_tuple_reduce")
     del _generic
 
 
