@@ -127,9 +127,10 @@ class Reducer:
             ys = tuple(Var(f"_ry{j}", d) for j, d in enumerate(key))
             try:
                 out = self._combine(xs, ys)
-            except (TypeError, IndexError) as err:
+            except (TypeError, IndexError, TegradError) as err:
                 raise TegradError(f"reducer {self.name!r}: combine(a, b) failed on two "
-                                  f"{n}-tuples of {', '.join(key)} ({err})") from None
+                                  f"{n}-tuples of {', '.join(key)} ({err}); a reducer of "
+                                  f"tuples takes and returns tuples") from None
             if not isinstance(out, (tuple, list)) or len(out) != n:
                 raise TegradError(f"reducer {self.name!r}: combine of two {n}-tuples "
                                   f"returned {_shown(out)}; it must return a tuple of {n} "

@@ -115,6 +115,9 @@ def test_misused_reductions_of_tuples_are_named():
     with pytest.raises(tg.TegradError, match=r"'sum_max': combine\(a, b\) failed on two "
                                              r"float64 expressions"):
         SUM_MAX(x[k], axis=k)
+    with pytest.raises(tg.TegradError, match=r"'sum': combine\(a, b\) failed on two "
+                                             r"2-tuples of float64, float64"):
+        tg.sum((x[k], x[k]), axis=k)
     with pytest.raises(tg.TegradError, match="sum_max: the tuple of sources is empty"):
         SUM_MAX((), axis=k)
     with pytest.raises(tg.TegradError, match="compute 'y': the body uses a component of the "
