@@ -154,8 +154,11 @@ class Executable:
         return km, text, LoadedModule(text)
 
     def _runner(self, km, text, loaded):
-        # the kernel's own entry, given one table of every buffer's pointer
-        raw = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(loaded.address(km.name))
+        # the kernel's own entry, given one table of every buffer's pointer: a bytes
+        # object, which ctypes passes as a char * (declaring the argument's type costs a
+        # conversion call more, 0.1 us)
+        raw = ctypes.CFUNCTYPE(ctypes.c_int32)(loaded.address(km.name))
+        raw.argtypes = None
         return self._caller(km, loaded, raw), km.errors, loaded, text, raw
 
     def _caller(self, km, loaded, raw):
@@ -244,8 +247,11 @@ class Executable:
         if lock is None:
             status = running[4](table)
         else:
-            with lock:
+            lock.acquire()  # (a with statement costs 0.3 us more)
+            try:
                 status = running[4](table)
+            finally:
+                lock.release()
         if status:
             self._failed(status, running, 4, table)
 
