@@ -150,6 +150,10 @@ OPERATOR_CASES = {
     "mean": lambda c: ops.mean(c.x((2, 3, 4)), axis=1),
     "variance": lambda c: ops.variance(c.x((3, 4)), axis=1),
     "variance_unbiased": lambda c: ops.variance(c.x((3, 4)), axis=None, unbiased=True),
+    "argmax_with_value": lambda c: ops.argmax_with_value(c.x((3, 5)), axis=1)[1],
+    "argmin_with_value": lambda c: ops.argmin_with_value(c.x((2, 3, 4)))[1],
+    "mean_var": lambda c: ops.mean_var(c.x((3, 4)), axis=1, correction=1)[1],
+    "mean_var_mean": lambda c: ops.mean_var(c.x((2, 3, 4)), axis=(0, 2))[0],
     "matmul": lambda c: ops.matmul(c.x((2, 3)), c.x((3, 4), "y")),
     "matmul_batched": lambda c: ops.matmul(c.x((2, 2, 3)), c.x((3, 2), "y")),
     # --- tegrad.nn activations

@@ -61,12 +61,14 @@ class _LoadEvaluator(ExprEvaluator):
 
 
 def _is_point(body):
-    """The body stores to a non-local buffer or accumulates, outside any inner loop."""
+    """The body stores to a non-local buffer or accumulates (into any buffer, or, as a
+    reduction of a tuple does, by storing its local accumulators' new values only),
+    outside any inner loop."""
     stack = [body]
     while stack:
         s = stack.pop()
         t = type(s)
-        if t is Accumulate or (t is Store and s.buffer.scope != "local"):
+        if t is Accumulate or t is Store:
             return True
         if t not in (For, Let):
             stack.extend(stmt_children(s))

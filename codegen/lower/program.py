@@ -23,10 +23,9 @@ kernel rowsum(float64 A[4][3], float64 S[4]) {
 from __future__ import annotations
 
 from tegrad.ir.errors import TegradError
-from tegrad.ir.expr import TupleReduce
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import tensors_read
-from tegrad.ir.stages import StageMapper, compute_body, is_placeholder, stage_exprs
+from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs, tuple_group
 from tegrad.ir.tensor import Tensor
 
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
@@ -144,9 +143,8 @@ def _tuple_siblings(order):
     tuple over the same domain, grouped (in ``order``) to be computed in one nest."""
     groups = {}
     for t in order:
-        body = compute_body(t)
-        if type(body) is TupleReduce:
-            key = (t.shape, tuple(ax.name for ax in t.op.axes), body.component(0))
+        key = tuple_group(t)
+        if key is not None:
             groups.setdefault(key, []).append(t)
     return {id(t): group for group in groups.values() for t in group}
 

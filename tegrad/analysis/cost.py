@@ -40,7 +40,7 @@ from tegrad.ir.expr import REDUCTIONS, And, Binary, Compare, Const, Not, Or, Tup
 from tegrad.ir.graph import as_tensor_list, topological_order
 from tegrad.ir.mapper import Mapper, bottom_up, children
 from tegrad.ir.printer import axis_end
-from tegrad.ir.stages import StageMapper, is_placeholder
+from tegrad.ir.stages import StageMapper, is_placeholder, tuple_group
 from tegrad.analysis.affine import conjuncts, to_affine, to_constraint
 
 
@@ -383,8 +383,12 @@ def cost(tensors):
     outputs = as_tensor_list(tensors)
     wanted = {id(t) for t in outputs}
     total = Cost(0, 0, 0)
+    groups = set()  # the stages of one reduction of a tuple are computed in one nest
     for t in topological_order(outputs):
-        c = stage_cost(t)
+        group = tuple_group(t)
+        c = Cost(0, 0, 0) if group in groups else stage_cost(t)
+        if group is not None:
+            groups.add(group)
         memory = 0 if id(t) in wanted or is_placeholder(t) else t.size
         total = total + Cost(c.iterations, c.flops, memory)
     return total

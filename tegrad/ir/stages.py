@@ -15,6 +15,7 @@ A :class:`StageMapper` calls ``map_placeholder``, ``map_compute``, ``map_scatter
 """
 from __future__ import annotations
 
+from tegrad.ir.expr import TupleReduce
 from tegrad.ir.mapper import Dispatcher
 from tegrad.ir.tensor import ComputeOp, PlaceholderOp, ScanOp, ScatterOp
 
@@ -37,6 +38,26 @@ def is_placeholder(t):
 def compute_body(t):
     """The body of the compute stage of ``t``; None for the other stage kinds."""
     return t.op.body if type(t.op) is ComputeOp else None
+
+
+def tuple_group(t):
+    """For a stage computing a component of a reduction of a tuple, a key shared by the
+    stages computing the components of the same reduction over the same domain (one
+    loop nest computes them all); None for any other stage.
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((3, 4), name="x")
+    >>> k = tg.reduce_axis((0, 4), name="k")
+    >>> pair = tg.comm_reducer(lambda a, b: (a[0] + b[0], a[1] * b[1]),
+    ...                        lambda t0, t1: (0.0, 1.0), name="sum_prod")
+    >>> s, p = tg.compute((3,), lambda i: pair((x[i, k], x[i, k]), axis=k))
+    >>> tuple_group(s) == tuple_group(p), tuple_group(x)
+    (True, None)
+    """
+    body = compute_body(t)
+    if type(body) is not TupleReduce:
+        return None
+    return (t.shape, tuple(ax.name for ax in t.op.axes), body.component(0))
 
 
 def output_axis_names(t):
@@ -65,4 +86,5 @@ class _StageExprs(StageMapper):
         return [t.op.source]
 
 
-__all__ = ["StageMapper", "compute_body", "is_placeholder", "output_axis_names", "stage_exprs"]
+__all__ = ["StageMapper", "compute_body", "is_placeholder", "output_axis_names", "stage_exprs",
+           "tuple_group"]
