@@ -104,8 +104,8 @@ def lower_tuple_reduction(stages, bufs, ctx):
     lowering = ExprLowering(ctx, context, renames)
     start = [Store(acc, (), c) for acc, c in zip(accs, red.reducer.tuple_identity(dtypes))]
     nest = reduction_nest(lowering, red, None, indices, update=update)
-    stores = [Store(buf, indices, widen(Load(accs[s.op.body.index], (), accs[s.op.body.index].dtype),
-                                        buf.dtype))
+    loads = [Load(acc, (), acc.dtype) for acc in accs]
+    stores = [Store(buf, indices, widen(loads[s.op.body.index], buf.dtype))
               for s, buf in zip(stages, bufs)]
     stmt = lowering.wrap(block(start + [nest] + stores))
     for acc in reversed(accs):

@@ -318,14 +318,24 @@ def comm_reducer(combine, identity, name="reducer", derivative=None):
 
     ``combine(a, b)`` builds the combination of two expressions; ``identity(dtype)``
     returns the neutral element. For a reducer of tuples (see :class:`Reducer`),
-    ``combine`` takes and returns tuples and ``identity(*dtypes)`` returns a tuple. ``derivative(x, y)``, optional, builds the partial
-    derivative of a reduction's value ``y`` with respect to one element ``x`` (for a
-    log-sum-exp, ``tg.exp(x - y)``): gradients then read the forward value only;
-    without it they combine exclusive prefix and suffix scans (still linear time).
+    ``combine`` takes and returns tuples and ``identity(*dtypes)`` returns a tuple.
+    ``derivative(x, y)``, optional, builds the partial derivative of a reduction's value
+    ``y`` with respect to one element ``x`` (for a log-sum-exp, ``tg.exp(x - y)``):
+    gradients then read the forward value only; without it they combine exclusive
+    prefix and suffix scans (still linear time), or, for a reducer of tuples, reduce the
+    other points for each one (quadratic time).
 
     >>> import tegrad as tg
     >>> absmax = tg.comm_reducer(lambda a, b: tg.max(tg.abs(a), tg.abs(b)),
     ...                          lambda dtype: 0.0, name="absmax")
+    >>> argmax = tg.comm_reducer(
+    ...     lambda a, b: (tg.if_then_else(a[1] >= b[1], a[0], b[0]), tg.max(a[1], b[1])),
+    ...     lambda t0, t1: (-1, tg.min_value(t1)), name="argmax")
+    >>> x = tg.placeholder((2, 3), name="x")
+    >>> k = tg.reduce_axis((0, 3), name="k")
+    >>> idx, val = tg.compute((2,), lambda i: argmax((k, x[i, k]), axis=k))
+    >>> idx.dtype, val.dtype
+    ('int32', 'float32')
     """
     if not callable(combine) or not callable(identity):
         raise TegradError("comm_reducer needs a callable combine(a, b) and identity(dtype)")
