@@ -93,18 +93,24 @@ def step_fn(model, optimiser):
 
 def call_overhead(op, tensors, calls=2000, rounds=30):
     """Microseconds of CPU per call of ``op`` (no gradient) and of its compiled function
-    on the same memory, the least of ``rounds`` alternated runs of ``calls`` calls."""
+    on the same memory: ``{"operator": [...], "compiled": [...]}``, one figure per round
+    of ``calls`` calls of each, the two alternated round by round."""
     arrays = [t.numpy() for t in tensors]
     runs = {"operator": lambda: op(*tensors), "compiled": lambda: op.function(*arrays)}
-    best = dict.fromkeys(runs, float("inf"))
+    us = {name: [] for name in runs}
     with torch.no_grad():
         for _ in range(rounds):
             for name, run in runs.items():
                 t0 = time.process_time()
                 for _ in range(calls):
                     run()
-                best[name] = min(best[name], (time.process_time() - t0) / calls * 1e6)
-    return best
+                us[name].append((time.process_time() - t0) / calls * 1e6)
+    return us
+
+
+def median(values):
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def main(argv=None):
@@ -126,8 +132,10 @@ def main(argv=None):
         us = call_overhead(tegrad.torch.operator(*layer_norm_gelu_program(2, 4),
                                                  name="layer_norm_gelu_2x4", threads=1),
                            [torch.randn(2, 4), torch.ones(4), torch.zeros(4)])
-        print(f"us per call: operator {us['operator']:.2f}, its compiled function "
-              f"{us['compiled']:.2f}, overhead {us['operator'] - us['compiled']:.2f}")
+        # each round's difference: both of a round ran under the same load
+        us["overhead"] = [a - b for a, b in zip(us["operator"], us["compiled"])]
+        print(f"us per call (median, min of {len(us['overhead'])} rounds): " + ", ".join(
+            f"{name} {median(v):.2f}, {min(v):.2f}" for name, v in us.items()))
         return us
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -175,15 +183,15 @@ def main(argv=None):
             print(f"{n:>6} {losses['tegrad'][-1]:>12.6f} {losses['pytorch'][-1]:>13.6f}")
 
     warm = slice(min(5, max(args.steps - 1, 0)), None)  # the first steps warm up
-    median = {k: sorted(v[warm])[len(v[warm]) // 2] * 1e3 for k, v in times.items()}
+    ms = {k: median(v[warm]) * 1e3 for k, v in times.items()}
     if rank == 0:
         gap = max(abs(a - b) for a, b in zip(losses["tegrad"], losses["pytorch"]))
         print(f"largest loss difference: {gap:.2e}")
-        print(f"ms per training step (median): tegrad {median['tegrad']:.3f}, "
-              f"pytorch {median['pytorch']:.3f}")
+        print(f"ms per training step (median): tegrad {ms['tegrad']:.3f}, "
+              f"pytorch {ms['pytorch']:.3f}")
     if world > 1:
         torch.distributed.destroy_process_group()
-    return losses, median
+    return losses, ms
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ except ImportError as err:
 _Tensor = torch.Tensor
 _from_numpy = torch.from_numpy
 _empty_like = torch.empty_like
-_data_ptr = torch.Tensor.data_ptr
 _grad_enabled = torch.is_grad_enabled
 _is_dynamo_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_modes = torch._C._len_torch_dispatch_stack
