@@ -47,7 +47,6 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from tegrad.ir.errors import TegradError
-from tegrad.ir.graph import topological_order
 from tegrad.ir.printer import format_tensor
 from tegrad.codegen.llvm.parallel import resolve_threads
 from tegrad.codegen.loops.nodes import Kernel
@@ -60,9 +59,9 @@ from tegrad.codegen.schedule.describe import schedule_value
 from tegrad.codegen.schedule.fusion import stage_names, statements
 from tegrad.codegen.schedule.manual import override_steps
 from tegrad.codegen.schedule.parallel import parallel_steps
-from tegrad.codegen.schedule.primitives import Scheduler, naming, primitive, unrealised_mark
-from tegrad.codegen.schedule.products import product_steps
-from tegrad.codegen.schedule.steps import Schedule, Step
+from tegrad.codegen.schedule.primitives import Scheduler, naming, unrealised_mark
+from tegrad.codegen.schedule.products import check_products, product_steps
+from tegrad.codegen.schedule.steps import Schedule, Step, holding, names_of
 from tegrad.codegen.target import Target
 
 
@@ -115,34 +114,29 @@ def _lower(s):
     # a stage scheduled by hand keeps its loop nest, not a gemm call
     plain = tuple(s.schedule or ())
     kernel = lower_program(s.inputs, s.outputs, name=s.name, contractions=True, plain=plain)
-    steps = (Step("contractions", None, ()),) + product_steps(s.outputs, plain, s.target)
-    return replace(s, kernel=kernel, steps=s.steps + steps)
+    steps = (Step("contractions", None, ()),) + tuple(Step("plain", n, ()) for n in plain)
+    return replace(s, kernel=kernel, steps=s.steps + steps + product_steps(kernel, s.target))
 
 
 def _lower_given(s):
-    """Lowered as a replayed schedule says: as products exactly the stages its product
-    steps name, each with the products those steps say (else a ScheduleError)."""
-    given = {}
-    for step in s.schedule:
-        if primitive(step).kind == "product":
-            with naming(step.stage):
-                if step.stage is None or step.stage in given:
-                    raise ScheduleError("give one product step per stage, naming it")
-            given[step.stage] = step.args
+    """Lowered as a replayed schedule says: with products when it has the
+    ``contractions`` step, the stages its ``plain`` steps name keeping their loops; its
+    product steps must be those of the calls made (else a ScheduleError)."""
+    plain = {step.stage for step in s.schedule if step.primitive == "plain"}
+    given = [step for step in s.schedule if step.primitive == "product"]
     if not _given(s, "contractions"):
         if given:
-            raise ScheduleError(f"schedule for stage {next(iter(given))!r}: a product step "
+            raise ScheduleError(f"schedule for stage {given[0].stage!r}: a product step "
                                 f"needs the program's 'contractions' step")
-        return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name))
-    plain = {t.name for t in topological_order(list(s.outputs))} - set(given)
-    made = {step.stage: step.args for step in product_steps(s.outputs, plain, s.target)}
-    for stage in list(given) + [m for m in made if m not in given]:
-        if made.get(stage) != given.get(stage):
-            raise ScheduleError(
-                f"schedule for stage {stage!r}: its product step asks for "
-                f"{given.get(stage)!r}, but its plan and this target give {made.get(stage)!r} "
-                f"(the kernel and blocking of a product follow from them)")
-    kernel = lower_program(s.inputs, s.outputs, name=s.name, contractions=True, plain=plain)
+        kernel = lower_program(s.inputs, s.outputs, name=s.name)
+    else:
+        kernel = lower_program(s.inputs, s.outputs, name=s.name, contractions=True,
+                               plain=plain)
+        check_products(given, product_steps(kernel, s.target))
+    names = names_of(statements(kernel.body))
+    for stage in plain:
+        with naming(stage):
+            holding(names, stage)
     return replace(s, kernel=kernel)
 
 

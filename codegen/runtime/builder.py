@@ -24,9 +24,11 @@ import weakref
 
 from tegrad.autodiff.result import Gradients
 from tegrad.ir.errors import TegradError
+from tegrad.ir.expr import structural_equal
 from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
 from tegrad.reference.memory import physical_memory
+from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
@@ -142,6 +144,40 @@ def _remember_executable(key, entry):
         _cached_bytes -= dropped.nbytes
 
 
+class _SameKernel:
+    """A kernel as a dictionary key: equal to an equal kernel (structurally, and in its
+    text, where a constant -0.0 differs from 0.0)."""
+
+    __slots__ = ("kernel", "options")
+
+    def __init__(self, kernel, options):
+        self.kernel, self.options = kernel, options
+
+    def __hash__(self):
+        return hash((self.kernel, self.options))
+
+    def __eq__(self, other):
+        return (self.options == other.options and structural_equal(self.kernel, other.kernel)
+                and format_kernel(self.kernel) == format_kernel(other.kernel))
+
+
+#: executables by the kernel they run (and their options), while something holds them:
+#: a program that compiles to a kernel built before (its own schedule replayed,
+#: ``schedule=f.schedule``) reuses its machine code instead of compiling it again
+_by_kernel = weakref.WeakValueDictionary()
+
+
+def _executable_of(kernel, threads, check_bounds):
+    key = _SameKernel(kernel, (threads, check_bounds))
+    with _lock:
+        executable = _by_kernel.get(key)
+    if executable is None:
+        executable = Executable(kernel, threads=threads, check_bounds=check_bounds)
+        with _lock:
+            _by_kernel[key] = executable
+    return executable
+
+
 def cache_bytes():
     """The bytes the cached programs hold (see :data:`CACHE_BYTES`).
 
@@ -223,6 +259,7 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     >>> print(g.schedule)
     stage y (as given)
       loops: i<3 unrolled
+      keeps its loops (no product kernel)
       i: unrolled
     program
       stages computing the same values computed once
@@ -258,7 +295,7 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     if executable is None:
         compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule,
                                   name=kernel_name)
-        executable = Executable(compiled.kernel, threads=threads, check_bounds=check_bounds)
+        executable = _executable_of(compiled.kernel, threads, check_bounds)
         executable = (executable, compiled.record, compiled.schedule)
         with _lock:
             _remember_executable(key, executable)
@@ -280,6 +317,7 @@ def clear_cache():
     with _lock:
         _executables.clear()
         _functions.clear()
+        _by_kernel.clear()
         _cached_bytes = 0
     gc.collect()  # programs in reference cycles (a traceback holding a function)
     _trim_heap()

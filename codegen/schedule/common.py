@@ -67,13 +67,27 @@ def loop_var_range(loop, ranges):
     return lo[0], hi[1] - 1
 
 
-class RangedStmtMapper(StmtMapper):
-    """A statement mapper that knows, in ``self.ranges``, the inclusive ranges of the
-    variables of the loops around the statement it maps (those :func:`loop_var_range`
-    bounds)."""
+class NotingMapper(StmtMapper):
+    """The statement mapper of a pass that lists what it changed in ``changed`` (see
+    :func:`run_noting`) and, given ``only`` (names), changes nothing else: a schedule's
+    step names the loops (or buffers) a pass applies to."""
 
-    def __init__(self, *args):
-        super().__init__(*args)
+    def __init__(self, only=None):
+        super().__init__()
+        self.changed, self.only = [], only
+
+    def allowed(self, name):
+        """The pass may change what ``name`` names."""
+        return self.only is None or name in self.only
+
+
+class RangedStmtMapper(NotingMapper):
+    """A pass's statement mapper (:class:`NotingMapper`) that knows, in ``self.ranges``,
+    the inclusive ranges of the variables of the loops around the statement it maps
+    (those :func:`loop_var_range` bounds)."""
+
+    def __init__(self, only=None):
+        super().__init__(only)
         self.ranges = {}
 
     def map_for(self, s):

@@ -32,7 +32,8 @@ from tegrad.ir.expr import Binary, Const, Var
 from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, stmt_exprs, walk_expr,
                                          walk_stmts)
 from tegrad.codegen.loops.nodes import For
-from tegrad.codegen.schedule.common import constant_trip_count, fresh, run_noting
+from tegrad.codegen.schedule.common import (NotingMapper, constant_trip_count, fresh,
+                                            run_noting)
 
 INDEX = "int64"
 
@@ -100,14 +101,14 @@ def _c(v):
     return Const(v, INDEX)
 
 
-class _SplitAll(StmtMapper):
+class _SplitAll(NotingMapper):
     def __init__(self, taken, only):
-        super().__init__()
-        self.taken, self.changed, self.only = taken, [], only
+        super().__init__(only)
+        self.taken = taken
 
     def map_for(self, s):
         s = super().map_for(s)
-        if self.only is not None and s.var.name not in self.only:
+        if not self.allowed(s.var.name):
             return s
         new = split_by_divisor(s, taken=self.taken)
         if new is not s:

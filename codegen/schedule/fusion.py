@@ -242,8 +242,13 @@ def fuse_stages(kernel, *, keep=(), allowed=None):
 
 def stage_names(s):
     """The names of the non-local buffers ``s`` writes, in order of first write."""
-    out = []
-    for b, _, w in _accesses(s):
-        if w and b.name not in out:
-            out.append(b.name)
+    nodes = list(walk_stmts(s))
+    local = {n.buffer for n in nodes if type(n) is Allocate}
+    out = {}
+    for n in nodes:
+        t = type(n)
+        if (t is Store or t is Accumulate) and n.buffer not in local:
+            out.setdefault(n.buffer.name)
+        elif t is MatrixProduct:
+            out.setdefault(n.c.name)
     return tuple(out)

@@ -26,9 +26,9 @@ from tegrad.analysis.affine import from_affine
 from tegrad.analysis.simplify import simplify
 from tegrad.ir.expr import And, Binary, Compare, Const
 
-from tegrad.codegen.loops.mapper import StmtMapper, to_affine, walk_stmts
+from tegrad.codegen.loops.mapper import to_affine, walk_stmts
 from tegrad.codegen.loops.nodes import For, If
-from tegrad.codegen.schedule.common import run_noting, uses_var
+from tegrad.codegen.schedule.common import NotingMapper, run_noting, uses_var
 
 INDEX = "int64"
 
@@ -120,15 +120,10 @@ def guards_to_bounds(loop):
     return out
 
 
-class _Bounds(StmtMapper):
-    def __init__(self, only=None):
-        super().__init__()
-        self.changed, self.only = [], only
-
+class _Bounds(NotingMapper):
     def map_for(self, s):
         s = super().map_for(s)
-        if (self.only is not None and s.var.name not in self.only) or \
-                any(type(m) is For for m in walk_stmts(s.body)):
+        if not self.allowed(s.var.name) or any(type(m) is For for m in walk_stmts(s.body)):
             return s
         new = guards_to_bounds(s)
         if new is not s:

@@ -63,14 +63,14 @@ def _safe(value, cond, ranges):
 
 class _IfConvert(RangedStmtMapper):
     def __init__(self, taken, only):
-        super().__init__()
-        self.taken, self.only, self.changed = taken, only, []
+        super().__init__(only)
+        self.taken = taken
 
     def map_if(self, s):
         s = super().map_if(s)
         a = s.then
         if (s.otherwise is not None or type(a) is not Accumulate or a.reducer not in _NEUTRAL
-                or (self.only is not None and a.buffer.name not in self.only)
+                or not self.allowed(a.buffer.name)
                 or not _safe(a.value, s.cond, self.ranges)
                 or a.value.dtype != a.buffer.dtype):
             return s

@@ -51,8 +51,9 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, distinct
                                          stmt_exprs, substitute_stmt, to_affine,
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Buffer, For, If, Load, Store
-from tegrad.codegen.schedule.common import (constant_trip_count, independence_problem,
-                                            run_noting, uses_var, writes)
+from tegrad.codegen.schedule.common import (NotingMapper, constant_trip_count,
+                                            independence_problem, run_noting, uses_var,
+                                            writes)
 
 #: reduction loops with at most this many iterations are unrolled, never innermost
 TINY_TRIP = 4
@@ -74,11 +75,11 @@ def is_reduction_loop(loop):
     return all(not any(uses_var(i, name) for i in w.indices) for w in writes(loop.body))
 
 
-class _Ranged(StmtMapper):
-    """A statement mapper knowing the inclusive ranges of the enclosing constant loops."""
+class _Ranged(NotingMapper):
+    """A pass's mapper knowing the inclusive ranges of the enclosing constant loops."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, only=None):
+        super().__init__(only)
         self.ranges = {}
 
     def map_for(self, s):
@@ -131,12 +132,8 @@ def _tiny_trip(loop, ranges):
 
 
 class _ConstantTiny(_Ranged):
-    def __init__(self, only=None):
-        super().__init__()
-        self.changed, self.only = [], only
-
     def rewrite_for(self, old, s):
-        if (self.only is not None and s.var.name not in self.only) or not is_reduction_loop(s):
+        if not self.allowed(s.var.name) or not is_reduction_loop(s):
             return s
         v = s.var
         span = _tiny_range(s, self.ranges)
@@ -185,14 +182,10 @@ def code_size(s):
     return 1 + sum(1 for _ in distinct_exprs(s)) // NODES_PER_STATEMENT
 
 
-class _UnrollTiny(StmtMapper):
-    def __init__(self, only=None):
-        super().__init__()
-        self.changed, self.only = [], only
-
+class _UnrollTiny(NotingMapper):
     def map_for(self, s):
         s = super().map_for(s)
-        if self.only is not None and s.var.name not in self.only:
+        if not self.allowed(s.var.name):
             return s
         n = constant_trip_count(s)
         if s.kind == "serial" and n is not None and 1 < n <= TINY_TRIP \
@@ -368,13 +361,9 @@ def _try_sink(loop):
     return out
 
 
-class _SinkStrideOne(StmtMapper):
-    def __init__(self, only=None):
-        super().__init__()
-        self.changed, self.only = [], only
-
+class _SinkStrideOne(NotingMapper):
     def map_for(self, s):
-        sunk = _try_sink(s) if self.only is None or s.var.name in self.only else None
+        sunk = _try_sink(s) if self.allowed(s.var.name) else None
         if sunk is None:
             return super().map_for(s)
         self.changed.append(s.var.name)

@@ -242,8 +242,8 @@ def partition_stage(kernel, key, threads):
     blocked = None if type(stmt) is not For else \
         _partition_by_target(stmt, threads, 0, names_in(kernel))
     if blocked is None:
-        raise ScheduleError(f"partition: the stage is not one accumulation whose target rows "
-                            f"the loops around it pick")
+        raise ScheduleError("partition: the stage is not one accumulation whose target rows "
+                            "the loops around it pick")
     return _replaced(kernel, stmt, blocked)
 
 

@@ -6,8 +6,9 @@ does, what its arguments are, and how it reads in ``f.schedule``. By kind:
 - ``program`` (stage None): ``computed_once`` (stages computing the same values merged,
   :mod:`~tegrad.codegen.lower.dedupe`), ``contractions`` (stages with a product plan
   lowered to product kernels); the pipeline applies them before lowering;
-- ``product`` (stage: a tensor's name): the stage runs on product kernels, ``args`` one
-  entry per part (:mod:`.products`: the kernel, its shape and its blocking, which
+- ``lowering``, applied as the program is lowered: ``plain`` (stage: a tensor's name)
+  keeps the stage's loops (no product kernel), ``product`` says which product kernels a
+  statement calls (:mod:`.products`: the kernel, its shape and its blocking, which
   follow from the plan and the target: a step asking for others is refused);
 - ``loop`` (loops named as in ``f.loops``, the stage checked to hold them): ``split``
   ``(loop, factor)``, ``order`` ``(loop, ...)``, ``compute_at`` ``(stage, loop)``,
@@ -193,7 +194,8 @@ PRIMITIVES = {
         "stages computing the same values computed once"]),
     "contractions": Primitive("program", "()", lambda a: [
         "stages with a product plan lowered to product kernels"]),
-    "product": Primitive("product", "(entry, ...) per product", product_lines),
+    "plain": Primitive("lowering", "()", lambda a: ["keeps its loops (no product kernel)"]),
+    "product": Primitive("lowering", "(entry, ...) per call", product_lines),
     "split": Primitive("loop", "(loop, factor)", lambda a: [f"{a[0]}: split by {a[1]}"],
                        _split),
     "order": Primitive("loop", "(loop, ...)", lambda a: [
@@ -283,13 +285,15 @@ class Scheduler:
     index). ``lanes_of(dtype)``: the target's vector lanes; ``threads``: the kernel's
     thread count (1: :data:`PARALLEL_ONLY` steps are left out; None: unknown).
 
-    The kernel's top-level statements stay as they are (a statement a step turns into
-    a block stays one statement, so that later steps name the same statements); call
-    :meth:`result` for the kernel with its blocks flattened.
+    The statements steps name are the kernel's top-level statements, blocks among them
+    flattened when the scheduler starts and after each step on the whole kernel (a
+    stage lowered as several loops is several statements), not after a statement pass
+    (a statement a pass turns into a block stays one, so that the passes after it name
+    the same statements); :meth:`result` is the kernel with its blocks flattened.
     """
 
     def __init__(self, kernel, *, lanes_of=host_lanes, threads=None):
-        self.kernel, self.lanes_of, self.threads = kernel, lanes_of, threads
+        self.kernel, self.lanes_of, self.threads = _flat(kernel), lanes_of, threads
         self.steps, self.fused, self.notes = [], [], {}
         self._taken, self._stale = None, False
         self._stmts = self._names = self._keys = None
@@ -324,11 +328,11 @@ class Scheduler:
 
     def set_kernel(self, kernel):
         old = self._stmts
-        self.kernel, self._stale = kernel, self._taken is not None
+        self.kernel, self._stale = _flat(kernel), self._taken is not None
         if old is None:
             return
         known = {id(s): n for s, n in zip(old, self._names)}
-        self._stmts = statements(kernel.body)
+        self._stmts = statements(self.kernel.body)
         self._names = [known[id(s)] if id(s) in known else stage_names(s)
                        for s in self._stmts]
         self._keys = None
@@ -351,8 +355,8 @@ class Scheduler:
     # -- applying steps ---------------------------------------------------------------
 
     def replay(self, steps):
-        """Apply ``steps`` in order (``program`` and ``product`` steps are recorded
-        only: the pipeline applies them before lowering)."""
+        """Apply ``steps`` in order (``program`` and ``lowering`` steps are recorded
+        only: the pipeline applies them before and as it lowers)."""
         steps, i = list(steps), 0
         while i < len(steps):
             step, prim = steps[i], primitive(steps[i])
@@ -364,7 +368,7 @@ class Scheduler:
                 i = j
                 continue
             i += 1
-            if prim.kind in ("program", "product"):
+            if prim.kind in ("program", "lowering"):
                 self.record(step)
             elif self.threads is not None and self.threads <= 1 and \
                     step.primitive in PARALLEL_ONLY:
@@ -409,9 +413,8 @@ class Scheduler:
     def fuse(self, steps=None, keep=()):
         """Fuse the statements ``steps`` name into theirs (None: every fusion that is
         legal, the stages named in ``keep`` left alone)."""
-        before = fusion_parts(self.kernel)
-        names = names_of(before)
-        keys, allowed = statement_keys(names), None
+        self.set_kernel(self.kernel)  # flat: the statements are fusion's
+        names, keys, allowed = self.names(), self.keys(), None
         if steps is not None:
             allowed = {}
             for step in steps:
@@ -457,13 +460,17 @@ class Scheduler:
     def result(self):
         """The kernel, its top-level blocks flattened; a ScheduleError when a mark would
         not be realised (see :func:`unrealised_mark`)."""
-        body = Block(tuple(s for part in statements(self.kernel.body)
-                           for s in statements(part)))
-        stmts = statements(body)
-        kernel = Kernel(self.kernel.name, self.kernel.args, self.kernel.temps,
-                        stmts[0] if len(stmts) == 1 else body)
+        kernel = _flat(self.kernel, alone=True)
         unrealised_mark(kernel)
         return kernel
+
+
+def _flat(kernel, alone=False):
+    """``kernel`` with its top-level blocks flattened (``alone``: a single statement as
+    the body itself, else a block of one)."""
+    stmts = fusion_parts(kernel)
+    body = stmts[0] if alone and len(stmts) == 1 else Block(tuple(stmts))
+    return Kernel(kernel.name, kernel.args, kernel.temps, body)
 
 
 def unrealised_mark(kernel):

@@ -81,8 +81,8 @@ class Step:
 class Schedule(Sequence):
     """An immutable, hashable sequence of :class:`Step` s, equal to another with the
     same steps. ``str()`` is the readable form ``f.schedule`` prints: per statement of
-    the kernel its loops and the steps that made them (a schedule made by hand, which
-    knows no kernel, lists its steps). ``"text" in schedule`` looks for the text in that
+    the kernel its loops and the steps that made them (a schedule made by hand or
+    unpickled, which knows no kernel, lists its steps). ``"text" in schedule`` looks for the text in that
     form, ``step in schedule`` for the step.
 
     >>> Schedule([Step("fuse", "S", ("B",))]) == Schedule((Step("fuse", "S", ("B",)),))

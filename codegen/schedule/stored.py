@@ -43,7 +43,7 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, buffers_of, loa
                                          substitute_expr, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Allocate, Block, For, If, Let, Load, MatrixProduct,
                                         Store)
-from tegrad.codegen.schedule.common import bound_names, run_noting, writes
+from tegrad.codegen.schedule.common import NotingMapper, bound_names, run_noting, writes
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ class _Available:
                         self.by_buffer.get(other, set()).discard(key)
 
 
-def _forward_block(stmts, only, reused):
+def _forward_block(stmts, allowed, reused):
     available, out = _Available(), []
     for s in stmts:
         written = set(_written(s))
@@ -216,7 +216,7 @@ def _forward_block(stmts, only, reused):
             for stored in available.usable_in(set(buffers_of(s)[0])):
                 name = stored.store.buffer.name
                 if stored.store.buffer not in written and not stored.reads & written \
-                        and (only is None or name in only):
+                        and allowed(name):
                     hits = []
                     s = _read_back(s, stored, hits)
                     if any(hits) and name not in reused:
@@ -228,14 +228,10 @@ def _forward_block(stmts, only, reused):
     return out
 
 
-class _ReuseStored(StmtMapper):
-    def __init__(self, only):
-        super().__init__()
-        self.only, self.changed = only, []
-
+class _ReuseStored(NotingMapper):
     def map_block(self, s):
         s = super().map_block(s)
-        stmts = _forward_block(list(s.stmts), self.only, self.changed)
+        stmts = _forward_block(list(s.stmts), self.allowed, self.changed)
         return s if all(a is b for a, b in zip(stmts, s.stmts)) else Block(tuple(stmts))
 
 

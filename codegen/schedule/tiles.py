@@ -37,11 +37,11 @@ from __future__ import annotations
 
 from tegrad.ir.expr import Binary, Const, Var
 
-from tegrad.codegen.loops.mapper import (StmtMapper, loads, stmt_exprs, substitute_stmt,
-                                         to_affine, walk_stmts)
+from tegrad.codegen.loops.mapper import loads, stmt_exprs, substitute_stmt, to_affine, walk_stmts
 from tegrad.codegen.loops.nodes import Block, For, Let, Store
-from tegrad.codegen.schedule.common import (constant_trip_count, fresh, independence_problem,
-                                            loop_value, uses_var)
+from tegrad.codegen.schedule.common import (NotingMapper, constant_trip_count, fresh,
+                                            independence_problem, loop_value, run_noting,
+                                            uses_var)
 from tegrad.codegen.schedule.loop_order import stride_one
 
 INDEX = "int64"
@@ -89,15 +89,15 @@ def _tile(outer, inner, lanes):
     return None
 
 
-class _TileTransposed(StmtMapper):
+class _TileTransposed(NotingMapper):
     def __init__(self, lanes_of, taken, only):
-        super().__init__()
-        self.lanes_of, self.taken, self.tiled, self.only = lanes_of, taken, [], only
+        super().__init__(only)
+        self.lanes_of, self.taken = lanes_of, taken
 
     def map_for(self, s):
         s = super().map_for(s)
         inner = s.body
-        if self.only is not None and s.var.name not in self.only:
+        if not self.allowed(s.var.name):
             return s
         if (type(inner) is not For or s.kind != "serial" or inner.kind != "serial"
                 or s.step != 1 or inner.step != 1 or uses_var(inner.begin, s.var.name)
@@ -131,7 +131,7 @@ class _TileTransposed(StmtMapper):
         for loop, part in ((inner, "i"), (outer, "i"), (inner, "o"), (outer, "o")):
             trip = t if part == "i" else constant_trip_count(loop) // t
             body = For(names[loop.var.name, part], _c(0), _c(trip), body)
-        self.tiled.append(outer.var.name)
+        self.changed.append(outer.var.name)
         return body
 
 
@@ -140,11 +140,7 @@ def tile_transposed_reads(s, *, lanes_of, taken, tiled=None, only=None):
     outer one (whose outer loop is named in ``only`` when given) run in square tiles of
     ``lanes_of(dtype)`` (the written dtype's vector lanes) or fewer (module doc); the
     outer loops' names tiled are appended to ``tiled``."""
-    mapper = _TileTransposed(lanes_of, taken, only)
-    out = mapper(s)
-    if tiled is not None:
-        tiled.extend(mapper.tiled)
-    return out
+    return run_noting(_TileTransposed(lanes_of, taken, only), s, tiled)
 
 
 __all__ = ["tile_transposed_reads"]

@@ -22,20 +22,16 @@ for (i = 0; i < 4; i++) {
 """
 from __future__ import annotations
 
-from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
+from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import For
-from tegrad.codegen.schedule.common import constant_trip_count, run_noting, writes
+from tegrad.codegen.schedule.common import NotingMapper, constant_trip_count, run_noting, writes
 from tegrad.codegen.schedule.loop_order import is_reduction_loop, stride_one
 
 
-class _MarkVector(StmtMapper):
-    def __init__(self, only=None):
-        super().__init__()
-        self.changed, self.only = [], only
-
+class _MarkVector(NotingMapper):
     def map_for(self, s):
         s = super().map_for(s)
-        if self.only is not None and s.var.name not in self.only:
+        if not self.allowed(s.var.name):
             return s
         n = constant_trip_count(s)
         if (s.kind != "serial" or n is None or n < 2

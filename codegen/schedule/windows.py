@@ -256,12 +256,11 @@ def _hoist(loop, ranges, taken):
 
 class _HoistWindows(RangedStmtMapper):
     def __init__(self, taken, only):
-        super().__init__()
-        self.changed, self.taken, self.only = [], taken, only
+        super().__init__(only)
+        self.taken = taken
 
     def map_for(self, s):
-        out = _hoist(s, self.ranges, self.taken) \
-            if self.only is None or s.var.name in self.only else None
+        out = _hoist(s, self.ranges, self.taken) if self.allowed(s.var.name) else None
         if out is not None:
             self.changed.append(s.var.name)
             return out

@@ -33,9 +33,9 @@ def check(f, A, outputs):
 
 def test_split_order_unroll_vectorize_parallel_as_asked():
     A, S, B = program()
-    f = tg.build([A], [B], schedule={"B": {"split": {"j": 8}, "vectorize": "j_i",
-                                          "parallel": "i_1"},
-                                    "S": {"unroll": []}})
+    f = tg.build([A], [B], threads=2, schedule={"B": {"split": {"j": 8}, "vectorize": "j_i",
+                                                     "parallel": "i_1"},
+                                               "S": {"unroll": []}})
     check(f, A, [B])
     loops = kinds(f)
     assert loops["j_i"] == "vectorized" and loops["i_1"] == "parallel" and "j_o" in loops
