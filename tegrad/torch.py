@@ -147,7 +147,8 @@ def _in_place_reader(kinds, templates, run):
     pointers += [f"o{j}.data_ptr()" for j in range(len(templates))]
     lines += [f"    run([{', '.join(pointers)}])",
               f"    return ({''.join(f'o{j}, ' for j in range(len(templates)))})"]
-    exec("\n".join(lines), env)  # noqa: S102 (the source is built above from counts)
+    # (the source is built above from counts and names of its own)
+    exec(compile("\n".join(lines), "<tegrad.torch pointer path>", "exec"), env)  # noqa: S102
     return env["read"]
 
 
