@@ -156,4 +156,5 @@ EXPR_LOWERINGS = {
     _ex.Call: _call,
     _ex.Read: _unlowered,
     _ex.Reduce: _unlowered,
+    _ex.TupleReduce: _unlowered,
 }
