@@ -86,12 +86,12 @@ def describe_schedule(kernel, record=None, steps=None):
     if steps is None:
         steps = record.steps if record else ()
     stmts = statements(kernel.body)
-    names = [() if _unknown(s) else stage_names(s) for s in stmts]
+    names = [stage_names(s) if not _unknown(s) or type(s) is MatrixProduct else ()
+             for s in stmts]
     at, program, others = _placed(steps, names)
     lines = []
     for k, s in enumerate(stmts):
-        label = ", ".join(names[k]) or (s.c.name if type(s) is MatrixProduct else
-                                        f"statement {k}")
+        label = ", ".join(names[k]) or f"statement {k}"
         tags = []
         if len(names[k]) > 1 and names[k][0] in fused:
             tags.append("fused")
@@ -105,7 +105,9 @@ def describe_schedule(kernel, record=None, steps=None):
             lines.append(f"  {type(s).__name__} (not a loop nest)")
         else:
             lines.append(f"  loops: {nest_text(s) or 'none'}")
-        lines.extend(f"  {line}" for step in at.get(k, ()) for line in step_lines(step))
+        # (a statement that is one product shows its kernel above: not again)
+        lines.extend(f"  {line}" for step in at.get(k, ()) for line in step_lines(step)
+                     if not (type(s) is MatrixProduct and step.primitive == "product"))
     for stage, held in others.items():
         lines.append(f"stage {stage} (not a statement of the final loops)")
         lines.extend(f"  {line}" for step in held for line in step_lines(step))
