@@ -12,7 +12,7 @@ mean and how each is applied are :data:`~.primitives.PRIMITIVES`.
 program): the first tensor the statement computes, as ``f.loops`` and ``f.schedule``
 show it (``name#2`` for the second statement computing ``name``, such as the loop of a
 reduction after its initial store). A step that names a loop checks that the loop is
-in that stage; a product step names the tensor itself.
+in that stage; a ``plain`` step names the tensor itself (as lowering knows it).
 
 >>> s = Schedule([Step("unroll", "y", ("i",)), Step("vectorize", "y", ("j",))])
 >>> len(s), s[0].primitive, s == Schedule(list(s)), Step("unroll", "y", ("i",)) in s

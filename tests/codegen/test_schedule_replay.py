@@ -265,6 +265,16 @@ def test_one_thread_leaves_the_parallel_steps_out_and_exports_replay():
     assert tg.build(inputs, outputs, threads=1).loops == one.loops
 
 
+@pytest.mark.parametrize("make", [_large, _embedding_gradient,
+                                  lambda: program("softmax_cross_entropy", "float64", 2)[:2]])
+def test_plain_schedules_replay_their_parallel_steps(make):
+    inputs, outputs = make()
+    f = tg.build(inputs, outputs, threads=2, schedule="none")
+    g = tg.build(inputs, outputs, threads=2, schedule=f.schedule)
+    assert g.loops == f.loops
+    assert all(s.primitive in ("parallel", "partition") for s in f.schedule)
+
+
 def test_a_dict_schedule_is_recorded_as_its_steps():
     inputs, outputs = _rows()
     f = tg.build(inputs, outputs, threads=1, schedule={"B": {"split": {"j": 8}}})
