@@ -83,7 +83,7 @@ DENSE_TEMPLATE_BYTES = 16 * 1024
 def _output_templates(outputs, dtypes):
     """One tensor per output whose ``torch.empty_like`` is a new C-contiguous CPU tensor of
     the output's shape and dtype (the cheapest allocation from Python: 2.8 us a call on a
-    2-core Zen 3, torch.empty(shape, dtype=...) 5 us): small outputs' are such a tensor,
+    2-core AMD EPYC, torch.empty(shape, dtype=...) 5 us): small outputs' are such a tensor,
     larger ones' one element expanded, which holds no memory. None if this PyTorch lays
     an expanded one's out otherwise (checked on the meta device, which allocates
     nothing)."""
