@@ -139,3 +139,20 @@ def test_a_malformed_declared_derivative_is_named():
     with pytest.raises(tg.DifferentiationError, match="'rows': derivative.* must return 2 "
                                                       "rows of 2 partial derivatives"):
         tg.differentiate(s, [x])
+
+
+def test_a_schedule_of_one_component_schedules_the_shared_nest():
+    x = tg.placeholder((5, 37), name="x")
+    k = tg.reduce_axis((0, 37), name="k")
+    total, top = tg.compute((5,), lambda i: SUM_MAX((x[i, k], x[i, k]), axis=k),
+                            name=("total", "top"))
+    f = tg.build([x], [total, top], schedule={"top": {"split": {"i": 2}}})
+    text = f.loops
+    # split, with a remainder loop: each nest over k computes both components
+    assert "i_o" in text and text.count("total[") == text.count("top[") == text.count(
+        "for (k "), text
+    again = tg.build([x], [total, top], schedule=f.schedule)
+    assert again.loops == f.loops
+    a = np.random.default_rng(2).normal(size=(5, 37)).astype("float32")
+    for got, want in zip(f(a), tg.evaluate([total, top], {x: a})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
