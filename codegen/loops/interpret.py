@@ -61,14 +61,17 @@ class _LoadEvaluator(ExprEvaluator):
 
 
 def _is_point(body):
-    """The body stores to a non-local buffer or accumulates (into any buffer, or, as a
-    reduction of a tuple does, by storing its local accumulators' new values only),
-    outside any inner loop."""
-    stack = [body]
+    """The body stores to a non-local buffer or accumulates, outside any inner loop (a
+    reduction of a tuple accumulates by storing new values of locals allocated around
+    the body; a store to a local allocated in it is not an accumulation)."""
+    stack, own = [body], set()
     while stack:
         s = stack.pop()
         t = type(s)
-        if t is Accumulate or t is Store:
+        if t is Allocate:
+            own.add(s.buffer)
+        if t is Accumulate or (t is Store and (s.buffer.scope != "local"
+                                               or s.buffer not in own)):
             return True
         if t not in (For, Let):
             stack.extend(stmt_children(s))
