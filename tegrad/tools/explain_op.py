@@ -80,6 +80,8 @@ SAMPLES = {
     "layout_transform": _sample({"x": (1, 4, 2, 3)}, src_layout="NCHW", dst_layout="NCHW2c"),
     "take": _sample({"x": (3, 4), "indices": Int((5,))}),
     **{name: _sample(_REDUCE) for name in ("sum", "max", "min", "prod", "mean", "variance")},
+    **{name: _sample(_REDUCE, axis=1) for name in ("argmax_with_value", "argmin_with_value",
+                                                   "mean_var")},
     "matmul": _sample({"a": (2, 3), "b": (3, 4)}),
     # tegrad.nn
     **{name: _sample({"x": (2, 5)}) for name in ("relu", "leaky_relu", "softmax",
@@ -205,7 +207,8 @@ def usage(name):
 def build_operator(name, overrides=None):
     """Operator ``name`` applied to placeholders of its sample shapes with its sample
     attributes updated by ``overrides``; returns (output, tensor arguments, attributes).
-    An operator with several outputs gives its first."""
+    An operator with several outputs gives its first of a float dtype (the values of
+    ``argmax_with_value``, whose indices have no derivative)."""
     tensors, attrs = _sample_of(name)
     allowed = attributes(name)
     overrides = dict(overrides or {})
@@ -225,7 +228,7 @@ def build_operator(name, overrides=None):
     except (TypeError, ValueError) as err:  # an attribute value of the wrong kind
         raise ExplainError(f"{name}: {err}") from None
     if isinstance(out, (tuple, list)):
-        out = out[0]
+        out = next((o for o in out if tg.dtypes.is_float(o.dtype)), out[0])
     return out, args, attrs
 
 
