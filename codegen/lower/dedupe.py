@@ -87,9 +87,8 @@ class _Seen:
 
     def find(self, t):
         key = _key(t)
-        return None if key is None else self.find_key(key)
-
-    def find_key(self, key):
+        if key is None:
+            return None
         return next((s for k, s in self.by_hash.get(hash(key), ()) if _equal(k, key)), None)
 
     def add(self, t):
@@ -124,12 +123,11 @@ def _reads_outside_reductions(body):
 
 
 def _splittable(t):
-    """The positions of ``t``'s top reductions step 3 computes apart: all of them, in a
-    body that reads something besides them (a body of reductions alone is step 1's)."""
+    """Whether step 3 computes apart ``t``'s top reductions: a body that reads something
+    besides them (a body of reductions alone is step 1's)."""
     body = compute_body(t)
-    if body is None or type(body) is Reduce or not _reads_outside_reductions(body):
-        return []
-    return list(range(len(_top_reductions(body))))
+    return (body is not None and type(body) is not Reduce
+            and _reads_outside_reductions(body) and bool(_top_reductions(body)))
 
 
 class _ReplaceNodes(IdentityMapper):
@@ -155,15 +153,14 @@ class _InlineParts(IdentityMapper):
         return out
 
 
-def _split(t, ks, seen, parts):
-    """``t`` reading, for its top reductions ``ks``, stages that compute them over its
+def _split(t, seen, parts):
+    """``t`` reading, for its top reductions, stages that compute them over its
     axes (found among ``seen`` or new, added to it and to ``parts``)."""
     body = compute_body(t)
     tops = _top_reductions(body)
     names = [ax.var.name for ax in t.op.axes]
     table = {}
-    for k in ks:
-        r = tops[k]
+    for r in tops:
         part = compute(t.shape, lambda *axes, r=r: r, name=f"{t.name}_red",
                        axis_names=names)
         same = seen.find(part)
@@ -226,9 +223,8 @@ def computed_once(outputs):
             mapping[id(t)] = t
             continue
         new = retarget_ids(t, mapping)
-        ks = _splittable(new)
-        if ks:
-            new = _split(new, ks, seen, parts)
+        if _splittable(new):
+            new = _split(new, seen, parts)
         if id(t) not in wanted:
             same = seen.find(new)
             inner = _wrapped_reduction(new) if same is None else None
