@@ -193,13 +193,17 @@ class EntryPoint:
         return max(self.alignment, C_TYPES[param.dtype][1])
 
 
-def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=(), threads=1):
+def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=(), threads=1,
+                workspace=None):
     """The :class:`EntryPoint` exporting ``kernel`` as ``name``; ``checks`` maps each
     positive status code of the kernel function to ``(error kind, tensor name)`` or
     ``(error kind, tensor name, message)`` (what the error string says, when not None);
     ``alignment`` is what the kernel function assumes of each buffer pointer; ``extra``
     are buffers the kernel function takes after its temporaries (carved from the
-    workspace like them); ``threads``: the threads its parallel loops run on."""
+    workspace like them); ``threads``: the threads its parallel loops run on;
+    ``workspace``: ``(offsets, nbytes)``, the backend's layout of the temporaries and
+    ``extra`` in the workspace (see :class:`~.interface.KernelModule`), else one after
+    another."""
     check_entry_name(name)
     params, seen = [], {"workspace"}
     for buf in kernel.args:
@@ -216,12 +220,15 @@ def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=()
         params.append(Param(buf.name, ident, buf.dtype, tuple(buf.shape), buf.scope))
     params.append(Param("workspace", "workspace", "uint8", (), "workspace"))
     offsets, end = [], 0
-    for buf in tuple(kernel.temps) + tuple(extra):
+    owned = tuple(kernel.temps) + tuple(extra)
+    for buf in owned:
         if buf.dtype not in C_TYPES:
             raise ExportError(f"kernel {kernel.name!r}: temporary {buf.name!r} has dtype "
                               f"{buf.dtype!r}, which has no C type")
         offsets.append(end)
         end = _round_up(end + buf.size * C_TYPES[buf.dtype][1], WORKSPACE_ALIGNMENT)
+    if workspace is not None:
+        offsets, end = _checked_layout(kernel, owned, *workspace)
     rows = []
     messages = []
     for code, (kind, tensor, *message) in sorted(dict(checks).items()):
@@ -235,6 +242,23 @@ def entry_point(name, kernel, checks, *, alignment=WORKSPACE_ALIGNMENT, extra=()
         raise ExportError(f"kernel {kernel.name!r}: alignment {alignment!r} is not a power of 2")
     return EntryPoint(name, kernel.name, tuple(params), tuple(offsets), end, alignment,
                       tuple(rows), tuple(messages), int(threads))
+
+
+def _checked_layout(kernel, owned, offsets, nbytes):
+    """``(offsets, nbytes)`` of a backend's workspace layout of the buffers ``owned``,
+    checked: one aligned offset per buffer, each buffer inside the workspace."""
+    offsets = list(offsets)
+    if len(offsets) != len(owned):
+        raise ExportError(f"kernel {kernel.name!r}: the workspace layout gives "
+                          f"{len(offsets)} offsets for {len(owned)} buffers")
+    for buf, at in zip(owned, offsets):
+        size = buf.size * C_TYPES[buf.dtype][1]
+        if not (isinstance(at, int) and at >= 0 and at % WORKSPACE_ALIGNMENT == 0
+                and at + size <= nbytes):
+            raise ExportError(f"kernel {kernel.name!r}: buffer {buf.name!r} at workspace "
+                              f"offset {at!r} is not aligned to {WORKSPACE_ALIGNMENT} bytes "
+                              f"or not inside its {nbytes} bytes")
+    return offsets, _round_up(nbytes, WORKSPACE_ALIGNMENT)
 
 
 def _round_up(n, multiple):

@@ -55,7 +55,11 @@ class KernelModule:
     after ``kernel.temps`` in its pointer array, such as local buffers too large for the
     stack; the workspace holds them after the temporaries; ``threads``: the number of
     threads the kernel's parallel loops run on (above 1, the module calls
-    ``tegrad_parallel_for``, declared only: export defines the pool once per library).
+    ``tegrad_parallel_for``, declared only: export defines the pool once per library);
+    ``workspace``: ``(offsets, nbytes)``, the byte offset in the workspace of each buffer
+    after the arguments (``kernel.temps`` then ``extra``; buffers whose lifetimes are
+    disjoint may share memory) and the workspace's size, or None: each buffer in a place
+    of its own, one after another.
     """
 
     module: Union[object, str]
@@ -64,6 +68,7 @@ class KernelModule:
     alignment: int = WORKSPACE_ALIGNMENT
     extra: tuple = ()
     threads: int = 1
+    workspace: tuple = None
 
 
 #: ``make_module(kernel, target) -> KernelModule``

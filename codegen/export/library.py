@@ -93,7 +93,8 @@ def export_kernels(kernels, path, *, make_module, target=None, cpu=None, feature
             raise ExportError(f"the module factory returned {type(built).__name__} for "
                               f"kernel {kernel.name!r}; a KernelModule is needed")
         entry = entry_point(name, kernel, built.checks, alignment=built.alignment,
-                            extra=built.extra, threads=built.threads)
+                            extra=built.extra, threads=built.threads,
+                            workspace=built.workspace)
         module = _entry_module(entry, built, spec.triple, data_layout, exported)
         if combined is None:
             combined = module

@@ -35,8 +35,11 @@ def default_module_factory(*, threads=1, check_bounds=False):
                               threads=threads, check_bounds=bool(check_bounds),
                               target=target.target)
         checks = {n + 1: tuple(error) for n, error in enumerate(emitted.errors)}
+        plan = emitted.storage
+        owned = emitted.buffers[len(kernel.args):]
         return KernelModule(emitted.module, emitted.name, checks, alignment=1,
-                            extra=tuple(emitted.extra), threads=threads)
+                            extra=tuple(emitted.extra), threads=threads,
+                            workspace=(tuple(plan.offsets[b] for b in owned), plan.nbytes))
 
     return make_module
 

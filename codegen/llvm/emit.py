@@ -46,8 +46,8 @@ from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_stmts
 from tegrad.codegen.llvm.emitter import KernelEmitter, ValueMemo
 from tegrad.codegen.llvm.expressions import EXPR_LOWERINGS
 from tegrad.codegen.llvm.kernel_buffers import (PACKING_SPACE, STACK_LIMIT_BYTES,
-                                                STORAGE_ALIGNMENT, has_product,
-                                                packing_space)
+                                                STORAGE_ALIGNMENT, StoragePlan,
+                                                has_product, packing_space)
 from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.parallel import resolve_threads
 from tegrad.codegen.llvm.python_entry import emit_python_entry, overlap_pairs
@@ -64,7 +64,10 @@ class KernelModule:
     for the stack, then the products' packing space when they need one, see
     :func:`packing_space`);
     ``errors``: ``(kind, tensor, message)`` per non-zero status code (code ``n`` is
-    ``errors[n - 1]``; ``message`` is a ``Check`` node's, or None).
+    ``errors[n - 1]``; ``message`` is a ``Check`` node's, or None); ``storage``: the
+    :class:`~.kernel_buffers.StoragePlan` of the buffers after the arguments (their
+    offsets in one block of memory; the caller's storage must follow it, as buffers of
+    disjoint lifetimes share memory and the code assumes no other overlap).
     """
 
     module: ir.Module
@@ -72,6 +75,7 @@ class KernelModule:
     buffers: tuple
     extra: tuple
     errors: tuple
+    storage: StoragePlan
 
 
 def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None,
@@ -130,18 +134,28 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
 PART_SIZE = 2000
 
 
-def kernel_parts(body):
+def kernel_parts(body, storage=None, packing=None):
     """The top-level statements of the kernel body ``body`` in consecutive groups of
-    about :data:`PART_SIZE` nodes (one group when the whole is smaller)."""
+    about :data:`PART_SIZE` nodes (one group when the whole is smaller), and, given the
+    kernel's ``storage`` plan, no group using two buffers that share memory (``packing``:
+    the packing space, used by the statements holding products): each group becomes a
+    function whose buffer pointers are all ``noalias``, which holds only where none of
+    them overlap."""
     stmts = list(body.stmts) if type(body) is _n.Block else [body]
-    parts, size = [[]], 0
+    shares = storage.shares if storage is not None else {}
+    parts, size, used = [[]], 0, set()
     for s in stmts:
         n = _stmt_size(s)
-        if parts[-1] and size + n > PART_SIZE:
+        touched = _buffers_used(s) if shares else set()
+        if packing is not None and shares and has_product(s):
+            touched.add(packing)
+        clash = any(shares.get(b, frozenset()) & used for b in touched)
+        if parts[-1] and (size + n > PART_SIZE or clash):
             parts.append([])
-            size = 0
+            size, used = 0, set()
         parts[-1].append(s)
         size += n
+        used |= touched
     return parts
 
 
@@ -161,9 +175,11 @@ class _ModuleEmitter(KernelEmitter):
     body (or its parts, each a function of its own) emitted by :class:`KernelEmitter`."""
 
     def run(self):
-        body = self._buffer_function(f"{self.symbol}.body")
+        parts = kernel_parts(self.kernel.body, self.storage, self.packing)
+        # the parts' caller touches no memory itself: its pointers need no no-alias facts
+        # (and may not claim them where buffers share memory)
+        body = self._buffer_function(f"{self.symbol}.body", noalias=len(parts) == 1)
         body.attributes.add("alwaysinline")
-        parts = kernel_parts(self.kernel.body)
         if len(parts) == 1:
             self._emit_into(body, self.kernel.body)
         else:
@@ -201,11 +217,11 @@ class _ModuleEmitter(KernelEmitter):
                     for k in range(len(self.buffers))]
         b.ret(b.call(body, pointers))
         return KernelModule(self.module, self.symbol, self.buffers, self.extra,
-                            tuple(self.errors))
+                            tuple(self.errors), self.storage)
 
-    def _buffer_function(self, name, buffers=None):
-        """An internal ``i32 name(ptr ...)`` taking one ``noalias`` pointer per buffer (of
-        ``buffers``, by default all the kernel's)."""
+    def _buffer_function(self, name, buffers=None, noalias=True):
+        """An internal ``i32 name(ptr ...)`` taking one pointer per buffer (of ``buffers``,
+        by default all the kernel's), each ``noalias`` unless ``noalias`` is false."""
         buffers = self.buffers if buffers is None else buffers
         fn = ir.Function(self.module, ir.FunctionType(I32, [PTR] * len(buffers)), name=name)
         fn.linkage = "internal"
@@ -213,7 +229,8 @@ class _ModuleEmitter(KernelEmitter):
         args = set(self.kernel.args)
         for arg, buf in zip(fn.args, buffers):
             arg.name = llvm_name(buf.name)
-            arg.add_attribute("noalias")
+            if noalias:
+                arg.add_attribute("noalias")
             if buf not in args:
                 # storage the runtime allocates; arguments are numpy arrays, whose data
                 # is only guaranteed element-aligned (a view may start anywhere)

@@ -25,7 +25,7 @@ from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import walk_expr
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.expressions import DTYPE_OPERANDS, DTYPE_RULES, EXPR_LOWERINGS
-from tegrad.codegen.llvm.kernel_buffers import large_locals, packing_space
+from tegrad.codegen.llvm.kernel_buffers import large_locals, packing_space, plan_storage
 from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.parallel import emit_parallel_loop
 from tegrad.codegen.llvm.statements import STMT_LOWERINGS
@@ -99,6 +99,10 @@ class KernelEmitter:
         self.extra = tuple(large_locals(kernel.body)) + (
             (self.packing,) if self.packing is not None else ())
         self.buffers = tuple(kernel.args) + tuple(kernel.temps) + self.extra
+        #: where the runtime's storage (or an export's workspace) holds the buffers after
+        #: the arguments: those of disjoint lifetimes share memory
+        self.storage = plan_storage(kernel.body, self.buffers[len(kernel.args):],
+                                    self.packing)
         self.errors = []
         self.env = {}
         self.pointers = {}

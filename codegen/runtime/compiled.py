@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from sys import getrefcount
 
 import numpy as np
@@ -27,6 +28,38 @@ _UNREFERENCED = _reference_counts((np.empty(0),))[0]
 #: functions and so sits above this module, installs ``"reduce"`` (function -> its
 #: ``__reduce__`` value) when the package loads
 PICKLING = {}
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """The bytes one call of a compiled function holds: its ``inputs`` and ``outputs``
+    (the arrays it is given and returns), ``state`` (arrays a training step updates in
+    place: its parameters and optimizer state; 0 for a plain function), its
+    ``workspace`` (the storage it owns: temporaries, large local buffers and packing
+    space, where buffers whose lifetimes are disjoint share memory), what that workspace
+    would take with a place of its own for every buffer (``workspace_unshared``), and
+    ``peak``: all of them at once."""
+
+    inputs: int
+    outputs: int
+    state: int
+    workspace: int
+    workspace_unshared: int
+
+    @property
+    def peak(self):
+        return self.inputs + self.outputs + self.state + self.workspace
+
+    def __str__(self):
+        mb = lambda n: f"{n / 2**20:.2f} MB"  # noqa: E731
+        return (f"inputs {mb(self.inputs)}, outputs {mb(self.outputs)}, state "
+                f"{mb(self.state)}, workspace {mb(self.workspace)} (unshared "
+                f"{mb(self.workspace_unshared)}), peak {mb(self.peak)}")
+
+
+def _nbytes(tensors):
+    return sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+               for t in tensors)
 
 
 class CompiledFunction:
@@ -170,6 +203,21 @@ class CompiledFunction:
         return schedule_value(self._executable.kernel, self._schedule_record)
 
     @property
+    def memory(self):
+        """A :class:`MemoryReport` of one call: the bytes of its inputs, outputs and
+        workspace, and their peak.
+
+        >>> import tegrad as tg
+        >>> x = tg.placeholder((1000,), dtype="float64", name="x")
+        >>> f = tg.build([x], [tg.ops.exp(x) + 1.0])
+        >>> f.memory.inputs, f.memory.outputs, f.memory.peak >= 16000
+        (8000, 8000, True)
+        """
+        plan = self._executable.storage_plan
+        return MemoryReport(_nbytes(self.inputs), _nbytes(self.outputs), 0, plan.nbytes,
+                            plan.separate_bytes)
+
+    @property
     def llvm_ir(self):
         """The optimised LLVM IR."""
         return self._executable.llvm_ir
@@ -218,4 +266,4 @@ class CompiledFunction:
         return f"<CompiledFunction {self._executable.kernel.name}({ins}) -> [{outs}]>"
 
 
-__all__ = ["CompiledFunction"]
+__all__ = ["CompiledFunction", "MemoryReport"]

@@ -75,6 +75,14 @@ def aligned_empty(shape, dtype, alignment=STORAGE_ALIGNMENT):
     return raw[start:start + n * dtype.itemsize].view(dtype)[:int(np.prod(shape))].reshape(shape)
 
 
+def _view(block, offset, buffer):
+    """The array of ``buffer`` (its shape and dtype; bool as uint8) at byte ``offset`` of
+    the uint8 array ``block``."""
+    dtype = np.dtype("uint8" if buffer.dtype == "bool" else buffer.dtype)
+    n = int(np.prod(buffer.shape, dtype=np.int64))
+    return block[offset:offset + n * dtype.itemsize].view(dtype).reshape(buffer.shape)
+
+
 #: the memory one LLVM execution engine holds for a small kernel (its target machine,
 #: module and code; measured with mallinfo2 over 20 engines)
 ENGINE_BYTES = 800 * 1024
@@ -115,9 +123,11 @@ class Executable:
 
     Its parallel loops run on ``threads`` threads of the process's native pool (None:
     every usable core, counted now; 1: no pool at all). With ``check_bounds``, every
-    access to a buffer is checked at run time (see :func:`emit_kernel`)."""
+    access to a buffer is checked at run time (see :func:`emit_kernel`). With
+    ``defer_rare=False`` the rare branches are compiled at once (a kernel that updates
+    its inputs in place cannot run again from the start)."""
 
-    def __init__(self, kernel, *, threads=None, check_bounds=False):
+    def __init__(self, kernel, *, threads=None, check_bounds=False, defer_rare=True):
         # before compiling: a temporary larger than the machine is refused by name, not
         # by numpy's MemoryError once the compile time is spent
         check_buffers_fit([(b.name, b.shape, "uint8" if b.dtype == "bool" else b.dtype)
@@ -126,9 +136,13 @@ class Executable:
         self.threads = resolve_threads(threads)
         self.check_bounds = bool(check_bounds)
         self._overlaps = overlap_pairs(kernel.args)
-        km, text, loaded = self._compile(defer_rare=True)
+        km, text, loaded = self._compile(defer_rare=defer_rare)
         n_args = len(kernel.args)
-        self.storage_arrays = [aligned_empty(b.shape, "uint8" if b.dtype == "bool" else b.dtype)
+        #: the storage: one block laid out by the kernel's plan (buffers of disjoint
+        #: lifetimes share memory), and a view of it per buffer after the arguments
+        self.storage_plan = km.storage
+        self._block = aligned_empty((km.storage.nbytes,), "uint8")
+        self.storage_arrays = [_view(self._block, km.storage.offsets[b], b)
                                for b in km.buffers[n_args:]]
         pointers = [a.ctypes.data for a in self.storage_arrays]
         self._storage = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
@@ -203,7 +217,7 @@ class Executable:
         """An estimate of the memory this executable holds: its storage (temporaries and
         large local buffers) and its compiled code, LLVM's engine included (measured: about
         0.8 MB per engine, plus about 8 bytes per character of emitted IR)."""
-        storage = sum(a.nbytes for a in self.storage_arrays)
+        storage = self._block.nbytes
         return storage + ENGINE_BYTES + IR_BYTES_PER_CHARACTER * len(self._running[3])
 
     @property
