@@ -5,9 +5,11 @@ optimizer of :mod:`tegrad.optim` to the gradients, and compiles the loss, the gr
 and the update as one program (one ``tg.build``: the update fuses with the gradients).
 The :class:`TrainStep` it returns owns the parameters and the optimizer state as numpy
 arrays; each call runs the compiled program on a batch and leaves the next parameters and
-state in those same arrays (the compiled code writes them to buffers of the step's own,
-copied into place after the call), so references to ``step.params[name]`` stay valid
-across steps.
+state in those same arrays, so references to ``step.params[name]`` stay valid across
+steps. The compiled code writes each update in place, into the array of the value it
+replaces, when its last read of the old value comes before the write (see
+:mod:`tegrad.codegen.lower.in_place`; ``step.in_place`` names them); any other update
+goes to a buffer of the step's own, copied into place after the call.
 
 >>> import numpy as np, tegrad as tg
 >>> x = tg.placeholder((4, 2), dtype="float64", name="x")
@@ -26,7 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tegrad.codegen.lower.in_place import rare_branch_after, write_in_place
+from tegrad.codegen.pipeline import compile_kernel
 from tegrad.codegen.runtime.builder import build
+from tegrad.codegen.runtime.compiled import CompiledFunction, MemoryReport
+from tegrad.codegen.runtime.executable import Executable
 from tegrad.ir.errors import FeedError, TegradError
 from tegrad.ir.tensor import Tensor
 from tegrad.optim import Optimizer
@@ -36,13 +42,21 @@ from tegrad.pipeline import differentiate
 class TrainStep:
     """A compiled training step (see :func:`train_step`): ``step(*batch)`` returns the
     loss (a float) and updates ``params`` and ``state`` (name -> array) in place;
-    ``step.function`` is the compiled function, whose inputs are ``[*inputs, *params,
-    *state]`` and outputs ``[loss, *new params, *new state]``; ``step.export(path, ...)``
-    writes it as a C library (see ``CompiledFunction.export``): a C caller passes the
-    next parameters and state back in on the next call."""
+    ``step.in_place`` lists the names the compiled code updates in their own arrays (the
+    others are copied in after the call); ``step.memory`` is the
+    :class:`~tegrad.codegen.runtime.compiled.MemoryReport` of a call (the batch as
+    inputs, the parameters and optimizer state as state). ``step.function`` is the same
+    program as a plain compiled function, whose inputs are ``[*inputs, *params, *state]``
+    and outputs ``[loss, *new params, *new state]`` (built when first used);
+    ``step.export(path, ...)`` writes it as a C library (see
+    ``CompiledFunction.export``): a C caller passes the next parameters and state back in
+    on the next call."""
 
-    def __init__(self, function, loss, inputs, params, state, init):
-        self.function = function
+    def __init__(self, running, updated, loss, inputs, params, state, init, program):
+        self._running = running
+        self._updated = tuple(updated)
+        self._program = program
+        self._function = None
         self.loss = loss
         self.inputs = tuple(inputs)
         self._params = tuple(params)
@@ -60,14 +74,42 @@ class TrainStep:
                                   f"{value.shape}, the parameter {target.shape}")
             np.copyto(target, value, casting="same_kind")
         self._loss_out = np.empty(loss.shape, loss.dtype)
-        # the compiled code writes the next values here; they are copied into place after
-        # the call (an output may not overlap an input)
-        self._next = [np.empty(t.shape, t.dtype) for t in (*params, *state)]
+        # the compiled code writes the next values it cannot write in place here; they are
+        # copied into place after the call
+        self._copied = [k for k, done in enumerate(self._updated) if not done]
+        self._next = [np.empty(t.shape, t.dtype)
+                      for k, t in enumerate((*params, *state)) if not self._updated[k]]
 
     @property
     def _current(self):
         return ([self.params[p.name] for p in self._params]
                 + [self.state[t.name] for t in self._state])
+
+    @property
+    def in_place(self):
+        """The names of the parameters and state the compiled code updates in place."""
+        names = [t.name for t in (*self._params, *self._state)]
+        return [n for n, done in zip(names, self._updated) if done]
+
+    @property
+    def function(self):
+        """The step as a plain :class:`CompiledFunction` (``[loss, *new params, *new
+        state]`` from ``[*inputs, *params, *state]``), built when first used."""
+        if self._function is None:
+            placeholders, outputs, threads, name = self._program
+            self._function = build(placeholders, outputs, threads=threads, name=name)
+        return self._function
+
+    @property
+    def memory(self):
+        """The bytes one call holds (a ``MemoryReport``): the batch as inputs, the
+        parameters and optimizer state as state, the loss and the updates not written in
+        place as outputs."""
+        nbytes = lambda arrays: sum(a.nbytes for a in arrays)  # noqa: E731
+        inner = self._running.memory
+        state = nbytes(self._current)
+        return MemoryReport(inner.inputs - state, nbytes([self._loss_out, *self._next]),
+                            state, inner.workspace, inner.workspace_unshared)
 
     def __call__(self, *batch):
         """Run one step on ``batch`` (one array per input placeholder, in order); return
@@ -76,9 +118,9 @@ class TrainStep:
             raise FeedError(f"train step: expected {len(self.inputs)} batch arrays "
                             f"({', '.join(t.name for t in self.inputs)}), got {len(batch)}")
         current = self._current
-        self.function(*batch, *current, out=[self._loss_out, *self._next])
-        for target, value in zip(current, self._next):
-            np.copyto(target, value)
+        self._running(*batch, *current, out=[self._loss_out, *self._next])
+        for k, value in zip(self._copied, self._next):
+            np.copyto(current[k], value)
         return float(self._loss_out) if self._loss_out.shape == () else self._loss_out.copy()
 
     def export(self, path, **options):
@@ -113,9 +155,30 @@ def train_step(loss, params, *, optimizer, inputs, threads=None, init=None):
         raise TegradError(f"train_step: {names} listed both as parameters and as inputs")
     state = optimizer.state_placeholders(params)
     update = optimizer.update(params, differentiate(loss, params), state)
-    function = build([*inputs, *params, *state], [loss, *update], threads=threads,
-                     name=f"{loss.name}_step")
-    return TrainStep(function, loss, inputs, params, state, init)
+    placeholders, outputs = [*inputs, *params, *state], [loss, *update]
+    name = f"{loss.name}_step"
+    running, updated = _in_place_function(placeholders, outputs, len(inputs), threads, name)
+    return TrainStep(running, updated, loss, inputs, params, state, init,
+                     (placeholders, outputs, threads, name))
+
+
+def _in_place_function(placeholders, outputs, n_batch, threads, name):
+    """``(function, updated)``: the step compiled with each update (``outputs[1:]``, the
+    next values of ``placeholders[n_batch:]``) written into its old value's array where
+    the kernel allows it (``updated[k]``); the function's outputs are the loss and the
+    other updates."""
+    compiled = compile_kernel(placeholders, outputs, threads=threads, name=name)
+    kernel = compiled.kernel
+    n_in = len(placeholders)
+    pairs = list(zip(kernel.args[n_in + 1:], kernel.args[n_batch:n_in]))
+    kernel, updated = write_in_place(kernel, pairs)
+    written = [old for (_, old), done in zip(pairs, updated) if done]
+    executable = Executable(kernel, threads=threads,
+                            defer_rare=not rare_branch_after(kernel, written))
+    kept = [outputs[0]] + [t for t, done in zip(outputs[1:], updated) if not done]
+    function = CompiledFunction(placeholders, kept, executable,
+                                schedule_record=compiled.record, chosen=compiled.schedule)
+    return function, updated
 
 
 __all__ = ["TrainStep", "train_step"]

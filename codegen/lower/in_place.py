@@ -1,0 +1,249 @@
+"""Updates written in place: an output that is the next value of an input (a training
+step's parameter or optimizer state) written into that input's memory.
+
+:func:`write_in_place` replaces the output buffer ``new`` by the input buffer ``old``
+everywhere in a kernel and drops ``new`` from its arguments, where that keeps the
+kernel's results. The identity it preserves: every element of ``old`` is read, for its
+old value, only before the one store that writes its new value. It holds when
+
+- one top-level statement ``T`` writes ``new``, with a single ``Store`` (no
+  accumulation) whose indices are the variables of the loops around it, each once (so
+  each element is written once, by one iteration);
+- the statements before ``T`` may read ``old`` anywhere; no statement after ``T`` reads
+  it;
+- inside ``T``, ``old`` is read only in the loop body holding the store, before it, at
+  the store's very indices (the iteration that writes an element reads only that
+  element of ``old``, before writing it; no other iteration reads it).
+
+Reads of ``new`` itself (a later stage reading the updated value) stay what they were:
+they read the same memory. An update that does not meet these conditions stays an
+output of its own.
+
+>>> from tegrad.ir.expr import Var, Const
+>>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
+>>> w = Buffer("w", (4,), "float64", "input")
+>>> g = Buffer("g", (4,), "float64", "input")
+>>> nw = Buffer("new_w", (4,), "float64", "output")
+>>> i = Var("i", "int64")
+>>> k = Kernel("sgd", (w, g, nw), (), For(i, Const(0, "int64"), Const(4, "int64"),
+...            Store(nw, (i,), Load(w, (i,)) - Load(g, (i,)) * 0.1)))
+>>> k2, done = write_in_place(k, [(nw, w)])
+>>> [b.name for b in k2.args], done
+(['w', 'g'], [True])
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tegrad.codegen.loops import nodes as _n
+from tegrad.solver import Affine
+from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, buffers_of, loads,
+                                         stmt_exprs, to_affine, walk_stmts)
+
+
+def _top_level(body):
+    return list(body.stmts) if type(body) is _n.Block else [body]
+
+
+def _reads(stmt, buffer):
+    """Whether ``stmt`` reads ``buffer`` (a load, or a matrix product's operand)."""
+    used, _ = buffers_of(stmt)
+    if buffer not in used:
+        return False
+    for node in walk_stmts(stmt):
+        if type(node) is _n.MatrixProduct and buffer in node.reads:
+            return True
+        if any(ld.buffer == buffer for e in stmt_exprs(node) for ld in loads(e)):
+            return True
+    return False
+
+
+def _store_path(stmt, new):
+    """``(path, store)``: the statements from ``stmt`` down to its only write of ``new``
+    (a ``Store``), or None when ``new`` is written otherwise or more than once."""
+    found = []
+
+    def visit(s, path):
+        t = type(s)
+        if t in (_n.Store, _n.Accumulate) and s.buffer == new:
+            found.append((path + [s], s))
+        elif t is _n.MatrixProduct and s.c == new:
+            found.append(None)
+        elif t is _n.Block:
+            for c in s.stmts:
+                visit(c, path + [s])
+        elif t in (_n.For, _n.Let, _n.Allocate):
+            visit(s.body, path + [s])
+        elif t is _n.If:
+            visit(s.then, path + [s])
+            if s.otherwise is not None:
+                visit(s.otherwise, path + [s])
+
+    visit(stmt, [])
+    if len(found) != 1 or found[0] is None or type(found[0][1]) is not _n.Store:
+        return None
+    return found[0]
+
+
+def _safe_in(stmt, new, old):
+    """Whether, inside the top-level statement ``stmt`` that writes ``new``, every read
+    of ``old`` comes before the store, in its loop body, at its indices."""
+    found = _store_path(stmt, new)
+    if found is None:
+        return False
+    path, store = found
+    if not _each_element_once(store, [s for s in path if type(s) is _n.For]):
+        return False
+    # the innermost block holding the store (or the store alone)
+    inner = len(path) - 1
+    while inner > 0 and type(path[inner - 1]) not in (_n.For,):
+        inner -= 1
+    body = path[inner] if inner < len(path) else store
+    # reads of old outside that body, anywhere in stmt, are not allowed
+    outside = sum(1 for node in walk_stmts(stmt) for e in stmt_exprs(node)
+                  for ld in loads(e) if ld.buffer == old)
+    seen_store, inside = False, 0
+    for node in walk_stmts(body):
+        if node is store:
+            seen_store = True
+        for e in stmt_exprs(node):
+            for ld in loads(e):
+                if ld.buffer != old:
+                    continue
+                inside += 1
+                if ld.indices != store.indices:
+                    return False
+                if seen_store and node is not store:
+                    return False
+    if any(type(n) is _n.MatrixProduct and old in n.reads for n in walk_stmts(stmt)):
+        return False
+    return inside == outside
+
+
+def _each_element_once(store, loops):
+    """Whether the ``loops`` around ``store`` (outermost first) run it at most once per
+    element: its flat offset is an affine form of their variables in which, taken by
+    increasing coefficient (per trip of each loop), every coefficient exceeds the most
+    the smaller terms can add up to (a mixed radix, as a split loop's ``o * 16 + l``),
+    so distinct iterations reach distinct offsets."""
+    flat, stride = Affine.const(0), 1
+    for index, extent in zip(reversed(store.indices), reversed(store.buffer.shape)):
+        form = to_affine(index)
+        if form is None:
+            return False
+        flat, stride = flat + form * stride, stride * int(extent)
+    names = {loop.var.name for loop in loops}
+    if not set(flat.variables()) <= names:
+        return False
+    terms = []
+    for loop in loops:
+        begin, end = to_affine(loop.begin), to_affine(loop.end)
+        if begin is None or end is None or not begin.is_constant or not end.is_constant:
+            return False
+        trips = -(-(end.constant - begin.constant) // loop.step)
+        if trips > 1:
+            terms.append((abs(flat.coeff(loop.var.name)) * loop.step, trips))
+    reach = 0
+    for coefficient, trips in sorted(terms):
+        if coefficient <= reach:
+            return False
+        reach += coefficient * (trips - 1)
+    return True
+
+
+def in_place_safe(kernel, new, old):
+    """Whether the output ``new`` of ``kernel`` can be written into the input ``old`` (see
+    the module docstring)."""
+    if new not in kernel.args or old not in kernel.args or new.scope != "output" \
+            or old.scope != "input" or new.shape != old.shape or new.dtype != old.dtype:
+        return False
+    stmts = _top_level(kernel.body)
+    writers = [k for k, s in enumerate(stmts) if new in buffers_of(s)[0]
+               and _store_path(s, new) is not None]
+    touching = [k for k, s in enumerate(stmts) if _writes(s, new)]
+    if len(writers) != 1 or touching != writers:
+        return False
+    t = writers[0]
+    if any(_reads(s, old) for s in stmts[t + 1:]):
+        return False
+    return _safe_in(stmts[t], new, old)
+
+
+def _writes(stmt, buffer):
+    for node in walk_stmts(stmt):
+        t = type(node)
+        if t in (_n.Store, _n.Accumulate) and node.buffer == buffer:
+            return True
+        if t is _n.MatrixProduct and node.c == buffer:
+            return True
+    return False
+
+
+class _RenameLoads(ExprMapper):
+    """Loads of one buffer become loads of another."""
+
+    def __init__(self, new, old):
+        super().__init__()
+        self.new, self.old = new, old
+
+    def map_load(self, e, *args):
+        e = super().map_load(e, *args)
+        return _n.Load(self.old, e.indices, e.dtype) if e.buffer == self.new else e
+
+
+class _Rename(StmtMapper):
+    """Every load and store of one buffer becomes one of another."""
+
+    def __init__(self, new, old):
+        super().__init__(_RenameLoads(new, old))
+        self.new, self.old = new, old
+
+    def map_store(self, s):
+        s = super().map_store(s)
+        return _n.Store(self.old, s.indices, s.value) if s.buffer == self.new else s
+
+    def map_accumulate(self, s):
+        s = super().map_accumulate(s)
+        if s.buffer != self.new:
+            return s
+        return _n.Accumulate(self.old, s.indices, s.value, s.reducer)
+
+    def map_matrix_product(self, s):
+        named = {f: self.old for f in ("a", "b", "c") if getattr(s, f) == self.new}
+        return dataclasses.replace(s, **named) if named else s
+
+
+def write_in_place(kernel, updates):
+    """``(kernel', done)``: ``kernel`` with each ``(new, old)`` of ``updates`` (an output
+    buffer and an input buffer of its arguments) written in place where
+    :func:`in_place_safe` allows, ``new`` then no longer an argument; ``done[k]`` says
+    whether the ``k``-th update was. A pair that is not is left as it was."""
+    done = []
+    for new, old in updates:
+        ok = in_place_safe(kernel, new, old)
+        done.append(ok)
+        if ok:
+            body = rename_buffer(kernel.body, new, old)
+            args = tuple(b for b in kernel.args if b != new)
+            kernel = _n.Kernel(kernel.name, args, kernel.temps, body)
+    return kernel, done
+
+
+def rename_buffer(body, new, old):
+    """``body`` with every load and store of ``new`` made of ``old``."""
+    return _Rename(new, old)(body)
+
+
+def rare_branch_after(kernel, buffers):
+    """Whether a ``likely`` branch (compiled on demand, the kernel then running again
+    from the start) comes at or after the first top-level statement writing one of
+    ``buffers``: running again would then read values already updated in place."""
+    stmts = _top_level(kernel.body)
+    first = next((k for k, s in enumerate(stmts) if any(_writes(s, b) for b in buffers)),
+                 None)
+    if first is None:
+        return False
+    return any(type(n) is _n.If and n.likely for s in stmts[first:] for n in walk_stmts(s))
+
+
+__all__ = ["in_place_safe", "rare_branch_after", "rename_buffer", "write_in_place"]
