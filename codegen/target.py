@@ -25,6 +25,8 @@ import numpy as np
 
 from tegrad.ir.errors import TegradError
 
+from tegrad.codegen.tuning import WIDE_VECTORS
+
 
 class TargetError(TegradError):
     """A target LLVM cannot generate code for: an unknown triple, CPU or feature."""
@@ -47,9 +49,6 @@ _BASELINES = {
     "x86_64": ("x86-64", "", ""),
     "i686": ("i686", "", ""),
 }
-
-#: let LLVM use 512-bit vectors where the host has them (it prefers 256-bit ones otherwise)
-WIDE_VECTORS = True
 
 
 @functools.cache

@@ -47,13 +47,15 @@ import llvmlite.ir as ir
 import numpy as np
 
 from tegrad.codegen.kernels import threadpool
-from tegrad.codegen.kernels.gemm import (_ELEMENT, _ITEMSIZE, MIN_FLOPS_PER_THREAD,
-                                         CompiledGemm, default_blocking)
+from tegrad.codegen.kernels.gemm import _ELEMENT, _ITEMSIZE, CompiledGemm, default_blocking
 from tegrad.codegen.kernels.gemm import GemmSpec  # noqa: F401  (the examples' specs)
 from tegrad.codegen.kernels.irutil import (I1, I8, I32, VOIDPTR, carried_loop,
                                            constant_table, counted_loop, i32, i64, smin,
                                            vector_intrinsics)
 from tegrad.codegen.target import resolve
+from tegrad.codegen.tuning import (DOT_MAX_COLUMNS, DOT_MAX_ROWS, DOT_UNROLL_VECTORS,
+                                  LOAD_WEIGHT, MIN_FLOPS_PER_THREAD, MIN_LANE_FILL,
+                                  MIN_VECTOR_STEPS)
 
 
 @dataclass(frozen=True)
@@ -94,15 +96,6 @@ def dot_layout(spec):
     return DotLayout(run, tuple(map(tuple, rows[:, 0].tolist())))
 
 
-#: the least share of a run's vector lanes holding terms (26 of 32 for a run of 26 in
-#: two 16-lane vectors: 0.81)
-MIN_LANE_FILL = 0.75
-
-#: the least vector steps (rows times vectors per run) of each output's sum: the sum
-#: across lanes at the end costs about one step per output
-MIN_VECTOR_STEPS = 32
-
-
 def prefers_dot(spec, layout, *, target=None, vector_bits=None):
     """Whether ``spec`` (of reduction ``layout``, possibly None) runs faster on this
     kernel than on the gemm's: when the gemm's column strip would be mostly empty
@@ -134,10 +127,6 @@ class DotBlocking:
     nr: int
 
 
-#: what a load costs against a fused multiply-add, in choosing the block shape
-LOAD_WEIGHT = 0.5
-
-
 def dot_blocking(spec, *, target=None, vector_bits=None):
     """The block shape of the fewest weighted operations: the outputs computed (blocks
     past ``m`` and ``n`` included) times one multiply-add and
@@ -157,7 +146,8 @@ def dot_blocking(spec, *, target=None, vector_bits=None):
         outputs = -(-spec.m // mr) * mr * -(-spec.n // nr) * nr
         return outputs * (1 + LOAD_WEIGHT * (mr + nr) / (mr * nr)), -mr * nr
 
-    shapes = [(mr, nr) for mr, nr in itertools.product(range(1, 9), range(1, 13))
+    shapes = [(mr, nr) for mr, nr in itertools.product(range(1, DOT_MAX_ROWS + 1),
+                                                          range(1, DOT_MAX_COLUMNS + 1))
               if mr * nr + mr + 1 <= registers and mr <= spec.m and nr <= spec.n]
     mr, nr = min(shapes, key=cost)
     return DotBlocking(vl, mr, nr)
@@ -246,9 +236,6 @@ class _DotEmitter:
         nr = self.blk.nr
         return [values[r * nr:(r + 1) * nr] for r in range(self.blk.mr)]
 
-    #: runs of at most this many whole vectors are unrolled
-    UNROLL = 4
-
     def emit_run(self, b, a_rows, b_cols, acc):
         """``acc`` plus one run's terms: ``acc[r][c] += a_rows[r][t] * b_cols[c][t]`` for
         ``t < run``, lane ``t % VL``."""
@@ -271,7 +258,7 @@ class _DotEmitter:
                     out[r][col] = b.call(self.fma, [x, y, out[r][col]])
             return out
 
-        if whole <= self.UNROLL:
+        if whole <= DOT_UNROLL_VECTORS:
             for v in range(whole):
                 acc = step(acc, i64(v * blk.vl))
         else:

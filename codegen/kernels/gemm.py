@@ -61,6 +61,7 @@ import numpy as np
 
 from tegrad.ir.errors import ShapeError, TegradError
 
+from tegrad.codegen.tuning import MIN_FLOPS_PER_THREAD
 from tegrad.codegen.kernels import jit, threadpool
 from tegrad.codegen.kernels.gemm_driver import DriverEmitter
 from tegrad.codegen.kernels.gemm_micro import MicroKernelEmitter
@@ -70,19 +71,13 @@ from tegrad.codegen.kernels.gemm_spec import (Blocking, GemmSpec, default_blocki
 from tegrad.codegen.kernels.gemm_spec import (  # noqa: F401  (the dot kernel's names)
     ELEMENT as _ELEMENT, ITEMSIZE as _ITEMSIZE)
 
-__all__ = ["Blocking", "CompiledGemm", "GemmSpec", "MIN_FLOPS_PER_THREAD", "compile_gemm",
-           "default_blocking", "emit_gemm", "pack_slot_bytes", "pack_space_bytes"]
+__all__ = ["Blocking", "CompiledGemm", "GemmSpec", "compile_gemm", "default_blocking",
+           "emit_gemm", "pack_slot_bytes", "pack_space_bytes"]
 
 
 class _GemmEmitter(MicroKernelEmitter, PackingEmitter, DriverEmitter):
     """The emitter of a gemm's routines: its micro-kernels, packing routine, driver and
     entry point."""
-
-
-#: the default least work (flops) that pays for one more thread: 2**21, 10-15 us of one
-#: core (a fork-join costs about a microsecond, but a worker descheduled mid-range by
-#: another process's threads costs a time slice: see parallel.MIN_PARALLEL_WORK)
-MIN_FLOPS_PER_THREAD = 1 << 21
 
 
 def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,

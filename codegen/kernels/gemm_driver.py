@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from tegrad.codegen.tuning import CHUNKS_PER_THREAD
 from tegrad.codegen.kernels import packspace, threadpool
 from tegrad.codegen.kernels.gemm_emitter import GemmEmitterBase
 from tegrad.codegen.kernels.gemm_spec import pack_slot_bytes
@@ -215,7 +216,7 @@ class DriverEmitter(GemmEmitterBase):
         # of row blocks (their tasks pack the same columns again).
         threads = b.zext(threads, I64)
         want = b.select(b.icmp_signed(">", threads, i64(1)),
-                        b.mul(threads, i64(threadpool.CHUNKS_PER_THREAD)), i64(1))
+                        b.mul(threads, i64(CHUNKS_PER_THREAD)), i64(1))
         per_batch = ceil_div(b, want, i64(spec.batch))
         strips = -(-spec.n // blk.nr)
         width = b.mul(ceil_div(b, i64(strips), smin(b, per_batch, i64(strips))), i64(blk.nr))

@@ -19,6 +19,7 @@ from tegrad.ir.errors import ShapeError, TegradError
 
 from tegrad.codegen.kernels import packspace
 from tegrad.codegen.target import resolve
+from tegrad.codegen.tuning import GEMM_KC, GEMM_PACKED_B_BYTES, gemm_register_block
 
 #: the LLVM type and the size in bytes of an element of each dtype a gemm computes in
 ELEMENT = {"float32": ir.FloatType(), "float64": ir.DoubleType()}
@@ -132,7 +133,8 @@ class Blocking:
     nc: int
 
 
-def default_blocking(dtype, *, target=None, vector_bits=None, packed_bytes=256 * 1024):
+def default_blocking(dtype, *, target=None, vector_bits=None,
+                     packed_bytes=GEMM_PACKED_B_BYTES):
     """Blocks for ``target`` (:class:`~tegrad.codegen.target.Target`, None: the host;
     ``vector_bits`` replaces its vector width): 2 vectors of columns, as many rows as
     its vector registers allow; ``packed_bytes``: the packed block of B, in bytes.
@@ -140,13 +142,8 @@ def default_blocking(dtype, *, target=None, vector_bits=None, packed_bytes=256 *
     >>> default_blocking("float32", vector_bits=512)
     Blocking(vl=16, mr=8, nr=32, kc=256, nc=256)
     """
-    target = resolve(target, vector_bits)
-    vl = target.lanes(dtype)
-    # accumulators (2 vectors a row) + 2 vectors of B + 1 broadcast of A in registers;
-    # more than 8 rows gains little (AVX-512: 8, AVX2: 6)
-    mr = max(1, min(8, (target.vector_registers - 3) // 2))
-    nr = 2 * vl
-    kc = 256
+    vl, mr, nr = gemm_register_block(resolve(target, vector_bits), dtype)
+    kc = GEMM_KC
     nc = max(nr, packed_bytes // (kc * ITEMSIZE[dtype]) // nr * nr)
     return Blocking(vl, mr, nr, kc, nc)
 

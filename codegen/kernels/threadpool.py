@@ -61,6 +61,8 @@ import llvmlite.ir as ir
 
 from tegrad.ir.errors import TegradError
 
+from tegrad.codegen.tuning import (CALLER_SPIN_ITERATIONS, CHUNKS_PER_THREAD, SPIN_ITERATIONS,
+                                  YIELD_EVERY)
 from tegrad.codegen.kernels import jit
 from tegrad.codegen.kernels.irutil import (I32, I64, VOIDPTR, ceil_div, counted_loop,
                                            declare as _declare, smin)
@@ -71,16 +73,6 @@ PARALLEL_FOR = "tegrad_parallel_for"
 AFTER_FORK = "tegrad_pool_after_fork"
 #: the caller plus at most this many workers minus one
 MAX_THREADS = 64
-#: checks of its word an idle worker makes before it sleeps (each with a pause hint)
-SPIN_ITERATIONS = 1 << 14
-#: the caller's checks of the pending count before it sleeps
-CALLER_SPIN_ITERATIONS = 1 << 16
-#: a spinning thread yields its core (``sched_yield``) once per this many checks
-YIELD_EVERY = 1 << 7
-#: chunks per thread a fork-join's tasks are cut into: enough that a thread slowed by
-#: another process's thread leaves work for the others, few enough that a chunk's own
-#: set-up (a gemm's packing) stays small next to its work
-CHUNKS_PER_THREAD = 8
 
 _FUTEX_WAIT_PRIVATE = 128
 _FUTEX_WAKE_PRIVATE = 129

@@ -43,10 +43,11 @@ from llvmlite import ir
 
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_stmts
+from tegrad.codegen.tuning import PART_SIZE, STACK_LIMIT_BYTES
 from tegrad.codegen.llvm.emitter import KernelEmitter, ValueMemo
 from tegrad.codegen.llvm.expressions import EXPR_LOWERINGS
-from tegrad.codegen.llvm.kernel_buffers import (PACKING_SPACE, STACK_LIMIT_BYTES,
-                                                STORAGE_ALIGNMENT, StoragePlan,
+from tegrad.codegen.llvm.kernel_buffers import (PACKING_SPACE, STORAGE_ALIGNMENT,
+                                                StoragePlan,
                                                 has_product, packing_space)
 from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.parallel import resolve_threads
@@ -125,13 +126,6 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     if python_abi is not None:
         emit_python_entry(km, len(kernel.args), *python_abi)
     return km
-
-
-#: a kernel larger than this (statements plus distinct expression nodes) is emitted as
-#: several functions of about this size each, called in turn, each taking the buffers it
-#: uses (a 1,000-stage program and its gradient: 13 s of LLVM optimisation as one
-#: function, 3.4-4.6 s in parts of 1,000-4,000; the 6-layer CNN step is 1,800)
-PART_SIZE = 2000
 
 
 def kernel_parts(body, storage=None, packing=None):

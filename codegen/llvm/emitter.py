@@ -23,6 +23,7 @@ from tegrad.ir.mapper import bottom_up, children, run
 from tegrad.codegen.kernels.irutil import loop_without_vectorisation
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import walk_expr
+from tegrad.codegen.tuning import VECTORIZE_LIMIT
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.expressions import DTYPE_OPERANDS, DTYPE_RULES, EXPR_LOWERINGS
 from tegrad.codegen.llvm.kernel_buffers import large_locals, packing_space, plan_storage
@@ -30,11 +31,6 @@ from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.parallel import emit_parallel_loop
 from tegrad.codegen.llvm.statements import STMT_LOWERINGS
 from tegrad.codegen.llvm.types import I1, I32, I64, Value, memory_type, register_type
-
-#: a loop whose body has more LLVM instructions than this is not given to LLVM's loop
-#: vectoriser, whose time grows with the square of the body (a 4,000-instruction body:
-#: 6.7 s of a 6.8 s compile, 0.4 s at 1,000)
-VECTORIZE_LIMIT = 1000
 
 _TYPE_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
 _INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2}

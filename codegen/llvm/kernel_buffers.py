@@ -12,10 +12,7 @@ import numpy as np
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
-
-#: local buffers larger than this many bytes live in storage the runtime owns (passed in
-#: the buffer array) instead of on the stack
-STACK_LIMIT_BYTES = 64 * 1024
+from tegrad.codegen.tuning import SHARED_MIN_BYTES, STACK_LIMIT_BYTES
 
 #: the alignment (bytes) of the storage the runtime allocates for temporaries and large
 #: local buffers, declared to LLVM
@@ -61,11 +58,6 @@ def has_product(stmt):
     return any(isinstance(s, _n.MatrixProduct) for s in walk_stmts(stmt))
 
 
-#: a buffer of at least this many bytes may share memory with buffers whose lifetimes are
-#: disjoint from its own; smaller ones keep a place of their own (sharing them would save
-#: less than a 4 KiB page each, and every pair of buffers sharing memory puts the
-#: statements using them in different functions, see :func:`plan_storage`)
-SHARED_MIN_BYTES = 4096
 
 
 def buffer_bytes(buffer):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from tegrad.codegen.tuning import UNROLLED_OVERLAP_PAIRS
 from tegrad.codegen.llvm.types import I8, I32, I64, PTR
 
 
@@ -26,11 +27,6 @@ def overlap_pairs(buffers):
             if m != k and (buffers[m].scope != "output" or m < k)]
 
 
-#: up to this many pairs, each is checked by code of its own (a compare pair and a branch:
-#: about 0.3 ns a pair); more (a training step with 68 outputs and 135 arguments has
-#: 6,900, 3.5 MB of IR and about 45 s of LLVM) are checked by a loop over a constant
-#: table of them (about 1 ns a pair, and constant code)
-UNROLLED_OVERLAP_PAIRS = 256
 
 
 def _emit_overlap_loop(b, module, name, pairs, starts, ends):

@@ -16,12 +16,9 @@ from llvmlite import ir
 from tegrad.codegen.kernels.product import emit_product, product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.tuning import UNROLL_LIMIT
 from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.types import I32, I64, PTR, Value, memory_type
-
-#: loops marked "unrolled" have at most this many iterations (the loop IR's limit, which
-#: the schedule enforces); they are unrolled when emitted
-UNROLL_LIMIT = _n.UNROLL_LIMIT
 
 #: the status kind of a kernel stopped where a deferred rare branch would run
 RARE_BRANCH = "rare_branch"

@@ -20,6 +20,7 @@ import threading
 import llvmlite.binding as llvm
 
 from tegrad.codegen.target import Target
+from tegrad.codegen.tuning import EPILOGUE_MIN_LANES
 
 #: the C library functions generated code may call, directly or through LLVM's libcalls
 LIBM_SYMBOLS = ("erf", "exp", "expf", "exp2", "exp2f", "log", "logf", "sin", "sinf", "cos",
@@ -40,9 +41,6 @@ def _new_lock_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
-
-#: vectorised loops of at least this many lanes also get a vectorised epilogue
-EPILOGUE_MIN_LANES = 8
 
 
 @functools.lru_cache(maxsize=None)

@@ -29,13 +29,11 @@ from typing import Optional
 from tegrad.ir.expr import Const, Expr, Node
 
 from tegrad.codegen.loops.errors import CHECK_KINDS
+# the loop IR's limit on a loop marked "unrolled" (the schedule enforces it)
+from tegrad.codegen.tuning import UNROLL_LIMIT  # noqa: F401
 
 #: how a loop runs; "vectorized" and "unrolled" require a constant trip count
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
-
-#: the most iterations of a loop marked ``unrolled``: the backend copies its body this many
-#: times (a schedule refuses to mark a longer loop; split it first)
-UNROLL_LIMIT = 64
 
 #: what a buffer is to the compiled function
 BUFFER_SCOPES = ("input", "output", "temp", "local")

@@ -53,6 +53,7 @@ from tegrad.codegen.lower.product_plans import (ACC, best_gemm_plan, detect_cont
                                                 residue_classes, split_axes)
 from tegrad.codegen.loops.mapper import block
 from tegrad.codegen.loops.nodes import Accumulate, If, Load, MatrixProduct, Store
+from tegrad.codegen.tuning import LOOP_COST, MAX_WHOLE_EXCESS, MIN_PRODUCT_ITERATIONS
 from tegrad.codegen.lower.nest import INDEX, const
 from tegrad.codegen.lower.stage import box_loops, lower_compute, lower_stage
 
@@ -122,16 +123,6 @@ def _sums(t):
         type(n) is Reduce and n.reducer is _red.sum for n in walk(t.op.body))
 
 
-#: a stage computed once whose loops iterate fewer times runs as loops: they take about a
-#: millisecond, less than compiling its products (tenths of a second) is worth
-MIN_PRODUCT_ITERATIONS = 1 << 20
-
-
-#: what one iteration of a stage's loops costs, in floating-point operations of the gemm
-#: kernel (measured on conv2d gradients: 30 to 60)
-LOOP_COST = 32
-
-
 def _flops(found):
     """The floating-point operations of the products of a :func:`contraction_plan`."""
     return sum(c.flops for _, _, c, plan in found if plan is not None)
@@ -171,11 +162,6 @@ def _whole_plan(t):
     if whole is not None and _cost(whole) <= MAX_WHOLE_EXCESS * _cost(out):
         return whole
     return out
-
-
-#: one product may do this much more work than the residue classes of its stage and
-#: still be chosen: it saves their temps, copies and calls
-MAX_WHOLE_EXCESS = 1.25
 
 
 def _cost(found):

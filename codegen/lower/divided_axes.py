@@ -18,10 +18,8 @@ from tegrad.ir.expr import Binary, Const, IterVar, Var
 from tegrad.ir.mapper import free_var_names, substitute, walk
 from tegrad.ir.tensor import ComputeOp, compute_stage
 
+from tegrad.codegen.tuning import MAX_RESIDUE_CLASSES
 from tegrad.codegen.lower.index_forms import CanonicalIndices, ExactDivisions
-
-#: the most residue classes a stage is split into
-MAX_RESIDUE_CLASSES = 16
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tegrad.codegen.tuning import MAX_TABLE_ROWS, MIN_PRODUCT_OUTPUTS, TRANSPOSE_GAIN, WIDE_COLUMNS
 from tegrad.codegen.kernels.gemm import GemmSpec
 from tegrad.codegen.lower.contraction_operands import Contraction, row_major_strides
 
@@ -68,10 +69,6 @@ def _contiguous_run(axes, extents, out):
     return run
 
 
-#: the most rows an offset table of a plan may have
-MAX_TABLE_ROWS = 1 << 16
-
-
 def _table(axes, extents, stride_maps, order_by):
     """Offset rows ``(sum(i_v * s[v]) for s in stride_maps)`` for every index of ``axes``
     (row-major, axes ordered by ``order_by``'s strides, descending), or None if too many."""
@@ -84,27 +81,6 @@ def _table(axes, extents, stride_maps, order_by):
         rows = (rows[:, None, :] + np.arange(extents[v], dtype=np.int64)[None, :, None]
                 * steps).reshape(-1, len(stride_maps))
     return tuple(map(tuple, rows.tolist()))
-
-
-#: a product of fewer outputs per call than this (a dot product: one) runs as loops,
-#: whose vector accumulators read both operands once; the micro-kernel would fill one
-#: lane of its register block and pack B sixteen times over (a 524,288-term dot product:
-#: 3.2 ms against numpy's 0.1). So does a product of one row per call (a depthwise
-#: convolution's channel: each element of B is used once, and the micro-kernel would
-#: fill one of its rows after packing B; 8x64x32x32 fwd+grad: 6.3 -> 4.4 ms) or of one
-#: column (a global average pool's sum with ones: 32x256x8x8 fwd+grad 0.37 -> 0.29 ms)
-MIN_PRODUCT_OUTPUTS = 16
-
-#: a plan over a transposed output is taken when its calls are this many times larger
-#: (``m * n``): a narrow column axis (a strided convolution's weight gradient, columns of
-#: its window) leaves the kernel's vector registers mostly empty
-TRANSPOSE_GAIN = 4
-
-#: a plan whose calls have at least this many columns is kept as it is: its vector
-#: registers are full, and a transposed plan would add a copy of the output (a
-#: convolution over a batch of 32 images with 10 filters took its 676 output pixels per
-#: image as rows and the 32 * 676 as columns, then copied the result back, strided)
-WIDE_COLUMNS = 64
 
 
 def best_gemm_plan(c):

@@ -62,26 +62,21 @@ from tegrad.ir.expr import Const, Reduce, Var
 from tegrad.ir.mapper import IdentityMapper, free_var_names, walk
 from tegrad.ir.tensor import ComputeOp
 
+from tegrad.codegen.tuning import MIN_PRODUCT_OUTPUTS
 from tegrad.codegen.lower.contraction_operands import (Contraction, Operand, flat_range,
                                                        guard_padding, index_ranges,
                                                        product_factors, read_operand,
                                                        row_major_strides)
-from tegrad.codegen.lower.divided_axes import (MAX_RESIDUE_CLASSES, ResidueClass,
-                                               residue_classes, split_axes)
-from tegrad.codegen.lower.gemm_plans import (MAX_TABLE_ROWS, MIN_PRODUCT_OUTPUTS,
-                                             TRANSPOSE_GAIN, WIDE_COLUMNS, GemmPlan,
-                                             best_gemm_plan, gemm_plan)
+from tegrad.codegen.lower.divided_axes import ResidueClass, residue_classes, split_axes
+from tegrad.codegen.lower.gemm_plans import GemmPlan, best_gemm_plan, gemm_plan
 from tegrad.codegen.lower.invariant_axes import (drop_invariant_axes,
                                                  drop_invariant_scatter_axes)
-from tegrad.codegen.lower.reduction_bounds import (MAX_CHECKED_POINTS, MAX_ONES_FACTOR,
-                                                   constant_bounds, times_ones)
+from tegrad.codegen.lower.reduction_bounds import constant_bounds, times_ones
 
-__all__ = ["ACC", "MAX_CHECKED_POINTS", "MAX_ONES_FACTOR", "MAX_RESIDUE_CLASSES",
-           "MAX_TABLE_ROWS", "MIN_PRODUCT_OUTPUTS", "TRANSPOSE_GAIN", "WIDE_COLUMNS",
-           "Contraction", "GemmPlan", "Operand", "ResidueClass", "best_gemm_plan",
-           "constant_bounds", "detect_contraction", "drop_invariant_axes",
-           "drop_invariant_scatter_axes", "gemm_plan", "residue_classes",
-           "row_major_strides", "split_axes", "times_ones"]
+__all__ = ["ACC", "MIN_PRODUCT_OUTPUTS", "Contraction", "GemmPlan", "Operand",
+           "ResidueClass", "best_gemm_plan", "constant_bounds", "detect_contraction",
+           "drop_invariant_axes", "drop_invariant_scatter_axes", "gemm_plan",
+           "residue_classes", "row_major_strides", "split_axes", "times_ones"]
 
 #: the name of the reduced value in :attr:`Contraction.epilogue`
 ACC = "_contraction_acc"

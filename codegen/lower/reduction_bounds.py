@@ -24,12 +24,9 @@ from tegrad.ir.mapper import free_var_names, substitute
 from tegrad.ir.tensor import placeholder
 from tegrad.reference.evaluator import ExprEvaluator
 
+from tegrad.codegen.tuning import MAX_CHECKED_POINTS, MAX_ONES_FACTOR
 from tegrad.codegen.lower.contraction_operands import product_factors, strip_casts
 from tegrad.codegen.lower.index_forms import CanonicalIndices
-
-#: the most elements the ones of :func:`times_ones` have, in units of the output's and
-#: the read tensor's elements together
-MAX_ONES_FACTOR = 16
 
 
 def times_ones(reduce_, extents, *, with_bounds=False):
@@ -191,11 +188,6 @@ def _bounds_over(ax, names, extents):
     lo, hi = (np.broadcast_to(np.asarray(evaluator.at_point(e, cols), np.int64),
                               (len(grid), 1)) for e in (ax.lo, hi_expr))
     return cols, lo, hi
-
-
-#: the most points (output-axis values times reduction-variable values) enumerated to
-#: check that rewritten reduction bounds are equivalent
-MAX_CHECKED_POINTS = 1 << 16
 
 
 def constant_bounds(reduce_, extents):

@@ -27,22 +27,13 @@ from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import structural_equal
 from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
-from tegrad.reference.memory import physical_memory
 from tegrad.codegen.loops.printer import format_kernel
+from tegrad.codegen.tuning import CACHE_BYTES, CACHE_SIZE
 from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.program_key import program_key
 from tegrad.codegen.schedule.steps import Schedule
-
-#: how many compiled programs the cache keeps (least recently used ones are dropped)
-CACHE_SIZE = 256
-#: the bytes the cached programs may hold (temporaries and code, as Executable.nbytes
-#: estimates): 1 GiB, or an eighth of the physical memory on a smaller machine. A
-#: program dropped costs a compile (0.1 s to a few s) when built again; held memory is
-#: lost to everything else for the process's life: 256 small programs (~1 MB of code
-#: each) stay within it, programs with temporaries of hundreds of MB are a handful
-CACHE_BYTES = min(2**30, (physical_memory() or 2**33) // 8)
 
 #: key -> (executable, schedule record, schedule)
 _executables = collections.OrderedDict()

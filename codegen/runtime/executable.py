@@ -41,6 +41,7 @@ from tegrad.reference.memory import check_buffers_fit
 from tegrad.codegen.loops.errors import status_error
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate
+from tegrad.codegen.tuning import ENGINE_BYTES, IR_BYTES_PER_CHARACTER
 from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
 from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.parallel import resolve_threads
@@ -82,12 +83,6 @@ def _view(block, offset, buffer):
     n = int(np.prod(buffer.shape, dtype=np.int64))
     return block[offset:offset + n * dtype.itemsize].view(dtype).reshape(buffer.shape)
 
-
-#: the memory one LLVM execution engine holds for a small kernel (its target machine,
-#: module and code; measured with mallinfo2 over 20 engines)
-ENGINE_BYTES = 800 * 1024
-#: and per character of the kernel's emitted IR text (a dense gradient's 45 kB: +0.3 MB)
-IR_BYTES_PER_CHARACTER = 8
 
 #: every executable alive, whose locks a forked child replaces
 _live = weakref.WeakSet()

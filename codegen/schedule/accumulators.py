@@ -68,14 +68,12 @@ from tegrad.codegen.loops.mapper import (StmtMapper, block, free_variables, load
                                          substitute_stmt, walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Buffer, Check, For, Kernel,
                                         Load, Store)
+from tegrad.codegen.tuning import INTERLEAVE, VECTOR_STEPS_PER_ACCUMULATOR
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, fresh,
                                             names_in, stmt_uses_var, uses_var)
 from tegrad.codegen.schedule.fusion import statements
 from tegrad.codegen.schedule.loop_order import stride_one
 from tegrad.codegen.target import Target
-
-#: how many vectors of accumulators a reduction keeps (at most)
-INTERLEAVE = 4
 
 #: the reducers whose reductions may be reassociated
 REASSOCIATED = (reduction.sum, reduction.max, reduction.min)
@@ -120,12 +118,13 @@ def _candidate(loop, lanes_of):
     if not any(stride_one(ld.indices, loop.var.name) for ld in read):
         return None
     lanes = min(lanes_of(a.buffer.dtype) for a in accs)
-    if lanes < 2 or (n is not None and n < 2 * lanes):
+    if lanes < 2 or (n is not None and n < VECTOR_STEPS_PER_ACCUMULATOR * lanes):
         return None
     if n is None:  # a trip count known at run time only: one vector
         return accs, lanes, None, lanes
     # several vectors of lanes hide the latency of each vector's combination
-    return accs, lanes * min(INTERLEAVE, n // (2 * lanes)), n, lanes
+    vectors = min(INTERLEAVE, n // (VECTOR_STEPS_PER_ACCUMULATOR * lanes))
+    return accs, lanes * vectors, n, lanes
 
 
 def uses_var_any(indices, name):

@@ -32,13 +32,11 @@ from tegrad.ir.expr import Binary, Const, Var
 from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, stmt_exprs, walk_expr,
                                          walk_stmts)
 from tegrad.codegen.loops.nodes import For
+from tegrad.codegen.tuning import MAX_DIVISOR
 from tegrad.codegen.schedule.common import (NotingMapper, constant_trip_count, fresh,
                                             run_noting)
 
 INDEX = "int64"
-
-#: the largest divisor whose inner loop is unrolled
-MAX_DIVISOR = 4
 
 
 def _divisors(body, name):

@@ -41,6 +41,7 @@ from tegrad.ir.expr import Var
 from tegrad.codegen.loops.mapper import block, loads, stmt_exprs, substitute_stmt, walk_stmts
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel, Let,
                                         MatrixProduct, Store)
+from tegrad.codegen.tuning import FUSION_WINDOW
 
 
 def statements(s):
@@ -168,11 +169,6 @@ def _same(a, b):
 def fuse_list_body(body):
     stmts, _ = fuse_list(statements(body))
     return block(stmts)
-
-
-#: a loop is fused with loops at most this many statements after it (keeps fusion
-#: linear in the number of stages: a 2,000-stage chain scanned 2 million pairs)
-FUSION_WINDOW = 256
 
 
 def fuse_list(stmts, keep=frozenset(), allowed=None):

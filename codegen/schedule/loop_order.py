@@ -51,15 +51,11 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, distinct
                                          stmt_exprs, substitute_stmt, to_affine,
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import Accumulate, Allocate, Block, Buffer, For, If, Load, Store
+from tegrad.codegen.tuning import (EXPANSION_LIMIT, NODES_PER_STATEMENT, POINTS_LIMIT, TINY_TRIP,
+                                  UNROLLED_SIZE)
 from tegrad.codegen.schedule.common import (NotingMapper, constant_trip_count,
                                             independence_problem, run_noting, uses_var,
                                             writes)
-
-#: reduction loops with at most this many iterations are unrolled, never innermost
-TINY_TRIP = 4
-
-#: scalar accumulators are expanded to one element per iteration up to this many
-EXPANSION_LIMIT = 4096
 
 INDEX = "int64"
 
@@ -104,10 +100,6 @@ def _tiny_range(loop, ranges):
     if lo is None or hi is None or hi[1] - lo[0] > TINY_TRIP or hi[1] <= lo[0]:
         return None
     return lo[0], hi[1]
-
-
-#: at most this many values of an enclosing loop are tried to bound a trip count
-POINTS_LIMIT = 1024
 
 
 def _tiny_trip(loop, ranges):
@@ -156,14 +148,6 @@ def constant_tiny_loops(s, *, changed=None, only=None):
     given) over constant guarded ranges (their names appended to the list ``changed``
     when given)."""
     return run_noting(_ConstantTiny(only), s, changed)
-
-
-#: unrolling stops where the statements emitted for a loop would exceed this many
-UNROLLED_SIZE = 32
-
-#: a statement counts as one more for every this many distinct expression nodes it holds
-#: (a statement 10,000 operations deep is not copied per iteration)
-NODES_PER_STATEMENT = 64
 
 
 def code_size(s):

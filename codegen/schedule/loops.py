@@ -29,9 +29,9 @@ import numpy as np
 from tegrad.ir.expr import Binary, Compare, Const, Var
 from tegrad.analysis.simplify import simplify
 
-from tegrad.codegen.llvm.emit import STACK_LIMIT_BYTES
 from tegrad.codegen.loops.mapper import block, stmt_children, substitute_stmt, walk_stmts
-from tegrad.codegen.loops.nodes import UNROLL_LIMIT, Allocate, For, If, MatrixProduct
+from tegrad.codegen.loops.nodes import Allocate, For, If, MatrixProduct
+from tegrad.codegen.tuning import STACK_LIMIT_BYTES, UNROLL_LIMIT
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, find_loop, fresh,
                                             independence_problem, loop_value, names_in,
                                             replace_loop, stmt_uses_var, uses_var)

@@ -38,23 +38,13 @@ from tegrad.codegen.loops.mapper import StmtMapper, stmt_exprs, walk_expr, walk_
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel,
                                         Let, Store)
 from tegrad.codegen.llvm.parallel import resolve_threads
+from tegrad.codegen.tuning import COLLAPSE_TRIPS_PER_THREAD, MIN_PARALLEL_WORK
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, fresh,
                                             independence_problem, loop_var_range, names_in,
                                             sole_accumulation, stmt_uses_var)
 from tegrad.codegen.schedule.ifconvert import evaluation_cannot_fail
 from tegrad.codegen.schedule.loops import fuse, parallelize
 from tegrad.codegen.schedule.steps import Step, find_statement, names_of, parts, statement_keys
-
-#: the least work (expression nodes evaluated, see :func:`loop_work`) of a loop run in
-#: parallel. ``python benchmarks/threads.py`` measures about 15-30 ps of serial time per
-#: unit of work (elementwise loops and row sums, vectorised) and a fork-join between
-#: spinning threads under a microsecond: from 2**18 units (4-6 us) two threads save a
-#: microsecond, at 2**20 (15-20 us) about five (1.3x). But a worker that other
-#: processes' threads take the core from mid-range is back only after a time slice:
-#: with PyTorch's spinning OpenMP threads alternating on the same two cores, 10-20 us
-#: kernels took 0.3-0.5 ms (median over calls). Loops below 2**20 units run serially,
-#: where that risk costs more than parallelism can save.
-MIN_PARALLEL_WORK = 1 << 20
 
 #: the statements of the loop IR; a stage holding anything else is not a loop nest
 _LOOP_IR = (For, Block, If, Store, Accumulate, Let, Allocate, Check)
@@ -143,7 +133,9 @@ def _collapse(kernel, loop, threads):
     while True:
         n = constant_trip_count(loop)
         inner = loop.body
-        if (n is None or (n >= threads and (n % threads == 0 or n >= 4 * threads))
+        enough = n is not None and n >= threads and (
+            n % threads == 0 or n >= COLLAPSE_TRIPS_PER_THREAD * threads)
+        if (n is None or enough
                 or type(inner) is not For or inner.kind != "serial" or not _has_loop(inner.body)
                 or constant_trip_count(inner) is None
                 or stmt_uses_var(For(inner.var, inner.begin, inner.end, Block(())), loop.var.name)):

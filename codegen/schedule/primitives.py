@@ -53,7 +53,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tegrad.codegen.loops.mapper import stmt_children, walk_stmts
-from tegrad.codegen.loops.nodes import UNROLL_LIMIT, Block, For, Kernel
+from tegrad.codegen.loops.nodes import Block, For, Kernel
+from tegrad.codegen.tuning import UNROLL_LIMIT
 from tegrad.codegen.schedule.accumulators import host_lanes, statement_accumulators
 from tegrad.codegen.schedule.common import ScheduleError, constant_trip_count, names_in
 from tegrad.codegen.schedule.divisors import split_divided_loops

@@ -39,15 +39,13 @@ from tegrad.ir.expr import Binary, Const, Var
 
 from tegrad.codegen.loops.mapper import loads, stmt_exprs, substitute_stmt, to_affine, walk_stmts
 from tegrad.codegen.loops.nodes import Block, For, Let, Store
+from tegrad.codegen.tuning import MIN_TILE
 from tegrad.codegen.schedule.common import (NotingMapper, constant_trip_count, fresh,
                                             independence_problem, loop_value, run_noting,
                                             uses_var)
 from tegrad.codegen.schedule.loop_order import stride_one
 
 INDEX = "int64"
-
-#: the smallest tile side tried
-MIN_TILE = 4
 
 
 def _c(v):

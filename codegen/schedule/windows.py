@@ -49,18 +49,11 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, block, expr_chi
                                          substitute_stmt, to_affine, walk_expr,
                                          walk_stmts)
 from tegrad.codegen.loops.nodes import Allocate, Buffer, For, Load, Store
+from tegrad.codegen.tuning import MAX_TAPS, MAX_TUPLES, ROW_LIMIT
 from tegrad.codegen.schedule.common import (RangedStmtMapper, bound_names,
                                             constant_trip_count, fresh, run_noting,
                                             sole_accumulation, uses_var)
 from tegrad.codegen.schedule.ifconvert import evaluation_cannot_fail
-
-#: windows of more tap loops than this keep their order (the directions tried grow as
-#: 2**taps), and so do windows of more tap tuples than MAX_TUPLES (pairs are compared)
-MAX_TAPS = 4
-MAX_TUPLES = 64
-
-#: the most elements of a local array of tap-free parts of the update (see module doc)
-ROW_LIMIT = 4096
 
 INDEX = "int64"
 
