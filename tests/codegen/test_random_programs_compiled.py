@@ -32,13 +32,13 @@ import pathlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad.codegen import build
 from tegrad.codegen.llvm import emit as emit_module
-from tegrad.ir.errors import DifferentiationError
+from tegrad.ir.errors import BufferTooLargeError, DifferentiationError
 
 F64 = "float64"
 
@@ -233,9 +233,16 @@ def check_program(program, seed, **options):
     """Build the program with its gradient and compare with the evaluator; returns the
     compiled function."""
     inputs, outputs, feed = with_gradient(program, seed)
+    try:
+        want = tg.evaluate(outputs, feed)
+    except BufferTooLargeError:
+        # the oracle evaluates each stage's reduction domain at once; the gradient of a
+        # max-like reducer read through a few distinct elements can need more than the
+        # machine has (seed 39916801 of a 10,000-program run: 32 GB), and then there is
+        # nothing to compare with
+        reject()
     f = build(inputs, outputs, threads=program[2], **BUILD_OPTIONS, **options)
     got = f(*[feed[t] for t in inputs])
-    want = tg.evaluate(outputs, feed)
     for t, g, w in zip(outputs, got, want):
         # sums of up to 120 terms, some reassociated (vector accumulators, the product
         # kernels): an error relative to the largest value
