@@ -767,6 +767,18 @@ def char_lm(threads, steps, lr=3e-3, block=10, sizes=None):
         adam.step(grads)
         return float(loss)
 
+    # the same loop as one compiled call: forward, backward and Adam, updates in place
+    ph = dict(zip(names, placeholders))
+    batch_names = [n for n in names if n not in model.wrt]
+    step = tg.train_step(outputs[0], [ph[n] for n in model.wrt], inputs=[ph[n] for n in batch_names],
+                         optimizer=tg.optim.adam(lr), threads=threads,
+                         init={n: init[n] for n in model.wrt})
+
+    def train_step_(s):
+        x, y = batch_at(s)
+        feed = {"ids": x.astype(np.int32), "targets": y.astype(np.int32)}
+        return step(*[feed[n] for n in batch_names])
+
     pt = {n: torch.from_numpy(init[n].copy()).requires_grad_(True) for n in model.wrt}
     opt = torch.optim.Adam(list(pt.values()), lr=lr)
 
@@ -778,7 +790,8 @@ def char_lm(threads, steps, lr=3e-3, block=10, sizes=None):
         opt.step()
         return loss.item()
 
-    runs = {"tegrad": (tegrad_step, [], []), "torch": (torch_step_, [], [])}
+    runs = {"tegrad": (tegrad_step, [], []), "tegrad train_step": (train_step_, [], []),
+            "torch": (torch_step_, [], [])}
     for first in range(0, steps, block):
         for name, (fn, losses, times) in runs.items():
             wait_until_quiet()
@@ -867,17 +880,20 @@ def report(rows, contenders):
     for row in rows:
         if row["model"] == "charlm":
             lm = row["charlm"]
-            t, e = lm["tegrad"], lm["torch"]
-            table.append([f"char-LM training step (Adam), {len(t['losses'])} steps",
+            t, ts, e = lm["tegrad"], lm["tegrad train_step"], lm["torch"]
+            table.append([f"char-LM training step (numpy Adam), {len(t['losses'])} steps",
                           row["threads"], _cell(t), _cell(e), _ratio(t, e), "", "", "", "",
                           "", "", "", ""])
+            table.append([f"char-LM tg.train_step (Adam in the step), {len(ts['losses'])} "
+                          f"steps", row["threads"], _cell(ts), _cell(e), _ratio(ts, e), "", "",
+                          "", "", "", "", "", ""])
             every = max(1, len(t["losses"]) // 12)
-            pts = [(s, f"{t['losses'][s]:.4f}", f"{e['losses'][s]:.4f}")
-                   for s in range(0, len(t["losses"]), every)]
-            pts.append((len(t["losses"]) - 1, f"{t['losses'][-1]:.4f}", f"{e['losses'][-1]:.4f}"))
+            steps = list(range(0, len(t["losses"]), every)) + [len(t["losses"]) - 1]
+            pts = [(s, f"{t['losses'][s]:.4f}", f"{ts['losses'][s]:.4f}", f"{e['losses'][s]:.4f}")
+                   for s in steps]
             curves.append(f"\n## char-LM loss, {row['threads']} thread(s)\n\n"
-                          + _table(["step", "tegrad (numpy Adam)", "PyTorch (torch.optim.Adam)"],
-                                   pts))
+                          + _table(["step", "tegrad (numpy Adam)", "tegrad train_step (Adam)",
+                                    "PyTorch (torch.optim.Adam)"], pts))
             continue
         c = row["contenders"]
         tgc, eager, comp, jx = (c.get(n) for n in ALL_CONTENDERS)
