@@ -303,6 +303,12 @@ SHARED_MIN_BYTES = 4096
 #: pairs, unrolled 3.5 MB of IR and about 54 s of LLVM, looped 4.4 s for the whole step)
 UNROLLED_OVERLAP_PAIRS = 256
 
+#: unit: bytes
+#: the most the on-disk cache of compiled machine code keeps (least recently used
+#: entries dropped first): the transformer's training step is about 0.5 MB of object
+#: code, so a thousand programs of that size (reasoning, not measured)
+OBJECT_CACHE_BYTES = 512 * 2**20
+
 #: unit: LLVM instructions
 #: a loop whose body has more LLVM instructions than this is not given to LLVM's loop
 #: vectoriser, whose time grows with the square of the body (a 4,000-instruction body:

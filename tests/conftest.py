@@ -28,6 +28,12 @@ from tegrad import nn, ops
 
 F64 = "float64"
 
+# compiled machine code is cached on disk (tegrad.codegen.object_cache): the tests keep
+# theirs in a directory of their own, not the user's cache
+if "TEGRAD_CACHE_DIR" not in os.environ:
+    import tempfile
+    os.environ["TEGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="tegrad-test-cache-")
+
 hypothesis.settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     hypothesis.settings.load_profile("ci")

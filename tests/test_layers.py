@@ -18,10 +18,11 @@ LAYERS = [
     ["tegrad.autodiff"],
     ["tegrad.zero_elim"],
     # code generation, in the order of the compile pipeline: the target, its tuning
-    # constants and the loop IR;
+    # constants, the on-disk cache of machine code and the loop IR;
     # the kernels that emit products; lowering to loops and LLVM emission; scheduling;
     # the pipeline of passes; export and the runtime on top of it; the package
-    ["tegrad.codegen.target", "tegrad.codegen.tuning", "tegrad.codegen.loops"],
+    ["tegrad.codegen.target", "tegrad.codegen.tuning", "tegrad.codegen.object_cache",
+     "tegrad.codegen.loops"],
     ["tegrad.codegen.kernels"],
     ["tegrad.codegen.lower", "tegrad.codegen.llvm"],
     ["tegrad.codegen.schedule"],

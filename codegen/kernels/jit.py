@@ -24,6 +24,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from tegrad.codegen.target import Target
+from tegrad.codegen import object_cache
 
 _lock = threading.Lock()
 #: every engine ever made, kept (see the module docstring)
@@ -72,12 +73,19 @@ def compile_module(module, *, speed_level=3):
     _initialized()
     module.triple = host_triple()
     module.data_layout = str(host_target_machine().target_data)
-    ref = llvm.parse_assembly(str(module))
-    ref.verify()
-    optimize(ref, speed_level=speed_level)
+    text = str(module)
+    host = Target.host()
+    key = object_cache.entry_key(text, host.triple, host.cpu, host.features,
+                                 f"O{speed_level} unrolled")
+    engine = object_cache.loaded_engine(key, host_target_machine())
+    if engine is None:
+        ref = llvm.parse_assembly(text)
+        ref.verify()
+        optimize(ref, speed_level=speed_level)
     with _lock:
-        engine = llvm.create_mcjit_compiler(ref, host_target_machine())
-        engine.finalize_object()
+        if engine is None:
+            engine = llvm.create_mcjit_compiler(ref, host_target_machine())
+            object_cache.finalize_and_store(engine, key)
         engine.run_static_constructors()
         _engines.append(engine)
         # The interpreter's shutdown must not free this code either.

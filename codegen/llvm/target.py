@@ -21,6 +21,7 @@ import llvmlite.binding as llvm
 
 from tegrad.codegen.target import Target
 from tegrad.codegen.tuning import EPILOGUE_MIN_LANES
+from tegrad.codegen import object_cache
 
 #: the C library functions generated code may call, directly or through LLVM's libcalls
 LIBM_SYMBOLS = ("erf", "exp", "expf", "exp2", "exp2f", "log", "logf", "sin", "sinf", "cos",
@@ -101,19 +102,34 @@ class LoadedModule:
 
     def __init__(self, ir_text, *, optimise_module=True):
         _initialise()
+        host = Target.host()
+        key = object_cache.entry_key(ir_text, host.triple, host.cpu, host.features,
+                                     optimise_module)
+        self._ir_text, self._optimise = ir_text, optimise_module
         with _lock:
+            # machine code of an earlier process is loaded, not compiled
+            self._module = None
+            self.engine = object_cache.loaded_engine(key, new_target_machine())
+            if self.engine is not None:
+                return
             module_ref = llvm.parse_assembly(ir_text)
             module_ref.verify()
             if optimise_module:
                 optimise(module_ref)
             self._module = module_ref  # owned by the engine, which keeps it alive
             self.engine = llvm.create_mcjit_compiler(module_ref, new_target_machine())
-            self.engine.finalize_object()
+            object_cache.finalize_and_store(self.engine, key)
 
     @functools.cached_property
     def optimised_ir(self):
-        """The optimised module as LLVM IR text (printed on first use)."""
+        """The optimised module as LLVM IR text (printed on first use; optimised again
+        when the machine code came from the cache)."""
         with _lock:
+            if self._module is None:
+                module_ref = llvm.parse_assembly(self._ir_text)
+                if self._optimise:
+                    optimise(module_ref)
+                return str(module_ref)
             return str(self._module)
 
     @functools.cached_property
