@@ -78,9 +78,9 @@ def loads_program(data):
 def build_options(f):
     """The options ``f`` was built with, as keywords of :func:`tegrad.build`: its kernel's
     name, its thread count (None, every usable core, when it has that many), bounds checks when on, and ``schedule="none"`` when its
-    stages kept their plain loops. Per-stage ``schedule=`` requests (which the function
-    keeps for ``f.export``) are not pickled, so a function built with them is refused
-    (naming the stages)."""
+    stages kept their plain loops, else the ``schedule=`` it was built with (per-stage
+    requests or a replayed :class:`~tegrad.codegen.schedule.steps.Schedule`, which the
+    function keeps for ``f.export``)."""
     executable, record = f._executable, f._schedule_record
     # a function built for every usable core is rebuilt for every core of the process
     # unpickling it (and finds itself in the build cache of its own process)
@@ -91,10 +91,14 @@ def build_options(f):
     if record is None:
         options["schedule"] = "none"
     elif record.manual:
-        raise TegradError(f"the compiled function {f.kernel.name!r} cannot be pickled: it was "
-                          f"built with schedule= requests for the stages "
-                          f"{', '.join(map(repr, record.manual))}, which are not pickled; "
-                          f"build it where it runs")
+        if f._schedule is None:
+            raise TegradError(f"the compiled function {f.kernel.name!r} cannot be pickled: "
+                              f"the schedule= requests for the stages "
+                              f"{', '.join(map(repr, record.manual))} it was built with are "
+                              f"not kept; build it where it runs")
+        # the requests as given (a dict of names and numbers, or a Schedule of steps):
+        # the same program built with them gets the same loops
+        options["schedule"] = f._schedule
     return options
 
 
