@@ -13,7 +13,7 @@ the completeness test names it.
 """
 import math
 
-from tegrad.ir.expr import Const, call, select
+from tegrad.ir.expr import Call, Const, call, select
 from tegrad.ir.intrinsics import INTRINSICS
 
 DERIVATIVES = {}
@@ -25,6 +25,19 @@ def register_derivative(name, *rules):
         raise ValueError(f"{name} takes {INTRINSICS[name].arity} argument(s), "
                          f"got {len(rules)} derivative rule(s)")
     DERIVATIVES[name] = tuple(rules)
+
+
+def has_zero_derivative(e):
+    """Whether ``e`` is a call of an intrinsic whose derivative is zero in every argument
+    (``stop_gradient``, ``floor``, ...): no gradient flows through it into what it reads.
+
+    >>> from tegrad.ir.expr import Var
+    >>> x = Var("x", "float64")
+    >>> has_zero_derivative(call("stop_gradient", x)), has_zero_derivative(call("exp", x))
+    (True, False)
+    """
+    rules = DERIVATIVES.get(e.name) if type(e) is Call else None
+    return bool(rules) and all(rule is None for rule in rules)
 
 
 def _zero_if(cond, value):
@@ -88,4 +101,4 @@ register_derivative("stop_gradient", None)
 # random bits of integer arguments: a constant of whatever it scales (dropout's mask)
 register_derivative("philox", None, None, None)
 
-__all__ = ["DERIVATIVES", "register_derivative"]
+__all__ = ["DERIVATIVES", "has_zero_derivative", "register_derivative"]

@@ -19,7 +19,10 @@ identity)`` at that point, so that its gradient needs no statistics of the reduc
 A reduction is left in place (and its rules recompute it) when hoisting could evaluate
 it where the original program does not: inside a select branch, the right operand of
 ``&``/``|``, or the source of a reduction with ``where`` or with bounds that depend on
-other variables; also when one of its free variables has a non-constant range.
+other variables; also when one of its free variables has a non-constant range. A
+reduction under an intrinsic with a zero derivative (``stop_gradient``, ``floor``, ...)
+is left in place as well: no rule reads its value, and a stage of its own would only
+add a pass (``m[i] = stop_gradient(max_k x[i, k])`` stays one stage).
 
 >>> import tegrad as tg
 >>> A = tg.placeholder((2, 3), name="A")
@@ -40,6 +43,7 @@ from tegrad.ir.rewrite import map_stage, retarget_ids
 from tegrad.ir.mapper import IdentityMapper, free_var_names, run, substitute
 from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import differentiable
+from tegrad.autodiff.intrinsic_rules import has_zero_derivative
 from tegrad.autodiff.names import make_compute
 
 
@@ -98,6 +102,13 @@ class _Hoister(IdentityMapper):
 
     def map_or(self, e, ctx):
         return (yield from self._logical(e, ctx, Or))
+
+    def map_call(self, e, ctx):
+        if has_zero_derivative(e):
+            # no derivative flows into its arguments, so no rule reads a stage hoisted
+            # from them: a softmax's stop_gradient(max_k x) stays one stage
+            return e
+        return (yield from self._rebuilt(e, (ctx,)))
 
     def map_reduce(self, e, ctx):
         ranges, conditional = ctx

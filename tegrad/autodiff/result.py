@@ -8,7 +8,8 @@ class Gradients:
     ``result`` is the list of gradient tensors, in the order of the inputs (the object
     also unpacks, indexes and has a length like that list); ``adjoints`` maps every
     tensor on a path from the inputs to the output (the output included) to its
-    adjoint tensor; ``inputs``, ``output`` and ``head`` are what was differentiated;
+    adjoint tensor, except a tensor that reads the inputs only through an intrinsic of
+    zero derivative (``m = stop_gradient(max_k x)``: its adjoint would feed no gradient); ``inputs``, ``output`` and ``head`` are what was differentiated;
     ``forward`` lists the (normalised) forward stages the gradients read as they are.
 
     >>> import tegrad as tg

@@ -2,8 +2,9 @@
 
 The forward program is first normalised (:mod:`tegrad.autodiff.normalize`). Then, in
 reverse topological order, every tensor ``T`` on a path from the inputs to the output
-gets one adjoint stage ``dT`` whose body is the sum of the contributions of its
-consumers (:func:`tegrad.autodiff.contribution.stage_contribution`)::
+(a path a gradient flows along: not through ``stop_gradient`` or another intrinsic of
+zero derivative) gets one adjoint stage ``dT`` whose body is the sum of the
+contributions of its consumers (:func:`tegrad.autodiff.contribution.stage_contribution`)::
 
     dA[i0, i1] = sum(dB[i, j] * D_B, i, j) + sum(dC[i] * D_C, i)
 
@@ -25,12 +26,14 @@ from tegrad.ir import dtypes as _dt
 from tegrad.ir.errors import DifferentiationError, DTypeError, ShapeError, TegradError
 from tegrad.ir.expr import Const, Read
 from tegrad.ir.graph import placeholders, topological_order
+from tegrad.ir.mapper import children, walk
 from tegrad.ir.stages import compute_body, output_axis_names, stage_exprs
 from tegrad.ir.tensor import Tensor
 from tegrad.analysis.kronecker import kronecker
 from tegrad.autodiff.algebra import ZERO, add
 from tegrad.autodiff.normalize import normalize
 from tegrad.autodiff.contribution import stage_contribution
+from tegrad.autodiff.intrinsic_rules import has_zero_derivative
 from tegrad.autodiff.reduce_rules import shared_statistics
 from tegrad.autodiff.names import fresh_names, make_compute, names_in
 from tegrad.autodiff.result import Gradients
@@ -94,6 +97,11 @@ def _check_manual(manual):
     return manual
 
 
+def _through_derivatives(e):
+    """The children of ``e`` a derivative flows into (none for ``stop_gradient(x)``)."""
+    return () if has_zero_derivative(e) else children(e)
+
+
 def _axis_bases(t):
     return output_axis_names(t) or [f"i{d}" for d in range(len(t.shape))]
 
@@ -125,7 +133,7 @@ class _Reverse:
         input_ids = {id(t) for t in self.inputs}
         live = set()
         for t in order:
-            if id(t) in input_ids or any(id(i) in live for i in t.op.input_tensors()):
+            if id(t) in input_ids or any(id(i) in live for i in self._differentiable_inputs(t)):
                 live.add(id(t))
         consumers = {}
         for c in order:
@@ -137,6 +145,23 @@ class _Reverse:
                 continue
             self.adjoints[id(t)] = self._adjoint(t, consumers.get(id(t), []))
         return self.adjoints
+
+    def _differentiable_inputs(self, t):
+        """The tensors ``t`` reads where a gradient can flow: all its inputs but those it
+        reads only under an intrinsic of zero derivative (without a manual override).
+        ``m[i] = stop_gradient(max_k x[i, k])`` is then on no path from ``x``: it gets no
+        adjoint, which would be zero for every input and, being an output of the
+        gradient program, keep the adjoints it reads from being computed inline."""
+        cut = set()
+        for e in stage_exprs(t):
+            under = [n.args for n in walk(e) if has_zero_derivative(n)]
+            if under:
+                flowing = {id(n.tensor) for n in walk(e, _through_derivatives)
+                           if type(n) is Read}
+                cut |= {id(n.tensor) for args in under for a in args for n in walk(a)
+                        if type(n) is Read and id(n.tensor) not in flowing}
+        return [i for i in t.op.input_tensors()
+                if id(i) not in cut or self._manual_key(t, i) is not None]
 
     def head_of(self, y):
         """``head(prefix, idx)`` building the adjoint of ``y`` at ``y[idx]``."""

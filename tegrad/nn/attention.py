@@ -95,14 +95,20 @@ def scaled_dot_product_attention(q, k, v, *, mask=None, causal=False, scale=None
         """The affine condition of the causal mask (None: every key)."""
         return s <= t if causal else None
 
-    def scores_body(*i):
+    def products_body(*i):
         b, t, s = i[:-2], i[-2], i[-1]
         d = reduce_axis((0, D), name="rd")
-        a = _sum(q[b + (t, d)] * k[b + (s, d)], axis=d, where=kept(t, s))
+        return _sum(q[b + (t, d)] * k[b + (s, d)], axis=d, where=kept(t, s))
+
+    products = compute(scores_shape, products_body, name=f"{op}_scores")
+
+    def scores(i):
+        """The score of pair ``i``, scaled and masked where it is read: a stage of its
+        own would be one more pass over every pair, in the forward and the gradient."""
+        a = products[i]
         a = a if scale == 1 else a * scale
         return a + read_mask(i) if kind == "add" else a
 
-    scores = compute(scores_shape, scores_body, name=f"{op}_scores")
     lowest = Const(float("-inf"), q.dtype)
 
     def visible(i, value, hidden):
@@ -112,7 +118,7 @@ def scaled_dot_product_attention(q, k, v, *, mask=None, causal=False, scale=None
         s = reduce_axis((0, S), name="rs")
         full = i + (s,)
         # the softmax does not depend on the maximum subtracted: no gradient through it
-        return stop_gradient(_max(visible(full, scores[full], lowest), axis=s,
+        return stop_gradient(_max(visible(full, scores(full), lowest), axis=s,
                                   where=kept(i[-1], s)))
 
     m = compute(lead + (T,), row_max, name=f"{op}_max")
@@ -120,13 +126,13 @@ def scaled_dot_product_attention(q, k, v, *, mask=None, causal=False, scale=None
     def row_sum(*i):
         s = reduce_axis((0, S), name="rs")
         full = i + (s,)
-        return _sum(visible(full, exp(scores[full] - m[i]), Const(0, q.dtype)), axis=s,
+        return _sum(visible(full, exp(scores(full) - m[i]), Const(0, q.dtype)), axis=s,
                     where=kept(i[-1], s))
 
     total = compute(lead + (T,), row_sum, name=f"{op}_sum")
 
     def probs_body(*i):
-        p = visible(i, exp(scores[i] - m[i[:-1]]) / total[i[:-1]], Const(0, q.dtype))
+        p = visible(i, exp(scores(i) - m[i[:-1]]) / total[i[:-1]], Const(0, q.dtype))
         return if_then_else(i[-1] <= i[-2], p, Const(0, q.dtype)) if causal else p
 
     probs = compute(scores_shape, probs_body, name=f"{op}_probs")

@@ -2,6 +2,8 @@
 import io
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad.ir.expr import Reduce, Var
@@ -254,3 +256,65 @@ def test_bilinear_gradient_is_one_scatter_pass_and_differentiable_again():
     _same_values(g, naive, feed)
     # the gradient is linear in head: its derivative with respect to head is the adjoint
     assert tg.testing.check_grad(g, [head], feed=feed, head="random", rng=4) < 1e-6
+
+
+def _program(t):
+    return {id(s) for s in tg.ir.graph.topological_order([t])}
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 7), st.sampled_from([0, 1]))
+def test_a_row_max_under_stop_gradient_is_one_stage_with_no_adjoint(rows, cols, axis):
+    # the softmax's stop_gradient(max_k x) is neither split into a reduction stage and
+    # a copy nor given an adjoint: the gradient reads one stage of the maxima
+    x = tg.placeholder((rows, cols), dtype=F64, name="x")
+    y = tg.nn.log_softmax(x, axis=axis)
+    (m,) = [t for t in tg.ir.graph.topological_order([y]) if t.name == "log_softmax_max"]
+    res = tg.differentiate(y, [x], head=tg.placeholder(y.shape, dtype=F64, name="head"))
+    names = [s.name for s in tg.ir.graph.topological_order([res[0]])]
+    assert names.count("log_softmax_max") == 1 and m not in res.adjoints
+    assert not any("_red" in name for name in names)
+    assert tg.testing.check_grad(y, [x], head="random", rng=rows * 8 + cols) < 1e-6
+
+
+@pytest.mark.parametrize("intrinsic", ["stop_gradient", "floor"])
+def test_a_reduction_under_an_intrinsic_of_zero_derivative_stays_in_place(intrinsic):
+    x = tg.placeholder((3, 5), dtype=F64, name="x")
+    k = tg.reduce_axis((0, 5), name="k")
+    cut = getattr(tg, intrinsic)
+    y = tg.compute((3,), lambda i: x[i, 1] * cut(tg.sum(x[i, k] * x[i, k], axis=k)), name="y")
+    head = tg.placeholder((3,), dtype=F64, name="head")
+    (dx,) = res = tg.differentiate(y, [x], head=head)
+    assert y not in res.adjoints or res.adjoints[y] is head
+    assert len(tg.ir.graph.topological_order([dx])) == 3  # x, head and dx: no statistic
+    xv, hv = RNG.standard_normal((3, 5)) * 2, RNG.standard_normal(3)
+    want = np.zeros((3, 5))
+    want[:, 1] = hv * getattr(np, intrinsic if intrinsic == "floor" else "asarray")(
+        (xv * xv).sum(axis=1))
+    np.testing.assert_allclose(tg.evaluate(dx, {x: xv, head: hv}), want, rtol=1e-12)
+    compiled = tg.build([x, head], [y, dx])
+    for got, expected in zip(compiled(xv, hv), tg.evaluate([y, dx], {x: xv, head: hv})):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("attrs", [dict(label_smoothing=0.1),
+                                   dict(ignore_index=-100, label_smoothing=0.2),
+                                   dict(reduction="none")])
+def test_the_adjoints_asked_for_with_a_gradient_are_inlined_into_it(attrs):
+    # reverse mode returns every adjoint as an output; an elementwise one (the adjoint of
+    # a softmax's row sum, of the smoothing's row total) is still computed inline by the
+    # gradient that reads it, and still returned with its values
+    logits = tg.placeholder((4, 5, 3), dtype=F64, name="logits")
+    labels = tg.placeholder((4, 3), dtype="int32", name="labels")
+    loss = tg.nn.softmax_cross_entropy(logits, labels, **attrs)
+    head = tg.placeholder(loss.shape, dtype=F64, name="head")
+    res = tg.differentiate(loss, [logits], head=head)
+    inner = {t: a for t, a in res.adjoints.items() if t is not loss and t is not logits}
+    assert inner and not {id(a) for a in inner.values()} & _program(res[0])
+    lv = RNG.integers(0, 5, (4, 3)).astype("int32")
+    lv[1, 2] = -100 if "ignore_index" in attrs else lv[1, 2]
+    feed = {logits: RNG.standard_normal((4, 5, 3)), labels: lv,
+            head: RNG.standard_normal(loss.shape)}
+    for t, a in inner.items():
+        _same_values(a, res.naive.adjoints[t], feed)
+    _same_values(res[0], res.naive[0], feed)
