@@ -1,10 +1,11 @@
 """Attention: scaled dot-product attention and multi-head attention.
 
-The softmax over keys is written out in stages (scores, their row maximum, the row sum of
-exponentials, the probabilities, the weighted values) so that a causal mask is a
-reduction mask (``where s <= t``): the masked half of every stage is never visited, in
-the forward pass or in the gradient. A boolean mask is a select (data-dependent), an
-additive one is added to the scores.
+The softmax over keys is written out in stages (the products ``q k``, the row maximum of
+the scores, the row sum of exponentials, the probabilities, the weighted values) so that
+a causal mask is a reduction mask (``where s <= t``): the masked half of every stage is
+never visited, in the forward pass or in the gradient. A score is the product scaled
+(and an additive mask added) where a stage reads it, not a stage of its own. A boolean
+mask is a select (data-dependent).
 
 >>> import numpy as np, tegrad as tg
 >>> q = tg.placeholder((1, 2, 2), dtype="float64", name="q")

@@ -1365,8 +1365,6 @@ def _():
 
 XFAIL = {
     # optimised / hand-derived / forward iterations in each reason
-    "scaled_dot_product_attention/causal:v": "654 / 582 / 582: one stage over every (t, s) "
-                                             "pair more than the adjoint needs",
 }
 
 
