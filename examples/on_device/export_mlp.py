@@ -93,16 +93,23 @@ def write_data(directory, data=None, epochs=EPOCHS):
     """Write ``data`` (default: :func:`load_data`), the initial weights and the batch order
     of ``epochs`` epochs as raw files in ``directory``; return the numbers of training and
     test images."""
-    directory = pathlib.Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     train_x, train_y, test_x, test_y = load_data() if data is None else data
     files = {"train_x.f32": train_x, "train_y.i32": train_y, "test_x.f32": test_x,
              "test_y.i32": test_y}
     files.update(zip(["w1.f32", "b1.f32", "w2.f32", "b2.f32"], initial_weights()))
     files["order.i32"] = batch_order(len(train_x), epochs)
-    for name, array in files.items():
-        np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tofile(directory / name)
+    write_raw(directory, files)
     return len(train_x), len(test_x)
+
+
+def write_raw(directory, files):
+    """Write each array of ``files`` (file name -> array) to ``directory`` as raw
+    little-endian values in C order (the files ``train.c`` and ``train_cnn.c`` read)."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, array in files.items():
+        array = np.asarray(array)
+        np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tofile(directory / name)
 
 
 def export_library(path, n_test, *, target=None, cpu=None):
