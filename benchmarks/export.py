@@ -6,14 +6,19 @@ library should take the build's time: the target is within 1.1x. Programs:
 - the digits MLP's training step (64-128-10, batch 64: loss, logits and the four weight
   gradients), as ``python -m tegrad demo`` compiles it;
 - one conv2d layer's training step: 8x32x32x32 -> 64 channels, 3x3, padding 1, its
-  output and the gradients of its input and weight for a random output gradient.
+  output and the gradients of its input and weight for a random output gradient;
+- the digits CNN's whole training step with Adam (examples/on_device/export_cnn.py,
+  batch 32, one thread): the library ``train_cnn.c`` calls against the ``tg.TrainStep``
+  it was exported from, called from Python as ``step(x, labels)`` (which also copies
+  the updates it cannot write in place back into its arrays).
 
 The library is called through ctypes with preallocated outputs and workspace; the
 build through ``f(*arrays, out=outs)`` (its argument checks included: that is the
 Python price of ``tg.build`` and part of what is compared). The two alternate, each
-after its own warm-up, and the table gives median and best of the per-round ratios.
+after its own warm-up, and the table gives median and best of the per-round ratios
+(library time / Python time).
 
-    python benchmarks/export.py [--threads 1] [--rounds 15]
+    python benchmarks/export.py [--threads 1] [--rounds 15] [--only CNN]
 """
 import argparse
 import ctypes
@@ -28,6 +33,10 @@ import numpy as np
 import tegrad as tg
 from tegrad import nn
 from tegrad.tools import demo
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "on_device"
+sys.path.insert(0, str(EXAMPLE))
+import export_cnn  # noqa: E402  (the example's model, step and export)
 
 
 def mlp_step(batch=64):
@@ -109,31 +118,75 @@ def measure(name, make, threads, rounds, directory):
     call_build()
     for a, b in zip(outs, built):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
-    repeats = 20
-    ratios, lib_times, build_times = [], [], []
+    return compare(call_library, call_build, rounds) + ("malloc" in result.undefined,)
+
+
+def compare(call_library, call_python, rounds, repeats=20):
+    """``(best library s, best Python s, median ratio, best ratio)`` of ``rounds``
+    alternating rounds, each the best of ``repeats`` calls."""
+    ratios, lib_times, python_times = [], [], []
     for _ in range(rounds):
         t_lib = time_call(call_library, repeats)
-        t_build = time_call(call_build, repeats)
+        t_python = time_call(call_python, repeats)
         lib_times.append(t_lib)
-        build_times.append(t_build)
-        ratios.append(t_lib / t_build)
-    return (min(lib_times), min(build_times), statistics.median(ratios), min(ratios),
-            "malloc" in result.undefined)
+        python_times.append(t_python)
+        ratios.append(t_lib / t_python)
+    return min(lib_times), min(python_times), statistics.median(ratios), min(ratios)
+
+
+def measure_train_step(rounds, directory):
+    """The digits CNN's Adam step: its exported library against the ``tg.TrainStep``."""
+    step = export_cnn.train_step()
+    result = export_cnn.export_library(directory / "cnn", step=step)
+    if result.library_path is None:
+        raise SystemExit(f"digits CNN: no shared library ({result.message})")
+    library = ctypes.CDLL(str(result.library_path))
+    rng = np.random.default_rng(2)
+    x = rng.random(step.inputs[0].shape, dtype=np.float32)
+    labels = rng.integers(0, export_cnn.CLASSES, step.inputs[1].shape).astype(np.int32)
+    current = [aligned_copy(a) for a in (x, labels, *step.params.values(),
+                                         *step.state.values())]
+    outs = [aligned_zeros(a.nbytes).view(a.dtype).reshape(a.shape)
+            for a in (np.float32(0), *current[2:])]
+    workspace = aligned_zeros(result.entries[0].workspace_bytes)
+    pointers = [ctypes.c_void_p(a.ctypes.data) for a in current + outs + [workspace]]
+
+    def call_library():
+        # reads the same parameters and state each call: the work of a step, not its values
+        if library.train_step(*pointers) != 0:
+            raise SystemExit("digits CNN: the library returned an error")
+
+    def call_step():
+        step(x, labels)
+
+    call_library()  # the step from the TrainStep's current values ...
+    loss = step(x, labels)  # ... which it then takes itself: the same code, the same values
+    after = [*step.params.values(), *step.state.values()]
+    if np.float32(loss) != outs[0] or not all(map(np.array_equal, outs[1:], after)):
+        raise SystemExit("digits CNN: the library's step differs from the TrainStep's")
+    return compare(call_library, call_step, rounds) + ("malloc" in result.undefined,)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--only", help="time only the programs whose name contains this")
     args = p.parse_args(argv)
     print(f"threads={args.threads}, {args.rounds} rounds of best-of-20 calls each")
-    print(f"{'program':<30} {'library us':>11} {'build us':>9} {'ratio med':>9} "
+    print(f"{'program':<34} {'library us':>11} {'python us':>9} {'ratio med':>9} "
           f"{'ratio min':>9}  mallocs")
     with tempfile.TemporaryDirectory() as d:
-        for name, make in PROGRAMS.items():
-            lib, build, med, best, mallocs = measure(name, make, args.threads, args.rounds,
-                                                     pathlib.Path(d))
-            print(f"{name:<30} {lib * 1e6:>11.1f} {build * 1e6:>9.1f} {med:>9.3f} "
+        cases = {name: lambda name=name, make=make: measure(
+            name, make, args.threads, args.rounds, pathlib.Path(d))
+            for name, make in PROGRAMS.items()}
+        cases["digits CNN Adam step, 1 thread"] = lambda: measure_train_step(
+            args.rounds, pathlib.Path(d))
+        for name, run in cases.items():
+            if args.only and args.only not in name:
+                continue
+            lib, python, med, best, mallocs = run()
+            print(f"{name:<34} {lib * 1e6:>11.1f} {python * 1e6:>9.1f} {med:>9.3f} "
                   f"{best:>9.3f}  {'yes' if mallocs else 'no'}")
             sys.stdout.flush()
 

@@ -95,11 +95,12 @@ def write_data(directory, steps=STEPS, data=None):
     return len(train_x)
 
 
-def export_library(path, *, target=None, cpu=None):
-    """Export the step of :func:`train_step` as entry point ``train_step`` at ``path``
-    (for this machine's CPU when ``target`` and ``cpu`` are None, the code the Python
-    step runs)."""
-    return train_step().export(path, target=target, cpu=cpu, threads=1, name="train_step")
+def export_library(path, *, target=None, cpu=None, step=None):
+    """Export ``step`` (default: a new :func:`train_step`) as entry point ``train_step``
+    at ``path`` (for this machine's CPU when ``target`` and ``cpu`` are None, the code the
+    Python step runs)."""
+    step = train_step() if step is None else step
+    return step.export(path, target=target, cpu=cpu, threads=1, name="train_step")
 
 
 def train_in_python(steps=STEPS, data=None):
