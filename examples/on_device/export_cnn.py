@@ -22,7 +22,6 @@ machine's CPU, as ``tg.train_step`` is, so the two print the same losses. See RE
     python examples/on_device/export_cnn.py [--target aarch64-linux-gnu] [-o build/cnn]
                                             [--data build/cnn_data] [--steps 50] [--python]
 """
-import argparse
 import time
 
 import numpy as np
@@ -122,11 +121,7 @@ def train_in_python(steps=STEPS, data=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="build/cnn", help="library path, no suffix")
-    parser.add_argument("--data", default="build/cnn_data", help="folder for the raw files")
-    parser.add_argument("--target", help="target triple (default: this machine)")
-    parser.add_argument("--cpu", help="CPU name (default: host CPU, or a baseline)")
+    parser = export_mlp.export_arguments(__doc__, "build/cnn", "build/cnn_data")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--python", action="store_true",
                         help="run the steps with the Python TrainStep instead of exporting")
@@ -136,8 +131,7 @@ def main(argv=None):
     n_train = write_data(args.data, args.steps)
     print(f"wrote {n_train} training images and {args.steps} batches to {args.data}/")
     result = export_library(args.output, target=args.target, cpu=args.cpu)
-    print(f"wrote {result.object_path} and {result.header_path} for {result.target.triple}")
-    print(result.message)
+    export_mlp.print_export(result)
     return result
 
 

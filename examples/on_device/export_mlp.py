@@ -148,12 +148,26 @@ def train_in_python(epochs=EPOCHS, data=None):
     return accuracy
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="build/mlp", help="library path, no suffix")
-    parser.add_argument("--data", default="build/data", help="folder for the raw data files")
+def export_arguments(doc, output, data):
+    """An argument parser (described by the first line of ``doc``) with the options of
+    the export scripts here: ``-o`` (default ``output``), ``--data`` (default ``data``),
+    ``--target`` and ``--cpu``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("-o", "--output", default=output, help="library path, no suffix")
+    parser.add_argument("--data", default=data, help="folder for the raw data files")
     parser.add_argument("--target", help="target triple (default: this machine)")
     parser.add_argument("--cpu", help="CPU name (default: host CPU, or a baseline)")
+    return parser
+
+
+def print_export(result):
+    """Say what an export wrote, for which target, and how it was linked."""
+    print(f"wrote {result.object_path} and {result.header_path} for {result.target.triple}")
+    print(result.message)
+
+
+def main(argv=None):
+    parser = export_arguments(__doc__, "build/mlp", "build/data")
     parser.add_argument("--python", action="store_true",
                         help="train in Python with tg.evaluate instead of exporting")
     parser.add_argument("--epochs", type=int, default=EPOCHS)
@@ -163,8 +177,7 @@ def main(argv=None):
     n_train, n_test = write_data(args.data, epochs=args.epochs)
     print(f"wrote {n_train} training and {n_test} test images to {args.data}/")
     result = export_library(args.output, n_test, target=args.target, cpu=args.cpu)
-    print(f"wrote {result.object_path} and {result.header_path} for {result.target.triple}")
-    print(result.message)
+    print_export(result)
     return result
 
 

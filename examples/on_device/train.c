@@ -11,11 +11,12 @@
  *   ./build/train build/data [epochs]
  */
 #define _POSIX_C_SOURCE 199309L
+#define WRITTEN_BY "export_mlp.py"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "raw_files.h"
 #include "mlp.h"
 
 #define LEARNING_RATE 0.05f
@@ -27,50 +28,6 @@
 #define N_TEST EVALUATE_X_DIM0
 #define N_PARAMS 4
 
-static void *zeroed(size_t bytes) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    memset(p, 0, rounded ? rounded : 64);
-    return p;
-}
-
-/* The whole file dir/name, which must hold `expected` bytes (any multiple of `row` bytes
- * if expected is 0); its size goes to *bytes. */
-static void *load(const char *dir, const char *name, size_t expected, size_t row, size_t *bytes) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cannot open %s (run export_mlp.py first)\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (size < 0 || (expected && (size_t)size != expected) || (!expected && size % row)) {
-        fprintf(stderr, "%s has %ld bytes; expected %zu\n", path, size, expected ? expected : row);
-        exit(1);
-    }
-    void *data = zeroed((size_t)size);
-    if (fread(data, 1, (size_t)size, f) != (size_t)size) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(1);
-    }
-    fclose(f);
-    if (bytes) *bytes = (size_t)size;
-    return data;
-}
-
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "build/data";
     size_t train_bytes, order_bytes;
@@ -81,21 +38,8 @@ int main(int argc, char **argv) {
     int32_t *test_y = load(dir, "test_y.i32", N_TEST * sizeof(int32_t), 1, NULL);
     int32_t *order = load(dir, "order.i32", 0, n_train * sizeof(int32_t), &order_bytes);
     int epochs = (int)(order_bytes / (n_train * sizeof(int32_t)));
-    if (argc > 2) {
-        int wanted = atoi(argv[2]);
-        if (wanted < 0 || wanted > epochs) {
-            fprintf(stderr, "order.i32 holds the batches of %d epochs; for %s, run "
-                            "export_mlp.py --epochs %s\n", epochs, argv[2], argv[2]);
-            return 1;
-        }
-        epochs = wanted;
-    }
-    for (size_t i = 0; i < order_bytes / sizeof(int32_t); i++) {
-        if (order[i] < 0 || (size_t)order[i] >= n_train) {
-            fprintf(stderr, "order.i32 holds %d, not an image of the %zu\n", (int)order[i], n_train);
-            return 1;
-        }
-    }
+    epochs = count_to_run(argc, argv, epochs, "epochs");
+    check_order(order, order_bytes / sizeof(int32_t), n_train);
 
     static const char *names[N_PARAMS] = {"w1.f32", "b1.f32", "w2.f32", "b2.f32"};
     static const size_t sizes[N_PARAMS] = {TRAIN_STEP_W1_SIZE, TRAIN_STEP_B1_SIZE,

@@ -13,11 +13,12 @@
  *   ./build/train_cnn build/cnn_data [steps]
  */
 #define _POSIX_C_SOURCE 199309L
+#define WRITTEN_BY "export_cnn.py"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "raw_files.h"
 #include "cnn.h"
 
 #define BATCH TRAIN_STEP_X_DIM0
@@ -25,50 +26,6 @@
 #define N_PARAMS 4
 /* the parameters, then Adam's exp_avg and exp_avg_sq of each, in the header's order */
 #define N_TENSORS (3 * N_PARAMS)
-
-static void *zeroed(size_t bytes) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(1);
-    }
-    memset(p, 0, rounded ? rounded : 64);
-    return p;
-}
-
-/* The whole file dir/name, which must hold `expected` bytes (any multiple of `row` bytes
- * if expected is 0); its size goes to *bytes. */
-static void *load(const char *dir, const char *name, size_t expected, size_t row, size_t *bytes) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "cannot open %s (run export_cnn.py first)\n", path);
-        exit(1);
-    }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (size < 0 || (expected && (size_t)size != expected) || (!expected && size % row)) {
-        fprintf(stderr, "%s has %ld bytes; expected %zu\n", path, size, expected ? expected : row);
-        exit(1);
-    }
-    void *data = zeroed((size_t)size);
-    if (fread(data, 1, (size_t)size, f) != (size_t)size) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(1);
-    }
-    fclose(f);
-    if (bytes) *bytes = (size_t)size;
-    return data;
-}
-
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + 1e-9 * t.tv_nsec;
-}
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "build/cnn_data";
@@ -78,21 +35,8 @@ int main(int argc, char **argv) {
     int32_t *train_y = load(dir, "train_y.i32", n_train * sizeof(int32_t), 1, NULL);
     int32_t *order = load(dir, "order.i32", 0, BATCH * sizeof(int32_t), &order_bytes);
     int steps = (int)(order_bytes / (BATCH * sizeof(int32_t)));
-    if (argc > 2) {
-        int wanted = atoi(argv[2]);
-        if (wanted < 0 || wanted > steps) {
-            fprintf(stderr, "order.i32 holds the batches of %d steps; for %s, run "
-                            "export_cnn.py --steps %s\n", steps, argv[2], argv[2]);
-            return 1;
-        }
-        steps = wanted;
-    }
-    for (size_t i = 0; i < order_bytes / sizeof(int32_t); i++) {
-        if (order[i] < 0 || (size_t)order[i] >= n_train) {
-            fprintf(stderr, "order.i32 holds %d, not an image of the %zu\n", (int)order[i], n_train);
-            return 1;
-        }
-    }
+    steps = count_to_run(argc, argv, steps, "steps");
+    check_order(order, order_bytes / sizeof(int32_t), n_train);
 
     static const char *names[N_PARAMS] = {"conv_w.f32", "conv_b.f32", "dense_w.f32",
                                           "dense_b.f32"};
