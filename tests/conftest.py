@@ -14,14 +14,26 @@ float placeholders of another dtype, and ``operator_cases`` is the whole table.
 Property tests draw new examples on every run, except under CI (``CI`` set), where each
 test's examples are fixed (hypothesis' ``derandomize``): a submission is judged on the
 same examples however often it runs, and new ones are explored on every other run.
+
+Code several test files share is in the package ``support`` (``tests/support/``), which
+they import as ``support``: this file puts ``tests/`` on the import path (pytest's
+importlib import mode, set in setup.cfg, adds no folder itself), in every xdist worker
+too, since each imports this file before any test file.
 """
 import os
 import pathlib
+import sys
 import zlib
 
 import hypothesis
 import numpy as np
 import pytest
+
+TESTS = pathlib.Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+# the helpers' asserts say what they compared when they fail, as a test file's do
+pytest.register_assert_rewrite("support")
 
 import tegrad as tg
 from tegrad import nn, ops

@@ -2,8 +2,6 @@
 the operator library (forward and gradient), run by the loop-IR interpreter after
 :func:`auto_schedule` (with 2 vector lanes, so that tiny shapes get vector accumulators
 too) and compiled; and each choice it makes shows where it should."""
-import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -20,18 +18,8 @@ from tegrad.codegen.schedule.auto import auto_schedule
 from tegrad.codegen.schedule.fusion import statements
 from tegrad.ir.errors import DifferentiationError
 
+from support.compiled_programs import programs, with_gradient
 
-
-def _random_programs():
-    path = pathlib.Path(__file__).with_name("test_random_programs_compiled.py")
-    spec = importlib.util.spec_from_file_location("_compiled_random_programs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-RANDOM = _random_programs()
-programs = RANDOM.programs
 F64 = "float64"
 
 
@@ -54,7 +42,7 @@ def test_random_program_and_gradient_scheduled_equal_evaluator(program, seed):
     # small programs only: the loop-IR interpreter runs them in Python, where a large one
     # takes minutes; the large ones go through the same schedule compiled, in
     # test_random_programs_compiled.py
-    check_scheduled(*RANDOM.with_gradient(program, seed))
+    check_scheduled(*with_gradient(program, seed))
 
 
 def test_operator_and_gradient_scheduled_equal_evaluator(operator_name, operator_case):

@@ -1,14 +1,13 @@
 """Export of kernels as native libraries: objects, headers, shared libraries, C callers.
 
-The kernel is the hand-written one of ``test_export_sample.py`` (checked there against
-numpy); here it goes through export and is called from C, from ctypes in a fresh process,
-and, where an aarch64 cross compiler and qemu exist, from an aarch64 binary under qemu.
+The kernel is the hand-written one of ``tests/support/export_sample.py`` (checked against
+numpy by ``test_export_sample.py``); here it goes through export and is called from C,
+from ctypes in a fresh process, and, where an aarch64 cross compiler and qemu exist, from
+an aarch64 binary under qemu.
 """
 import doctest
 import importlib
-import importlib.util
 import json
-import pathlib
 import shutil
 import struct
 import subprocess
@@ -23,17 +22,9 @@ from tegrad.codegen.export import (ExportError, KernelModule, export_kernels, no
 from tegrad.codegen.export.abi import WORKSPACE_ALIGNMENT, entry_point
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel
 
-HERE = pathlib.Path(__file__).resolve().parent
+from support import export_sample as sample
+from support.native import elf_machine_and_symbols, elf_needed_libraries
 
-
-def _load_sample():
-    spec = importlib.util.spec_from_file_location("export_sample", HERE / "test_export_sample.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-sample = _load_sample()
 N = sample.N
 
 
@@ -46,51 +37,6 @@ def export_sample(path, target=None, **options):
 @pytest.fixture(scope="module")
 def host_export(tmp_path_factory):
     return export_sample(tmp_path_factory.mktemp("host") / "lib")
-
-
-# ---------------------------------------------------------------- ELF, read by hand
-
-def elf_machine_and_symbols(path, *, undefined=False):
-    """``(e_machine, {global symbol names})`` of a 64-bit little-endian ELF file: the
-    symbols it defines, or with ``undefined`` those it needs."""
-    data = pathlib.Path(path).read_bytes()
-    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "64-bit little-endian ELF"
-    machine = struct.unpack_from("<H", data, 18)[0]
-    shoff, = struct.unpack_from("<Q", data, 40)
-    shentsize, shnum = struct.unpack_from("<HH", data, 58)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + k * shentsize)
-                for k in range(shnum)]
-    names = set()
-    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
-        if kind != 2:  # SHT_SYMTAB
-            continue
-        strtab_offset = sections[link][4]
-        for s in range(offset, offset + size, entsize):
-            name_at, info, _, shndx = struct.unpack_from("<IBBH", data, s)
-            if info >> 4 == 1 and (shndx == 0) == undefined:  # STB_GLOBAL
-                end = data.index(b"\0", strtab_offset + name_at)
-                names.add(data[strtab_offset + name_at:end].decode())
-    return machine, names
-
-
-def elf_needed_libraries(path):
-    """The DT_NEEDED entries (shared libraries a 64-bit little-endian ELF file loads)."""
-    data = pathlib.Path(path).read_bytes()
-    shoff, = struct.unpack_from("<Q", data, 40)
-    shentsize, shnum = struct.unpack_from("<HH", data, 58)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + k * shentsize)
-                for k in range(shnum)]
-    needed = []
-    for _, kind, _, _, offset, size, link, _, _, _ in sections:
-        if kind != 6:  # SHT_DYNAMIC
-            continue
-        strings = sections[link][4]
-        for entry in range(offset, offset + size, 16):
-            tag, value = struct.unpack_from("<qQ", data, entry)
-            if tag == 1:  # DT_NEEDED
-                end = data.index(b"\0", strings + value)
-                needed.append(data[strings + value:end].decode())
-    return needed
 
 
 # ---------------------------------------------------------------- targets

@@ -1,11 +1,9 @@
 """The ``export`` command: loading a model file and exporting what it defines.
 
 Lowering is replaced by one that checks the model's tensors against ``tg.evaluate`` and
-returns the hand-built kernel of ``test_export_sample.py`` (whose hand-written module
-stands in for the backend), so the command's own work is what is tested.
+returns the hand-built kernel of ``tests/support/export_sample.py`` (whose hand-written
+module stands in for the backend), so the command's own work is what is tested.
 """
-import importlib.util
-import pathlib
 import struct
 import textwrap
 
@@ -15,10 +13,7 @@ import pytest
 import tegrad as tg
 from tegrad.codegen.export.cli import export_main
 
-HERE = pathlib.Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("export_sample", HERE / "test_export_sample.py")
-sample = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sample)
+from support import export_sample as sample
 
 MODEL = textwrap.dedent("""
     import tegrad as tg

@@ -20,47 +20,14 @@ import tegrad as tg
 
 from tegrad.codegen.export.program import export_program  # noqa: E402
 
+from support.native import elf_needed_libraries, run_driver
+
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "on_device"
 _spec = importlib.util.spec_from_file_location("export_mlp", EXAMPLE / "export_mlp.py")
 export_mlp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(export_mlp)
 
-_spec = importlib.util.spec_from_file_location("export_tests", pathlib.Path(__file__).parent
-                                               / "test_export.py")
-export_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(export_tests)
-
 N_EVAL = 16
-
-
-def driver_source(entry, header):
-    """A C program running ``entry`` once: input ``k`` read from ``in{k}.bin``, output ``k``
-    written to ``out{k}.bin``, in the folder given as its argument; prints the status."""
-    inputs = [p for p in entry.args if p.role == "input"]
-    outputs = [p for p in entry.args if p.role == "output"]
-    lines = ["#include <stdio.h>", "#include <stdlib.h>", f'#include "{header}"',
-             "static void *buffer(size_t n) { void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64);"
-             " if (!p) exit(3); return p; }",
-             "static void io(const char *dir, const char *name, void *p, size_t n, int out) {",
-             "  char path[4096]; snprintf(path, sizeof path, \"%s/%s\", dir, name);",
-             "  FILE *f = fopen(path, out ? \"wb\" : \"rb\"); if (!f) exit(4);",
-             "  size_t done = out ? fwrite(p, 1, n, f) : fread(p, 1, n, f);",
-             "  if (done != n) exit(5); fclose(f); }",
-             "int main(int argc, char **argv) {",
-             "  if (argc < 2) return 2;"]
-    for k, p in enumerate(inputs + outputs):
-        lines.append(f"  void *a{k} = buffer({p.nbytes});")
-    for k, p in enumerate(inputs):
-        lines.append(f'  io(argv[1], "in{k}.bin", a{k}, {p.nbytes}, 0);')
-    lines.append(f"  void *workspace = buffer({entry.workspace_bytes});")
-    call = ", ".join([f"a{k}" for k in range(len(inputs) + len(outputs))] + ["workspace"])
-    lines.append(f"  int status = {entry.name}({call});")
-    lines.append(f'  printf("%d %s\\n", status, {entry.name}_error_string(status));')
-    for k, p in enumerate(outputs):
-        lines.append(f'  if (status == 0) io(argv[1], "out{k}.bin", a{len(inputs) + k}, '
-                     f'{p.nbytes}, 1);')
-    lines += ["  return 0;", "}"]
-    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -78,27 +45,6 @@ def feed(seed, batch=export_mlp.BATCH):
     x = rng.random((batch, export_mlp.FEATURES), dtype=np.float32)
     labels = rng.integers(0, export_mlp.CLASSES, batch).astype(np.int32)
     return [x, labels] + export_mlp.initial_weights(seed)
-
-
-def run_driver(compiler, library, entry, arrays, folder, runner=()):
-    folder.mkdir(parents=True, exist_ok=True)
-    source = folder / "driver.c"
-    source.write_text(driver_source(entry, library.header_path))
-    exe = folder / "driver"
-    flags = ["-static"] if runner else []
-    done = subprocess.run([compiler, "-std=c11", "-O1", str(source), str(library.object_path),
-                           "-lm", *flags, "-o", str(exe)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    for k, a in enumerate(arrays):
-        np.ascontiguousarray(a).tofile(folder / f"in{k}.bin")
-    run = subprocess.run([*runner, str(exe), str(folder)], capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr
-    status = int(run.stdout.split()[0])
-    outputs = [p for p in entry.args if p.role == "output"]
-    values = [np.fromfile(folder / f"out{k}.bin", dtype=p.dtype).reshape(p.shape)
-              for k, p in enumerate(outputs)] if status == 0 else None
-    return status, run.stdout.strip(), values
 
 
 def assert_close(got, want):
@@ -187,8 +133,8 @@ def test_aarch64_driver_under_qemu_matches_the_host(programs, host_library, tmp_
 
 
 def test_the_library_needs_only_libc_and_libm(host_library):
-    needed = export_tests.elf_needed_libraries(host_library.library_path)
+    needed = elf_needed_libraries(host_library.library_path)
     # the loss's exp and log are computed inline: libm only if something still calls it;
     # the reader of the needed libraries sees numpy's (it is not reading nothing)
-    assert "libc.so.6" in export_tests.elf_needed_libraries(_ctypes.__file__)
+    assert "libc.so.6" in elf_needed_libraries(_ctypes.__file__)
     assert all(lib.startswith(("libc.so", "libm.so")) for lib in needed), needed

@@ -5,8 +5,6 @@ caller's workspace, so neither the ``.ll``, nor the object's undefined symbols, 
 the size the ABI reports (filled with garbage: nothing may rely on its contents), compute
 what ``tg.evaluate`` does, and no error code says "out of memory" any more."""
 import ctypes
-import importlib.util
-import pathlib
 import re
 
 import numpy as np
@@ -16,18 +14,8 @@ import tegrad as tg
 from tegrad import nn
 from tegrad.codegen.loops.printer import format_kernel
 
-HERE = pathlib.Path(__file__).resolve().parent
-
-
-def _load(name, filename):
-    spec = importlib.util.spec_from_file_location(name, HERE / filename)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pipeline_tests = _load("_no_malloc_pipeline", "test_pipeline.py")
-export_tests = _load("_no_malloc_export", "test_export.py")
+from support.native import aligned_workspace, elf_machine_and_symbols
+from support.programs import matmul, mlp_gradient
 
 ALLOCATORS = {"malloc", "calloc", "realloc", "free"}
 
@@ -41,8 +29,7 @@ def conv_step():
     return [x, w, head], [y] + list(tg.differentiate(y, [x, w], head=head))
 
 
-PROGRAMS = {"matmul": pipeline_tests.matmul, "conv_step": conv_step,
-            "mlp_gradient": pipeline_tests.mlp_gradient}
+PROGRAMS = {"matmul": matmul, "conv_step": conv_step, "mlp_gradient": mlp_gradient}
 
 
 def called_allocators(ll_text):
@@ -53,7 +40,7 @@ def called_allocators(ll_text):
 def assert_allocates_nothing(result):
     assert called_allocators(result.ll_path.read_text()) == set()
     assert not ALLOCATORS & set(result.undefined), result.undefined
-    _, needed = export_tests.elf_machine_and_symbols(result.object_path, undefined=True)
+    _, needed = elf_machine_and_symbols(result.object_path, undefined=True)
     assert not ALLOCATORS & needed, needed
     entry = result.entries[0]
     assert all(kind != "out_of_memory" for _, kind, _ in entry.checks)
@@ -93,7 +80,7 @@ def test_a_built_functions_export_calls_no_allocator(program, threads, tmp_path)
 
 def garbage_workspace(nbytes):
     """``nbytes`` of 0xff at a 64-byte aligned address (an entry point's requirement)."""
-    space = pipeline_tests._workspace(nbytes)
+    space = aligned_workspace(nbytes)
     space.fill(0xFF)
     return space
 

@@ -6,8 +6,6 @@ call the objects and the shared library (host) and the aarch64 object under qemu
 outputs equal ``tg.build``'s bit for bit whatever the thread count, a bad index gives
 the same error code, and the libraries need only libc, libm and libpthread.
 """
-import importlib.util
-import pathlib
 import shutil
 import subprocess
 import textwrap
@@ -18,18 +16,7 @@ import pytest
 import tegrad as tg
 from tegrad.codegen.kernels.threadpool import PARALLEL_FOR
 
-
-def _load_export_tests():
-    path = pathlib.Path(__file__).resolve().parent / "test_export.py"
-    spec = importlib.util.spec_from_file_location("_export_tests", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_EXPORT_TESTS = _load_export_tests()
-elf_machine_and_symbols = _EXPORT_TESTS.elf_machine_and_symbols
-elf_needed_libraries = _EXPORT_TESTS.elf_needed_libraries
+from support.native import elf_machine_and_symbols, elf_needed_libraries
 
 ROWS, COLS, TABLE = 384, 256, 40
 

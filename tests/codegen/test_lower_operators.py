@@ -10,12 +10,11 @@ accumulates, so that is added).
 import numpy as np
 
 import tegrad as tg
-from tegrad.ir.graph import placeholders, topological_order
-from tegrad.ir.mapper import tensors_read
-from tegrad.ir.stages import stage_exprs
-from tegrad.ir.tensor import ScatterOp
+from tegrad.ir.graph import placeholders
 from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.lower.program import lower_program, prepare
+
+from support.programs import scatter_fill
 
 
 def lowered_program(operator_case):
@@ -29,24 +28,6 @@ def lowered_program(operator_case):
         if t not in case.feed:  # a placeholder the table feeds by name
             case.feed[t] = case.rng.standard_normal(t.shape).astype(t.dtype)
     return inputs, outputs, case.feed
-
-
-def scatter_fill(inputs, outputs):
-    """Elements of the scatters' outputs filled before they accumulate (zeros, or a copy
-    of an ``init`` that is an argument or read elsewhere)."""
-    order = topological_order(outputs)
-    reads = [r for t in order for e in stage_exprs(t) for r in tensors_read(e)]
-    args = {id(t) for t in inputs} | {id(t) for t in outputs}
-    fill = 0
-    for t in order:
-        if isinstance(t.op, ScatterOp):
-            init = t.op.init
-            in_place = (init is not None and id(init) not in args
-                        and not any(r is init for r in reads)
-                        and sum(1 for s in order if isinstance(s.op, ScatterOp)
-                                and s.op.init is init) == 1)
-            fill += 0 if in_place else t.size
-    return fill
 
 
 def test_lowered_operator_and_gradient_match_evaluator_and_cost(operator_name, operator_case):

@@ -11,9 +11,7 @@ condition is taken as true (:func:`open_data_guards`). A loop by a step above on
 visit the points of two pieces of a domain per iteration (``i`` and ``i + 1``): the
 count is then at most ``tg.cost``'s.
 """
-import importlib.util
 import os
-import pathlib
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -25,19 +23,8 @@ from tegrad.codegen.loops.mapper import StmtMapper, walk_expr, walk_stmts
 from tegrad.codegen.loops.nodes import For, If, Kernel, Let, Load
 from tegrad.codegen.lower.program import lower_program, prepare
 
-
-def _module(file_name, name):
-    path = pathlib.Path(__file__).parent / file_name
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-RANDOM = _module("test_random_programs_compiled.py", "_compiled_random_programs")
-
-
-scatter_fill = _module("test_lower_operators.py", "_lower_operators").scatter_fill
+from support.compiled_programs import programs, with_gradient
+from support.programs import scatter_fill
 
 
 def _is_data_guard(s):
@@ -77,9 +64,9 @@ EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_LOWERED", "50"))
 
 @settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(RANDOM.programs(large=False), st.integers(0, 2**31 - 1))
+@given(programs(large=False), st.integers(0, 2**31 - 1))
 def test_lowered_random_program_matches_evaluator_and_cost(program, seed):
-    inputs, outputs, feed = RANDOM.with_gradient(program, seed)
+    inputs, outputs, feed = with_gradient(program, seed)
     kernel = lower_program(inputs, outputs)
     got, iterations = run(kernel, [feed[t] for t in inputs])
     for t, g, w in zip(outputs, got, tg.evaluate(outputs, feed)):

@@ -13,22 +13,11 @@ from tegrad import nn, ops
 from tegrad.ir.graph import placeholders
 from tegrad.tools.explain_op import NOT_DIFFERENTIABLE
 
+from support.programs import forward_and_gradient
+
 
 #: tolerance of a comparison with the evaluator (sums are added in another order)
 TOLERANCE = {"float64": dict(rtol=1e-9, atol=1e-12), "float32": dict(rtol=2e-4, atol=2e-5)}
-
-
-def forward_and_gradient(operator_case_of, name, dtype):
-    case, out = operator_case_of(name, dtype)
-    head = tg.placeholder(out.shape, dtype=out.dtype, name="head")
-    case.feed[head] = case.rng.standard_normal(out.shape)
-    outputs = [out] + list(tg.differentiate(out, case.inputs, head=head).optimized())
-    inputs = placeholders(outputs)
-    feed = {}
-    for t in inputs:
-        value = case.feed[t] if t in case.feed else case.rng.standard_normal(t.shape)
-        feed[t] = np.asarray(value).astype(t.dtype)
-    return inputs, outputs, feed
 
 
 def assert_agrees(inputs, outputs, feed, dtype=None):

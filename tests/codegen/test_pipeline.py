@@ -6,9 +6,7 @@ MLP's gradients, a convolution); ``f.export`` compiles again for its own thread 
 matmul called through ctypes equals ``tg.evaluate``; ``llvm_ir=True`` writes the module.
 """
 import ctypes
-import importlib.util
 import io
-import pathlib
 import shutil
 
 import llvmlite.binding as llvm
@@ -21,29 +19,8 @@ from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.pipeline import PASSES, PLAIN_PASSES, compile_kernel
 
-HERE = pathlib.Path(__file__).resolve().parent
-# its C driver runs any entry point; it loads test_export.py (the ELF readers) as export_tests
-_spec = importlib.util.spec_from_file_location("_pipeline_export_mlp", HERE / "test_export_mlp.py")
-EXPORT_MLP = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(EXPORT_MLP)
-
-
-def matmul(m=64, k=64, n=64):
-    a = tg.placeholder((m, k), name="a")
-    b = tg.placeholder((k, n), name="b")
-    r = tg.reduce_axis((0, k), name="r")
-    c = tg.compute((m, n), lambda i, j: tg.sum(a[i, r] * b[r, j], axis=r), name="c")
-    return [a, b], [c]
-
-
-def mlp_gradient():
-    x = tg.placeholder((32, 64), name="x")
-    labels = tg.placeholder((32,), dtype="int32", name="labels")
-    weights = [tg.placeholder((128, 64), name="w1"), tg.placeholder((128,), name="b1"),
-               tg.placeholder((10, 128), name="w2"), tg.placeholder((10,), name="b2")]
-    w1, b1, w2, b2 = weights
-    loss = nn.softmax_cross_entropy(nn.dense(nn.relu(nn.dense(x, w1, b1)), w2, b2), labels)
-    return [x, labels] + weights, [loss] + list(tg.differentiate(loss, weights))
+from support.native import aligned_workspace, elf_machine_and_symbols, run_driver
+from support.programs import matmul, mlp_gradient
 
 
 def conv():
@@ -114,12 +91,6 @@ def test_dump_sees_every_pass_in_order():
         compile_kernel(inputs, outputs, threads=1, dump="stderr")
 
 
-def _workspace(nbytes):
-    """``nbytes`` zero bytes at a 64-byte aligned address (what an entry point requires)."""
-    raw = np.zeros(nbytes + 64, np.uint8)
-    return raw[-raw.ctypes.data % 64:][:nbytes]
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_an_exported_matmul_called_through_ctypes_equals_evaluate(seed, tmp_path):
     rng = np.random.default_rng(seed)
@@ -130,7 +101,7 @@ def test_an_exported_matmul_called_through_ctypes_equals_evaluate(seed, tmp_path
     library = ctypes.CDLL(str(result.library_path))
     arrays = [rng.standard_normal(t.shape).astype("float32") for t in inputs]
     out = np.zeros((m, n), np.float32)
-    args = arrays + [out, _workspace(result.entries[0].workspace_bytes)]
+    args = arrays + [out, aligned_workspace(result.entries[0].workspace_bytes)]
     assert library.mm(*[ctypes.c_void_p(a.ctypes.data) for a in args]) == 0
     want = tg.evaluate(outputs, dict(zip(inputs, arrays)))[0]
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
@@ -162,15 +133,15 @@ def test_another_target_exports_the_automatic_schedule(tmp_path):
                     target="aarch64-linux-gnu")
     host = tg.export(inputs, outputs, tmp_path / "host" / "mm", name="mm")
     assert format_kernel(arm.kernels["mm"]) == format_kernel(host.kernels["mm"])
-    assert EXPORT_MLP.export_tests.elf_machine_and_symbols(arm.object_path)[0] == 183  # EM_AARCH64
+    assert elf_machine_and_symbols(arm.object_path)[0] == 183  # EM_AARCH64
     assert arm.undefined == ()
     missing = [tool for tool in ("qemu-aarch64", "aarch64-linux-gnu-gcc") if not shutil.which(tool)]
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed")
     rng = np.random.default_rng(7)
     arrays = [rng.standard_normal(t.shape).astype("float32") for t in inputs]
-    status, _, got = EXPORT_MLP.run_driver("aarch64-linux-gnu-gcc", arm, arm.entries[0], arrays,
-                                           tmp_path / "arm-run", runner=("qemu-aarch64",))
+    status, _, got = run_driver("aarch64-linux-gnu-gcc", arm, arm.entries[0], arrays,
+                                tmp_path / "arm-run", runner=("qemu-aarch64",))
     assert status == 0
     want = tg.evaluate(outputs, dict(zip(inputs, arrays)))
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)

@@ -1,7 +1,5 @@
 """One Target for the JIT and for exports: kernels are blocked and vectorised for the
 target's vector registers, not the host's (an aarch64 export: 128-bit NEON vectors)."""
-import importlib.util
-import pathlib
 import re
 
 import numpy as np
@@ -10,12 +8,7 @@ import pytest
 import tegrad as tg
 from tegrad.codegen.target import Target, TargetError
 
-_spec = importlib.util.spec_from_file_location("pipeline_tests", pathlib.Path(__file__).parent
-                                               / "test_pipeline.py")
-pipeline_tests = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pipeline_tests)
-#: a 64x64 float32 matmul; a small MLP's gradient
-matmul, mlp_gradient = pipeline_tests.matmul, pipeline_tests.mlp_gradient
+from support.programs import matmul, mlp_gradient  # a 64x64 float32 matmul; an MLP's gradient
 
 X86 = "x86_64-linux-gnu"
 ARM = "aarch64-unknown-linux-gnu"

@@ -7,7 +7,6 @@ elements, in the serial order within it). Also: a failed check inside a parallel
 reports the serial loop's error, a forked child and two Python threads calling at once
 get correct results, and ``threads=1`` calls no pool at all.
 """
-import importlib.util
 import os
 import pathlib
 import subprocess
@@ -27,18 +26,12 @@ from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.schedule.parallel import parallelize_stages
 
-HERE = pathlib.Path(__file__).parent
+import support
+from support.compiled_programs import programs, with_gradient
+from support.programs import forward_and_gradient
 
-
-def _module(name):
-    spec = importlib.util.spec_from_file_location(f"_threads_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-OPERATORS = _module("test_operators")
-RANDOM = _module("test_random_programs_compiled")
+#: the folder holding the package ``support`` (a fresh process must import it too)
+TESTS = pathlib.Path(support.__file__).resolve().parents[1]
 
 #: thread counts of the parallel kernels compared with the serial kernel (one thread)
 THREAD_COUNTS = (2, 3)
@@ -70,17 +63,16 @@ def assert_same_bits(inputs, outputs, feed):
 @pytest.mark.parametrize("dtype", ["float32"])
 def test_operator_and_gradient_same_bits_on_any_thread_count(operator_name, dtype,
                                                              operator_case_of):
-    inputs, outputs, feed = OPERATORS.forward_and_gradient(operator_case_of, operator_name,
-                                                           dtype)
+    inputs, outputs, feed = forward_and_gradient(operator_case_of, operator_name, dtype)
     parallel = assert_same_bits(inputs, outputs, feed)
     assert parallel_loops(parallel), "no loop of the operator ran in parallel"
 
 
 @settings(max_examples=10, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(RANDOM.programs(), st.integers(0, 2**31 - 1))
+@given(programs(), st.integers(0, 2**31 - 1))
 def test_random_program_same_bits_on_any_thread_count(program, seed):
-    assert_same_bits(*RANDOM.with_gradient(program, seed))
+    assert_same_bits(*with_gradient(program, seed))
 
 
 #: rows and columns of the big program: every loop's work above MIN_PARALLEL_WORK
@@ -232,7 +224,8 @@ def _failing_program():
 def test_a_failed_check_in_a_parallel_loop_reports_the_serial_error():
     # in a fresh process: a wrong bounds check in a task would be a crash
     out = _run_python(f"""
-        import runpy
+        import runpy, sys
+        sys.path.insert(0, {str(TESTS)!r})  # this file imports the package support
         runpy.run_path({str(pathlib.Path(__file__))!r})["check_failures_in_parallel_loops"]()
         print("checked")
     """)
@@ -430,7 +423,7 @@ def test_a_gradient_scattering_into_rows_i_and_3i_minus_2_equals_the_serial_bits
         return tg.sum(x[i, j + k - 2] * x[i * 3 - 2, i * 3 + k * 2 - 2], axis=k,
                       where=inside)
     s = tg.compute((29, 43), body, name="s")
-    inputs, outputs, feed = RANDOM.with_gradient((x, s, 1), 18)
+    inputs, outputs, feed = with_gradient((x, s, 1), 18)
     for _ in range(10):
         parallel = assert_same_bits(inputs, outputs, feed)
     # the race shows only now and then: the loop over the two writes must stay serial

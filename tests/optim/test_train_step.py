@@ -1,10 +1,7 @@
 """tg.train_step: the loss, the gradients and the optimizer's update in one compiled call,
 parameters and state updated in place in arrays the step owns; trained against
-torch.optim with the same weights and batches (test_training.py's models and data), and
-the errors a caller can provoke."""
-import importlib.util
-import pathlib
-
+torch.optim with the same weights and batches (test_training.py's models and data, from
+tests/support/training.py), and the errors a caller can provoke."""
 import numpy as np
 import pytest
 import torch
@@ -12,13 +9,7 @@ import torch
 import tegrad as tg
 from tegrad import optim
 
-_spec = importlib.util.spec_from_file_location(
-    "_train_step_training", pathlib.Path(__file__).with_name("test_training.py"))
-TRAINING = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(TRAINING)
-CASES, CNN, MLP, close, data, run_torch, schedule = (
-    TRAINING.CASES, TRAINING.CNN, TRAINING.MLP, TRAINING.close, TRAINING.data,
-    TRAINING.run_torch, TRAINING.schedule)
+from support.training import CASES, CNN, MLP, close, data, run_torch, schedule
 
 STEPS = 20
 

@@ -1,23 +1,17 @@
 """A model holding a tegrad operator trains under DistributedDataParallel (gloo, two
 processes on 127.0.0.1): each process's averaged gradients equal one process's on the
 whole batch."""
-import importlib.util
 import os
-import pathlib
 import socket
 import subprocess
 import sys
 
 import torch
 
-WORKER = pathlib.Path(__file__).with_name("ddp_worker.py")
+from support import ddp_worker
 
-
-def load_worker():
-    spec = importlib.util.spec_from_file_location("tegrad_ddp_worker", WORKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+#: the worker, run as a script in each process
+WORKER = ddp_worker.__file__
 
 
 def free_port():
@@ -41,9 +35,8 @@ def test_ddp_gradients_equal_one_process_on_the_whole_batch(tmp_path):
             p.kill()
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
 
-    worker = load_worker()
-    x, target = worker.batch()
-    want = worker.gradients(worker.Model(worker.BATCH), x, target)
+    x, target = ddp_worker.batch()
+    want = ddp_worker.gradients(ddp_worker.Model(ddp_worker.BATCH), x, target)
     for rank in range(2):
         got = torch.load(f"{prefix}{rank}.pt")
         assert sorted(got) == sorted(want) == ["out.bias", "out.weight", "w"]

@@ -2,8 +2,8 @@
 under torchrun: trains one step of a model holding a tegrad operator on its share of a
 fixed batch and saves its parameters' gradients to ``<prefix><rank>.pt``.
 
-    python tests/torch/ddp_worker.py PREFIX   (with MASTER_ADDR, MASTER_PORT, RANK and
-                                               WORLD_SIZE set, as torchrun sets them)
+    python tests/support/ddp_worker.py PREFIX   (with MASTER_ADDR, MASTER_PORT, RANK and
+                                                 WORLD_SIZE set, as torchrun sets them)
 """
 import sys
 
