@@ -7,6 +7,7 @@ does a test file's).
   domain, contractions, scatters), with their gradients;
 - ``programs``: fixed programs (a matmul, an MLP's gradient), an operator-table entry with
   its gradient, the fill a lowered scatter adds to ``tg.cost``'s count;
+- ``compare``: arrays for placeholders, and a build compared with ``tg.evaluate``;
 - ``export_sample``: a hand-built kernel and its hand-written LLVM function;
 - ``native``: ELF readers, a C driver for an exported entry point, an aligned workspace;
 - ``training``: the models, data and optimizer cases trained against ``torch.optim``;

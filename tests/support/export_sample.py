@@ -9,9 +9,9 @@ then temps, status 0 or a check code):
     check d != 0  (code 2: division_by_zero, d)
     for i in [0, N):  q[i] = idx[i] // d      (floor division)
 
-``tests/codegen/test_export_sample.py`` checks that the hand-written function does what the
-loop IR says (run through llvmlite's JIT against numpy), so the export tests rest on a
-correct kernel.
+``tests/codegen/export/test_export_sample.py`` checks that the hand-written function does
+what the loop IR says (run through llvmlite's JIT against numpy), so the export tests rest
+on a correct kernel.
 """
 import numpy as np
 from llvmlite import ir

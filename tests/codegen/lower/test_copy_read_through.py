@@ -14,7 +14,7 @@ from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct, Store
 from tegrad.ir.errors import TegradError
 
-from tests.codegen.test_gemm_build import check_build, feed_of
+from support.compare import check_build, feed_of
 
 
 def stores_to(f):

@@ -13,7 +13,7 @@ from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct
 from tegrad.codegen.lower.residues import drop_residue_masks
 
-from tests.codegen.test_gemm_build import check_build, feed_of
+from support.compare import check_build, feed_of
 
 
 def products(f):

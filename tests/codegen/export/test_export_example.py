@@ -17,7 +17,7 @@ from tegrad.codegen.export.abi import entry_point
 from tegrad.codegen.export.header import header_text
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "on_device"
+EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "on_device"
 _spec = importlib.util.spec_from_file_location("export_mlp", EXAMPLE / "export_mlp.py")
 export_mlp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(export_mlp)

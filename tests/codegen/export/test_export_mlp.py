@@ -22,7 +22,7 @@ from tegrad.codegen.export.program import export_program  # noqa: E402
 
 from support.native import elf_needed_libraries, run_driver
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "on_device"
+EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "on_device"
 _spec = importlib.util.spec_from_file_location("export_mlp", EXAMPLE / "export_mlp.py")
 export_mlp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(export_mlp)

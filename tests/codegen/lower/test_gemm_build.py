@@ -18,22 +18,7 @@ from tegrad.codegen.lower.product_plans import MIN_PRODUCT_OUTPUTS
 from tegrad.codegen.lower import contraction as lower_contraction
 from tegrad.codegen.lower.program import lower_program
 
-
-def feed_of(tensors, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(t.shape).astype(t.dtype) for t in tensors]
-
-
-def check_build(inputs, outputs, arrays, rtol, threads=2):
-    f = tg.build(inputs, outputs, threads=threads)
-    got = f(*arrays)
-    flat = []
-    for o in outputs:
-        flat.extend(o.result if hasattr(o, "result") else [o])
-    expected = tg.evaluate(flat, dict(zip(inputs, arrays)))
-    for g, e, t in zip(got, expected, flat):
-        np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * 10, err_msg=t.name)
-    return f
+from support.compare import check_build, feed_of
 
 
 def products(f):
