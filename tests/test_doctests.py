@@ -27,6 +27,17 @@ WITH_EXAMPLES = {
     "tegrad.codegen.lower.program", "tegrad.codegen.lower.nest",
     "tegrad.codegen.schedule.loops", "tegrad.codegen.schedule.stages",
     "tegrad.codegen.pipeline", "tegrad.codegen.target", "tegrad.train",
+    "tegrad.codegen.lower.contraction",
+    "tegrad.codegen.llvm.types", "tegrad.codegen.llvm.conversions",
+    "tegrad.codegen.llvm.arithmetic", "tegrad.codegen.llvm.intrinsics",
+    "tegrad.codegen.llvm.emit", "tegrad.codegen.llvm.target",
+    "tegrad.codegen.runtime.arguments", "tegrad.codegen.runtime.executable",
+    "tegrad.codegen.runtime.program_key", "tegrad.codegen.runtime.builder",
+    "tegrad.codegen.export.abi", "tegrad.codegen.export.header",
+    "tegrad.codegen.export.interface", "tegrad.codegen.export.library",
+    "tegrad.codegen.export.link", "tegrad.codegen.export.program",
+    "tegrad.codegen.export.targets",
+    "tegrad.tools.compile", "tegrad.tools.demo", "tegrad.tools.explain_op",
 }
 
 

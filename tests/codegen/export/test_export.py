@@ -5,8 +5,6 @@ numpy by ``test_export_sample.py``); here it goes through export and is called f
 from ctypes in a fresh process, and, where an aarch64 cross compiler and qemu exist, from
 an aarch64 binary under qemu.
 """
-import doctest
-import importlib
 import json
 import shutil
 import struct
@@ -406,13 +404,6 @@ def test_host_cpu_attributes_of_the_backend_do_not_reach_another_target(tmp_path
     assert elf_machine_and_symbols(result.object_path)[0] == 183
     # code for the wrong CPU's features would be soft-float here, calling __addsf3
     assert elf_machine_and_symbols(result.object_path, undefined=True)[1] == set()
-
-
-@pytest.mark.parametrize("name", ["abi", "header", "interface", "library", "link", "program",
-                                  "targets"])
-def test_docstring_examples(name):
-    module = importlib.import_module(f"tegrad.codegen.export.{name}")
-    assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
 
 def test_export_kernel_names_the_entry_after_the_kernel(tmp_path):

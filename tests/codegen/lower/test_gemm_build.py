@@ -321,14 +321,6 @@ def test_interpreter_and_mappers_know_the_product():
     assert count > 0
 
 
-def test_docstring_examples():
-    import doctest
-    import importlib
-    module = importlib.import_module("tegrad.codegen.lower.contraction")
-    result = doctest.testmod(module)
-    assert result.failed == 0 and result.attempted > 0
-
-
 def test_product_checks_its_buffers():
     from tegrad.codegen.kernels.gemm import GemmSpec
     from tegrad.codegen.loops.nodes import Buffer

@@ -134,19 +134,6 @@ def test_cache_is_bounded(monkeypatch):
     assert len(build_module._executables) <= 2 and len(build_module._functions) <= 2
 
 
-@pytest.mark.parametrize("module", [
-    "tegrad.codegen.llvm.types", "tegrad.codegen.llvm.conversions",
-    "tegrad.codegen.llvm.arithmetic", "tegrad.codegen.llvm.intrinsics",
-    "tegrad.codegen.llvm.emit", "tegrad.codegen.llvm.target",
-    "tegrad.codegen.runtime.arguments", "tegrad.codegen.runtime.executable",
-    "tegrad.codegen.runtime.program_key", "tegrad.codegen.runtime.builder"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.failed == 0 and result.attempted > 0
-
-
 def test_pointer_table_path_when_the_python_abi_is_not_confirmed(monkeypatch):
     from tegrad.codegen.runtime import executable
     monkeypatch.setattr(executable, "python_abi", lambda: None)
