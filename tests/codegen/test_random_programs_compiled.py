@@ -5,8 +5,9 @@ generators of zero elimination's tests (affine, floor-division and modulo indice
 guarded reads), extended with what lowering must handle: every reducer (sum, prod, max,
 min, a ``comm_reducer``) with ``init``, non-rectangular reduction domains (triangular
 ``where``, bounds that move with the outer axis, divisibility conditions that become
-strides) and scatters with data-dependent targets. Each program is compiled with its zero-eliminated gradient, whose domains
-are the non-rectangular ones zero elimination produces.
+strides) and scatters with data-dependent targets. Each program is compiled with its
+zero-eliminated gradient, whose domains are the non-rectangular ones zero elimination
+produces.
 
 Reads go through strided, dilated windows ``s*i + d*k - p`` (under their bounds) and
 residues ``i // s``, ``i % s`` too; reductions run over one axis or two of independent
