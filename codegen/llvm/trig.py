@@ -24,7 +24,7 @@ NaN and ``+-inf`` give NaN, as numpy.
 
 Measured against numpy's float64 ``sin`` and ``cos``, in units of the float32 spacing
 of the exact value, on the 492,437 float32 values of
-``tests/codegen/test_llvm_ops.py::test_inline_float32_sin_and_cos`` (uniform on
+``tests/codegen/llvm/test_llvm_ops.py::test_inline_float32_sin_and_cos`` (uniform on
 ``[-10, 10]`` and ``[-1e4, 1e4]``, log-uniform magnitudes from 1e-40 to 3.4e38, the
 float32 values nearest to the first 40,000 multiples of pi/2 and to one in each binade,
 powers of two, their neighbours and negatives): at most 1.49 ulp for ``sin`` and 1.50

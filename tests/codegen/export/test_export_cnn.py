@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "on_device"
+EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "on_device"
 if str(EXAMPLE) not in sys.path:  # export_cnn imports export_mlp, its neighbour
     sys.path.insert(0, str(EXAMPLE))
 _spec = importlib.util.spec_from_file_location("export_cnn", EXAMPLE / "export_cnn.py")
