@@ -151,7 +151,7 @@ def plan_storage(body, buffers, packing=None):
             at = max(at, end)
         offsets[b] = at
         placed.append(b)
-    shares = {b: frozenset(p for p in buffers if p is not b and p != b
+    shares = {b: frozenset(p for p in buffers if p != b
                            and offsets[p] < offsets[b] + nbytes_of[b]
                            and offsets[b] < offsets[p] + nbytes_of[p])
               for b in buffers}

@@ -99,8 +99,8 @@ def _safe_in(stmt, new, old):
     while inner > 0 and type(path[inner - 1]) not in (_n.For,):
         inner -= 1
     body = path[inner] if inner < len(path) else store
-    # reads of old outside that body, anywhere in stmt, are not allowed
-    outside = sum(1 for node in walk_stmts(stmt) for e in stmt_exprs(node)
+    # every read of old in stmt must be one of those counted in that body below
+    total = sum(1 for node in walk_stmts(stmt) for e in stmt_exprs(node)
                   for ld in loads(e) if ld.buffer == old)
     seen_store, inside = False, 0
     for node in walk_stmts(body):
@@ -117,7 +117,7 @@ def _safe_in(stmt, new, old):
                     return False
     if any(type(n) is _n.MatrixProduct and old in n.reads for n in walk_stmts(stmt)):
         return False
-    return inside == outside
+    return inside == total
 
 
 def _each_element_once(store, loops):
