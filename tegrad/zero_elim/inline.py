@@ -6,14 +6,22 @@ hand-written gradient would: ``dX[x] = head[x // 2] * 0.25`` instead of a stage 
 read. A stage is inlined when it has no reduction and inlining does not repeat work: it
 is read outside reductions only, or its body costs at most one floating-point operation.
 
+A stage among the ``tensors`` asked for is still returned as a stage of its own, and is
+inlined into the stages inside the program that read it like any other: reverse mode
+returns every adjoint as an output (the adjoint of a softmax's row sum, elementwise), and
+a gradient computes such a value inline as it would if the adjoint were not asked for.
+An output read by another output stays a stage for all its readers: outputs reading each
+other (an adjoint reading its consumers' adjoints) share what they compute when built
+together.
+
 ``inline_elementwise(tensors, keep)[k]`` computes the same values as ``tensors[k]``.
 """
 from __future__ import annotations
 
 from tegrad.analysis.cost import local_flops
-from tegrad.ir.expr import REDUCTIONS, Read
+from tegrad.ir.expr import REDUCTIONS, Read, structural_equal
 from tegrad.ir.graph import topological_order
-from tegrad.ir.mapper import IdentityMapper, children, substitute, walk
+from tegrad.ir.mapper import IdentityMapper, NodeMemo, children, substitute, walk
 from tegrad.ir.rewrite import map_stage, retarget_ids
 from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs
 from tegrad.analysis.simplify import simplify
@@ -68,8 +76,10 @@ class _InlineFacts(StageMapper):
 
 
 def _inlinable(tensors, keep):
-    """Ids of the elementwise stages that can be inlined into all their readers."""
-    keep_ids = {id(t) for t in keep} | {id(t) for t in tensors}
+    """Ids of the elementwise stages that can be inlined into all their readers (an
+    output among them stays an output as well)."""
+    keep_ids = {id(t) for t in keep}
+    outputs = {id(t) for t in tensors}
     order = topological_order(tensors)
     facts = _InlineFacts()
     candidates = {id(t): t for t in order if id(t) not in keep_ids and facts(t)[0]}
@@ -79,6 +89,9 @@ def _inlinable(tensors, keep):
             for tensor, inside in read_sites(e):
                 if inside:
                     read_inside.add(id(tensor))
+                if id(t) in outputs and id(tensor) in outputs:
+                    # outputs read each other (see the module docstring)
+                    candidates.pop(id(tensor), None)
         for whole in facts(t)[1]:
             candidates.pop(id(whole), None)  # an init is a whole tensor, not a read
     return {i for i, t in candidates.items()
@@ -87,18 +100,40 @@ def _inlinable(tensors, keep):
 
 class _Inliner(IdentityMapper):
     """Replaces a read of an inlined stage by its body at the read's indices, and the
-    reads in that body in turn (a generator method: chains of any length, no recursion)."""
+    reads in that body in turn (a generator method: chains of any length, no recursion).
+
+    Linear in the DAG: a node met again (shared within a body, or between stages) is
+    mapped once, and a stage read again at equal indices gives the node of its first
+    read, so a chain of stages each read twice stays a chain instead of a tree.
+    """
 
     def __init__(self, inlined):
         self.inlined = inlined
+        self._mapped = NodeMemo()
+        self._bodies = {}  # (id(stage), hash(indices)) -> [(indices, inlined body)]
+
+    def visit(self, e, *args):
+        hit = self._mapped.get(e)
+        return hit if hit is not None else self._remembered(e, super().visit(e, *args))
+
+    def _remembered(self, e, work):
+        out = yield work
+        self._mapped[e] = out
+        return out
 
     def map_read(self, e, *args):
         e = super().map_read(e)
         stage = self.inlined.get(id(e.tensor))
         if stage is None:
             return e
+        bucket = self._bodies.setdefault((id(stage), hash(e.indices)), [])
+        for indices, body in bucket:
+            if all(map(structural_equal, indices, e.indices)):
+                return body
         axes = {ax.name: idx for ax, idx in zip(stage.op.axes, e.indices)}
-        return (yield self.visit(substitute(stage.op.body, axes)))
+        body = yield self.visit(substitute(stage.op.body, axes))
+        bucket.append((e.indices, body))
+        return body
 
 
 def _inline_into(t, inliner, simplifier):
@@ -140,8 +175,14 @@ def inline_stages(tensors, ids, *, keep=(), simplifier=simplify_normalized):
     if not ids:
         return tensors
     keep_ids = {id(t) for t in keep}
-    mapping, inlined = {}, {}
+    wanted = {id(t) for t in tensors}
+    mapping, inlined, outputs = {}, {}, {}
     inliner = _Inliner(inlined)
+
+    def rewritten(t_new):
+        return _inline_into(t_new, inliner, simplifier) if simplifier \
+            else map_stage(t_new, inliner)
+
     for t in topological_order(tensors):
         if is_placeholder(t) or id(t) in keep_ids:
             mapping[id(t)] = t
@@ -152,7 +193,8 @@ def inline_stages(tensors, ids, *, keep=(), simplifier=simplify_normalized):
             # pass over each final body (inlining each stage's body eagerly would
             # rebuild a chain of n stages n times)
             mapping[id(t)] = inlined[id(t_new)] = t_new
+            if id(t) in wanted:
+                outputs[id(t)] = rewritten(t_new)  # an output is still computed
             continue
-        mapping[id(t)] = _inline_into(t_new, inliner, simplifier) if simplifier \
-            else map_stage(t_new, inliner)
-    return [mapping[id(t)] for t in tensors]
+        mapping[id(t)] = rewritten(t_new)
+    return [outputs.get(id(t), mapping[id(t)]) for t in tensors]

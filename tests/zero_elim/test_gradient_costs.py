@@ -1365,13 +1365,6 @@ def _():
 
 XFAIL = {
     # optimised / hand-derived / forward iterations in each reason
-    "softmax_cross_entropy/smoothing:logits": "160 / 136 / 153: the adjoint of the smoothing "
-                                              "term's row total, an output, stays a stage",
-    "softmax_cross_entropy/spatial_ignore:logits": "241 / 217 / 170: a per-position adjoint "
-                                                   "stage, an output, beyond the max, sum and "
-                                                   "count",
-    "softmax_cross_entropy/spatial_none:logits": "228 / 204 / 156: a per-position adjoint "
-                                                 "stage, an output, beyond the max and sum",
 }
 
 

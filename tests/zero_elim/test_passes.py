@@ -295,3 +295,58 @@ def test_a_reduction_under_an_intrinsic_of_zero_derivative_stays_in_place(intrin
     compiled = tg.build([x, head], [y, dx])
     for got, expected in zip(compiled(xv, hv), tg.evaluate([y, dx], {x: xv, head: hv})):
         np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("attrs", [dict(label_smoothing=0.1),
+                                   dict(ignore_index=-100, label_smoothing=0.2),
+                                   dict(reduction="none")])
+def test_the_adjoints_asked_for_with_a_gradient_are_inlined_into_it(attrs):
+    # reverse mode returns every adjoint as an output; an elementwise one (the adjoint of
+    # a softmax's row sum, of the smoothing's row total) is still computed inline by the
+    # gradient that reads it, and still returned with its values
+    logits = tg.placeholder((4, 5, 3), dtype=F64, name="logits")
+    labels = tg.placeholder((4, 3), dtype="int32", name="labels")
+    loss = tg.nn.softmax_cross_entropy(logits, labels, **attrs)
+    head = tg.placeholder(loss.shape, dtype=F64, name="head")
+    res = tg.differentiate(loss, [logits], head=head)
+    inner = {t: a for t, a in res.adjoints.items() if t is not loss and t is not logits}
+    assert inner and not {id(a) for a in inner.values()} & _program(res[0])
+    lv = RNG.integers(0, 5, (4, 3)).astype("int32")
+    lv[1, 2] = -100 if "ignore_index" in attrs else lv[1, 2]
+    feed = {logits: RNG.standard_normal((4, 5, 3)), labels: lv,
+            head: RNG.standard_normal(loss.shape)}
+    for t, a in inner.items():
+        _same_values(a, res.naive.adjoints[t], feed)
+    _same_values(res[0], res.naive[0], feed)
+
+
+def _distinct_nodes(t):
+    return len({id(n) for n in tg.ir.mapper.walk(t.op.body)})
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+def test_inlining_a_chain_of_stages_each_read_twice_stays_linear(shift):
+    # s_k[i] = s_{k-1}[i] * 0.5 + sin(s_{k-1}[i + shift]) * 0.25, every s_k inlined: as
+    # a tree the last body holds 2^depth reads of x; inlining maps a stage read again at
+    # equal indices to the node of its first read, so with equal indices the body is a
+    # chain (and with shifted ones, one node per distinct index)
+    from tegrad.zero_elim.inline import inline_stages
+
+    def chain(depth):
+        x = tg.placeholder((depth + 4,), dtype=F64, name="x")
+        s, inner = x, []
+        for k in range(depth):
+            p, n = s, depth + 4 - (k + 1) * shift
+            s = tg.compute((n,), lambda i: p[i] * 0.5 + tg.sin(p[i + shift]) * 0.25,
+                           name=f"s{k}")
+            inner.append(s)
+        (out,) = inline_stages([s], {id(t) for t in inner[:-1]})
+        return x, s, out
+
+    sizes = {}
+    for depth in (12, 24):
+        x, s, out = chain(depth)
+        assert _program(out) == {id(x), id(out)}
+        sizes[depth] = _distinct_nodes(out)
+        _same_values(s, out, {x: RNG.uniform(-1, 1, x.shape)})
+    assert sizes[24] <= 5 * sizes[12]
