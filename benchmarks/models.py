@@ -3,7 +3,7 @@ tegrad against PyTorch eager, ``torch.compile`` and JAX.
 
     python benchmarks/models.py [--models lenet,resnet,...] [--threads 1,2] [--repeats 30]
                                 [--quick] [--contenders tegrad,eager,compile,jax]
-                                [--steps 300] [--stages]
+                                [--steps 300] [--stages] [--profile]
 
 The models, float32, written with the public API (``tegrad.nn`` layers, ``tg.compute``
 where a cell is plainest as an index lambda):
@@ -41,6 +41,9 @@ memory events); JAX, XLA's memory analysis of the compiled step (temporaries + o
 
 ``--stages`` also prints, per model, tegrad's schedule and the cost of its ten costliest
 stages, and the ten operators of PyTorch eager's step that take most time (profiler).
+``--profile`` prints, per model, ``f.profile()`` of tegrad's step built again with
+``profile=True`` (per top-level statement: calls, time, share of the step, GFLOP/s, MB
+moved) after as many calls as ``--repeats``; the timed step is the unprofiled one.
 """
 from __future__ import annotations
 
@@ -652,13 +655,29 @@ def stage_view(model, f, arrays, top=12):
     return "\n".join(lines)
 
 
+def profile_view(model, arrays, threads, calls):
+    """``f.profile()`` of tegrad's step built with ``profile=True``, after ``calls`` calls
+    (3 calls before them are not counted: the first runs page faults and cold caches)."""
+    placeholders, outputs, _ = model.program()
+    f = tg.build(placeholders, outputs, threads=threads, profile=True)
+    args = model.tegrad_args(arrays)
+    for _ in range(3):
+        f(*args)
+    f.profile().reset()
+    for _ in range(calls):
+        f(*args)
+    return (f"### {model.title}, {threads} thread(s): tegrad's f.profile() of {calls} "
+            f"steps\n\n```\n{f.profile()}\n```")
+
+
 def _table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def measure_model(model, threads, repeats, contenders, stages=False, memory=True):
+def measure_model(model, threads, repeats, contenders, stages=False, memory=True,
+                  profile=False):
     """One row of the table: per contender median/min seconds, build seconds, peak MB and
     the difference from PyTorch's float64 results."""
     from peers import alternate
@@ -695,6 +714,8 @@ def measure_model(model, threads, repeats, contenders, stages=False, memory=True
             **{k: v for k, v in info[name].items() if k != "function"}}
     if stages and "tegrad" in info:
         row["stages"] = stage_view(model, info["tegrad"]["function"], arrays)
+    if profile and "tegrad" in info:
+        row["profile"] = profile_view(model, arrays, threads, max(repeats, 10))
     return row
 
 
@@ -823,6 +844,9 @@ def _parse_args(argv=None):
     p.add_argument("--stages", action="store_true",
                    help="print tegrad's schedule and costliest stages and PyTorch's "
                         "costliest operators per model")
+    p.add_argument("--profile", action="store_true",
+                   help="print f.profile() of tegrad's step (built with profile=True) "
+                        "per model")
     p.add_argument("--no-memory", action="store_true",
                    help="skip tegrad's memory measurement (a second, traced build)")
     p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
@@ -858,7 +882,7 @@ def run_child(args):
                          "charlm": char_lm(args.child, args.steps)})
             continue
         rows.append(measure_model(MODELS[name](), args.child, args.repeats, contenders,
-                                  args.stages, not args.no_memory))
+                                  args.stages, not args.no_memory, args.profile))
     print("JSON:" + json.dumps(rows))
 
 
@@ -876,7 +900,7 @@ def report(rows, contenders):
               "torch.compile ms", "tegrad / compile", "JAX ms", "tegrad / JAX",
               "tegrad build s (differentiate + build)", "compile s (torch.compile / JAX)",
               "peak MB (tegrad / eager / compile / JAX)", "max difference from float64"]
-    table, notes, curves, stages = [], [], [], []
+    table, notes, curves, stages, profiles = [], [], [], [], []
     for row in rows:
         if row["model"] == "charlm":
             lm = row["charlm"]
@@ -913,6 +937,8 @@ def report(rows, contenders):
             notes.append(f"- {row['model']}, {row['threads']} thread(s): {n} skipped: {why}")
         if row.get("stages"):
             stages.append(row["stages"])
+        if row.get("profile"):
+            profiles.append(row["profile"])
     out.append(_table(header, table))
     if notes:
         out.append("\n" + "\n".join(sorted(set(notes))))
@@ -920,6 +946,9 @@ def report(rows, contenders):
     if stages:
         out.append("\n## per-stage view\n")
         out += stages
+    if profiles:
+        out.append("\n## tegrad's profile per step\n")
+        out += profiles
     return "\n".join(out)
 
 
@@ -947,6 +976,8 @@ def main(argv=None):
             cmd.append("--stages")
         if args.no_memory:
             cmd.append("--no-memory")
+        if args.profile:
+            cmd.append("--profile")
         done = subprocess.run(cmd, env=child_env(n), stdout=subprocess.PIPE, text=True)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("JSON:")]
         if done.returncode or not lines:

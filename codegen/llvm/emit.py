@@ -51,6 +51,7 @@ from tegrad.codegen.llvm.kernel_buffers import (PACKING_SPACE, STORAGE_ALIGNMENT
                                                 has_product, packing_space)
 from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.parallel import resolve_threads
+from tegrad.codegen.llvm.profiling import ProfileLayout, monotonic_ns
 from tegrad.codegen.llvm.python_entry import emit_python_entry, overlap_pairs
 from tegrad.codegen.llvm.statements import RARE_BRANCH, STMT_LOWERINGS
 from tegrad.codegen.llvm.types import I32, I64, PTR
@@ -68,7 +69,9 @@ class KernelModule:
     ``errors[n - 1]``; ``message`` is a ``Check`` node's, or None); ``storage``: the
     :class:`~.kernel_buffers.StoragePlan` of the buffers after the arguments (their
     offsets in one block of memory; the caller's storage must follow it, as buffers of
-    disjoint lifetimes share memory and the code assumes no other overlap).
+    disjoint lifetimes share memory and the code assumes no other overlap);
+    ``profile``: the :class:`~.profiling.ProfileLayout` of its counters when profiled,
+    else None.
     """
 
     module: ir.Module
@@ -77,10 +80,12 @@ class KernelModule:
     extra: tuple
     errors: tuple
     storage: StoragePlan
+    profile: ProfileLayout | None = None
 
 
 def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threads=None,
-                shared_gemm=False, defer_rare=False, check_bounds=False, target=None):
+                shared_gemm=False, defer_rare=False, check_bounds=False, target=None,
+                profile=False):
     """Emit ``kernel`` as an LLVM module (see the module docstring for the ABI).
 
     Loops marked ``parallel`` run on ``threads`` threads of the native pool (None: every
@@ -120,12 +125,23 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
     element its offset tables and strides reach) are checked against its buffers when the
     node is built, and its offset tables are constants, never data. Without
     ``check_bounds`` nothing of this is emitted.
+
+    With ``profile``, each top-level statement of the body (:func:`top_statements`) is a
+    function of its own, timed by the caller, and the module holds the counters of
+    :mod:`.profiling` (``KernelModule.profile``): for the JIT only (it calls the C
+    library's ``clock_gettime``). Without it nothing of this is emitted.
     """
     km = _ModuleEmitter(kernel, triple, data_layout, resolve_threads(threads),
-                        shared_gemm, defer_rare, check_bounds, target).run()
+                        shared_gemm, defer_rare, check_bounds, target, profile=profile).run()
     if python_abi is not None:
         emit_python_entry(km, len(kernel.args), *python_abi)
     return km
+
+
+def top_statements(body):
+    """The top-level statements of the kernel body ``body`` (a block's, or ``body``
+    alone): what a profiled kernel times one by one."""
+    return list(body.stmts) if type(body) is _n.Block else [body]
 
 
 def kernel_parts(body, storage=None, packing=None):
@@ -135,7 +151,7 @@ def kernel_parts(body, storage=None, packing=None):
     the packing space, used by the statements holding products): each group becomes a
     function whose buffer pointers are all ``noalias``, which holds only where none of
     them overlap."""
-    stmts = list(body.stmts) if type(body) is _n.Block else [body]
+    stmts = top_statements(body)
     shares = storage.shares if storage is not None else {}
     parts, size, used = [[]], 0, set()
     for s in stmts:
@@ -166,15 +182,25 @@ def _stmt_size(s):
 
 class _ModuleEmitter(KernelEmitter):
     """Lays out the kernel's module: the outer function reading the pointer array, the
-    body (or its parts, each a function of its own) emitted by :class:`KernelEmitter`."""
+    body (or its parts, each a function of its own) emitted by :class:`KernelEmitter`;
+    profiled, one part per top-level statement, timed (see :mod:`.profiling`)."""
+
+    def __init__(self, *args, profile=False):
+        super().__init__(*args)
+        self.profile = ProfileLayout(f"{self.symbol}.profile",
+                                     len(top_statements(self.kernel.body))) if profile else None
 
     def run(self):
-        parts = kernel_parts(self.kernel.body, self.storage, self.packing)
+        if self.profile is None:
+            parts = kernel_parts(self.kernel.body, self.storage, self.packing)
+        else:
+            parts = [[s] for s in top_statements(self.kernel.body)]
+        whole = len(parts) == 1 and self.profile is None
         # the parts' caller touches no memory itself: its pointers need no no-alias facts
         # (and may not claim them where buffers share memory)
-        body = self._buffer_function(f"{self.symbol}.body", noalias=len(parts) == 1)
+        body = self._buffer_function(f"{self.symbol}.body", noalias=whole)
         body.attributes.add("alwaysinline")
-        if len(parts) == 1:
+        if whole:
             self._emit_into(body, self.kernel.body)
         else:
             # each part its own function: LLVM's optimisation time grows faster than the
@@ -193,14 +219,17 @@ class _ModuleEmitter(KernelEmitter):
                 self._emit_into(fn, stmt, buffers)
                 calls.append((fn, [body.args[position[b]] for b in buffers]))
             bld = ir.IRBuilder(body.append_basic_block("entry"))
+            times = [self._now(bld)]
             for k, (fn, args) in enumerate(calls):
                 status = bld.call(fn, args)
+                times.append(self._now(bld))
                 ok = body.append_basic_block(f"after.part{k}")
                 fail = body.append_basic_block(f"fail.part{k}")
                 bld.cbranch(bld.icmp_signed("==", status, ir.Constant(I32, 0)), ok, fail)
                 bld.position_at_end(fail)
                 bld.ret(status)
                 bld.position_at_end(ok)
+            self._count(bld, times)
             bld.ret(ir.Constant(I32, 0))
 
         outer = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=self.symbol)
@@ -209,9 +238,33 @@ class _ModuleEmitter(KernelEmitter):
         pointers = [b.load(b.gep(outer.args[0], [ir.Constant(I64, k)], inbounds=True,
                                   source_etype=PTR), typ=PTR)
                     for k in range(len(self.buffers))]
-        b.ret(b.call(body, pointers))
+        start = self._now(b)
+        status = b.call(body, pointers)
+        if start is not None:  # the whole call, counted when it succeeds
+            done = b.icmp_signed("==", status, ir.Constant(I32, 0))
+            self.profile.add(b, self.module.globals[self.profile.symbol],
+                             self.profile.statements,
+                             b.select(done, b.sub(self._now(b), start), ir.Constant(I64, 0)),
+                             b.zext(done, I64))
+        b.ret(status)
         return KernelModule(self.module, self.symbol, self.buffers, self.extra,
-                            tuple(self.errors), self.storage)
+                            tuple(self.errors), self.storage, self.profile)
+
+    def _now(self, builder):
+        """The clock read at ``builder`` when profiling (nanoseconds), else None."""
+        if self.profile is None:
+            return None
+        return builder.call(monotonic_ns(self.module), [])
+
+    def _count(self, builder, times):
+        """Add each part's time (between consecutive ``times``) and one call to its
+        counters, when profiling."""
+        if self.profile is None:
+            return
+        table = self.profile.declare(self.module)
+        one = ir.Constant(I64, 1)
+        for k in range(len(times) - 1):
+            self.profile.add(builder, table, k, builder.sub(times[k + 1], times[k]), one)
 
     def _buffer_function(self, name, buffers=None, noalias=True):
         """An internal ``i32 name(ptr ...)`` taking one pointer per buffer (of ``buffers``,
@@ -248,4 +301,5 @@ class _ModuleEmitter(KernelEmitter):
 
 __all__ = ["KernelModule", "PACKING_SPACE", "RARE_BRANCH", "emit_kernel", "EXPR_LOWERINGS",
            "STMT_LOWERINGS", "STACK_LIMIT_BYTES", "STORAGE_ALIGNMENT", "kernel_parts",
+           "top_statements",
            "overlap_pairs", "packing_space"]

@@ -144,5 +144,9 @@ class LoadedModule:
         """The address of the function ``name``."""
         return self.engine.get_function_address(name)
 
+    def global_address(self, name):
+        """The address of the global variable ``name``."""
+        return self.engine.get_global_value_address(name)
+
 
 __all__ = ["LIBM_SYMBOLS", "LoadedModule", "data_layout", "host_triple", "optimise", "target_machine"]

@@ -32,6 +32,7 @@ from tegrad.codegen.tuning import CACHE_BYTES, CACHE_SIZE
 from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
+from tegrad.codegen.runtime.profile import check_profile_option
 from tegrad.codegen.runtime.program_key import program_key
 from tegrad.codegen.schedule.steps import Schedule
 
@@ -158,12 +159,13 @@ class _SameKernel:
 _by_kernel = weakref.WeakValueDictionary()
 
 
-def _executable_of(kernel, threads, check_bounds):
-    key = _SameKernel(kernel, (threads, check_bounds))
+def _executable_of(kernel, threads, check_bounds, profile=False):
+    key = _SameKernel(kernel, (threads, check_bounds, profile))
     with _lock:
         executable = _by_kernel.get(key)
     if executable is None:
-        executable = Executable(kernel, threads=threads, check_bounds=check_bounds)
+        executable = Executable(kernel, threads=threads, check_bounds=check_bounds,
+                                profile=profile)
         with _lock:
             _by_kernel[key] = executable
     return executable
@@ -205,7 +207,8 @@ def _check_bounds_default(check_bounds):
     return check_bounds
 
 
-def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_bounds=None):
+def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_bounds=None,
+          profile=False):
     """Compile the program computing ``outputs`` from the placeholders ``inputs``.
 
     ``outputs`` is a tensor, a list of tensors, or a :func:`tegrad.differentiate` result
@@ -225,6 +228,11 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     slower, for finding a miscompiled program. ``None`` (the default) takes it from the
     environment variable ``TEGRAD_CHECK_BOUNDS`` (``1``: on; unset or ``0``: off). It is
     part of the cache key.
+
+    ``profile=True`` times each top-level statement of the kernel (a stage, fused stages
+    or a product kernel) on every call: ``f.profile()`` is the table (see
+    :mod:`tegrad.codegen.runtime.profile`). Off (the default), nothing of it is compiled.
+    Part of the cache key; exports (``f.export``) are never profiled.
 
     Stages computing the same values run once, and each stage's loops are scheduled
     automatically; every choice is a step, and ``f.schedule`` is the
@@ -266,7 +274,8 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     kernel_name = _kernel_name(name, outputs)
     schedule = check_schedule(schedule, "build")
     check_bounds = _check_bounds_default(check_bounds)
-    options = (threads, kernel_name, _frozen(schedule), check_bounds)
+    profile = check_profile_option(profile)
+    options = (threads, kernel_name, _frozen(schedule), check_bounds, profile)
     identity = (tuple(map(id, inputs)), tuple(map(id, outputs)), options)
     with _lock:
         known = _functions.get(identity)
@@ -286,7 +295,7 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
     if executable is None:
         compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule,
                                   name=kernel_name)
-        executable = _executable_of(compiled.kernel, threads, check_bounds)
+        executable = _executable_of(compiled.kernel, threads, check_bounds, profile)
         executable = (executable, compiled.record, compiled.schedule)
         with _lock:
             _remember_executable(key, executable)

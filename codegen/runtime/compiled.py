@@ -12,6 +12,7 @@ from tegrad.reference.memory import BufferTooLargeError, check_buffers_fit
 from tegrad.codegen.export.program import export_built
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, by_name, check_count
+from tegrad.codegen.runtime.profile import profile_of
 from tegrad.codegen.schedule.describe import schedule_value
 
 
@@ -226,6 +227,20 @@ class CompiledFunction:
     def asm(self):
         """The machine code, as assembly."""
         return self._executable.asm
+
+    def profile(self):
+        """Where the calls so far spent their time, per stage: a
+        :class:`~tegrad.codegen.runtime.profile.Profile` (printed, a table). Needs
+        ``tg.build(..., profile=True)``.
+
+        >>> import numpy as np, tegrad as tg
+        >>> x = tg.placeholder((8,), name="x")
+        >>> y = tg.compute((8,), lambda i: x[i] * 2.0, name="y")
+        >>> f = tg.build([x], [y], profile=True)
+        >>> _ = f(np.ones(8, np.float32)); [(r.stages, r.calls) for r in f.profile().rows]
+        [(('y',), 1)]
+        """
+        return profile_of(self._executable)
 
     def export(self, path, *, target=None, cpu=None, name=None, linker=None, threads=1,
                check_bounds=None, llvm_ir=False):

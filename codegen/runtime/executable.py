@@ -120,9 +120,12 @@ class Executable:
     every usable core, counted now; 1: no pool at all). With ``check_bounds``, every
     access to a buffer is checked at run time (see :func:`emit_kernel`). With
     ``defer_rare=False`` the rare branches are compiled at once (a kernel that updates
-    its inputs in place cannot run again from the start)."""
+    its inputs in place cannot run again from the start). With ``profile``, the kernel
+    times its statements (see :mod:`tegrad.codegen.runtime.profile`): ``profiled`` holds
+    each loaded module with its counters' layout."""
 
-    def __init__(self, kernel, *, threads=None, check_bounds=False, defer_rare=True):
+    def __init__(self, kernel, *, threads=None, check_bounds=False, defer_rare=True,
+                 profile=False):
         # before compiling: a temporary larger than the machine is refused by name, not
         # by numpy's MemoryError once the compile time is spent
         check_buffers_fit([(b.name, b.shape, "uint8" if b.dtype == "bool" else b.dtype)
@@ -130,6 +133,7 @@ class Executable:
         self.kernel = kernel
         self.threads = resolve_threads(threads)
         self.check_bounds = bool(check_bounds)
+        self.profile, self.profiled = bool(profile), []
         self._overlaps = overlap_pairs(kernel.args)
         km, text, loaded = self._compile(defer_rare=defer_rare)
         n_args = len(kernel.args)
@@ -156,7 +160,8 @@ class Executable:
         deferred or not."""
         km = emit_kernel(self.kernel, triple=host_triple(), data_layout=data_layout(),
                          python_abi=python_abi(), threads=self.threads, shared_gemm=True,
-                         defer_rare=defer_rare, check_bounds=self.check_bounds)
+                         defer_rare=defer_rare, check_bounds=self.check_bounds,
+                         profile=self.profile)
         if PARALLEL_FOR in km.module.globals:
             parallel_for_address()  # the JIT resolves the module's calls to the pool
         text = str(km.module)
@@ -168,6 +173,8 @@ class Executable:
         # conversion call more, 0.1 us)
         raw = ctypes.CFUNCTYPE(ctypes.c_int32)(loaded.address(km.name))
         raw.argtypes = None
+        if km.profile is not None:  # kept alive: profile() adds up every module's counters
+            self.profiled.append((loaded, km.profile))
         return self._caller(km, loaded, raw), km.errors, loaded, text, raw
 
     def _caller(self, km, loaded, raw):

@@ -77,7 +77,7 @@ def loads_program(data):
 
 def build_options(f):
     """The options ``f`` was built with, as keywords of :func:`tegrad.build`: its kernel's
-    name, its thread count (None, every usable core, when it has that many), bounds checks when on, and ``schedule="none"`` when its
+    name, its thread count (None, every usable core, when it has that many), bounds checks and profiling when on, and ``schedule="none"`` when its
     stages kept their plain loops, else the ``schedule=`` it was built with (per-stage
     requests or a replayed :class:`~tegrad.codegen.schedule.steps.Schedule`, which the
     function keeps for ``f.export``)."""
@@ -88,6 +88,8 @@ def build_options(f):
     options = {"name": f.kernel.name, "threads": threads}
     if getattr(executable, "check_bounds", False):
         options["check_bounds"] = True
+    if getattr(executable, "profile", False):
+        options["profile"] = True
     if record is None:
         options["schedule"] = "none"
     elif record.manual:

@@ -65,10 +65,16 @@ def _trip(loop, ranges):
     return max(0, -(-(hi[1] - lo[0]) // loop.step))
 
 
-def loop_work(s, ranges=None):
+def _statement_nodes(s):
+    return sum(_nodes(e) for e in stmt_exprs(s))
+
+
+def loop_work(s, ranges=None, *, count=None):
     """The work of one execution of ``s``: expression nodes evaluated, summed over its
     iterations (loops with unknown bounds count as one iteration; ``ranges``: known
-    inclusive ranges of the variables bound around ``s``).
+    inclusive ranges of the variables bound around ``s``). With ``count``, the work of
+    each statement that is neither a loop, a block nor an allocation, and of each
+    condition and let value, is ``count(statement or expression)`` instead.
 
     >>> from tegrad.ir.expr import Var, Const
     >>> from tegrad.codegen.loops.nodes import Buffer, Load
@@ -85,19 +91,19 @@ def loop_work(s, ranges=None):
         r = loop_var_range(s, ranges)
         if r is not None:
             inner[s.var.name] = r
-        return (1 if n is None else n) * loop_work(s.body, inner)
+        return (1 if n is None else n) * loop_work(s.body, inner, count=count)
     if t is Block:
-        return sum(loop_work(c, ranges) for c in s.stmts)
-    if t is If:
-        branches = [loop_work(s.then, ranges)]
-        if s.otherwise is not None:
-            branches.append(loop_work(s.otherwise, ranges))
-        return _nodes(s.cond) + max(branches)
-    if t is Let:
-        return _nodes(s.value) + loop_work(s.body, ranges)
+        return sum(loop_work(c, ranges, count=count) for c in s.stmts)
     if t is Allocate:
-        return loop_work(s.body, ranges)
-    return sum(_nodes(e) for e in stmt_exprs(s))
+        return loop_work(s.body, ranges, count=count)
+    if t is If:
+        branches = [loop_work(s.then, ranges, count=count)]
+        if s.otherwise is not None:
+            branches.append(loop_work(s.otherwise, ranges, count=count))
+        return (count or _nodes)(s.cond) + max(branches)
+    if t is Let:
+        return (count or _nodes)(s.value) + loop_work(s.body, ranges, count=count)
+    return (count or _statement_nodes)(s)
 
 
 def _candidates(stmt):
