@@ -185,8 +185,8 @@ def _scatter_index(term, axis_names):
         for var, other in (sides, sides[::-1]):
             if type(var) is Var and var.name in axis_names and var.name not in pinned:
                 names = free_var_names(other)
-                if names & set(axis_names) or not names & axes:
-                    continue
+                if names & set(axis_names) or (names and not names & axes):
+                    continue  # (a constant pins the axis too: a slice, a stacked step)
                 pinned[var.name] = other
                 data |= to_affine(other) is None
                 break
@@ -209,8 +209,10 @@ def _direct(pinned, term, simplified):
     """The term's index map is invertible: the pinned output axes are ``x == A y + c``
     with ``A`` square over the term's axes ``y`` and of nonzero determinant, so its
     gather computes the one point it reads, ``y == A^-1 (x - c)`` under conditions on
-    ``x``, with no loop left (a shift, a transpose, a shear, a stride)."""
-    if not pinned or simplified[1].axes or len(term.axes) != len(pinned):
+    ``x``, with no loop left (a shift, a transpose, a shear, a stride). Output axes
+    pinned to constants (``x0 == 3``: one step of a stacked tensor) only select the
+    slice; the other pinned axes must be that invertible map."""
+    if not pinned or simplified[1].axes:
         return False
     names = [ax.name for ax in term.axes]
     rows = []
@@ -218,8 +220,10 @@ def _direct(pinned, term, simplified):
         aff = to_affine(e)
         if aff is None or not all(isinstance(atom, str) for atom in aff.as_dict()):
             return False  # a division or a modulo: not linear in the term's axes
-        rows.append([aff.coeff(n) for n in names])
-    return _determinant(rows) != 0
+        if any(aff.coeff(n) for n in names):
+            rows.append([aff.coeff(n) for n in names])
+        # else an axis pinned to a constant: a condition on the output point alone
+    return len(rows) == len(names) and _determinant(rows) != 0
 
 
 def _determinant(rows):

@@ -91,3 +91,32 @@ def test_a_slice_of_most_of_its_input_is_a_gather():
     res, _ = _check(out, [x], {x: rng.uniform(-1, 1, (8, 3))}, rng)
     assert isinstance(res[0].op, ComputeOp)
     assert tg.cost(res[0]).iterations == x.size
+
+
+@pytest.mark.parametrize("width", [3, 8])
+def test_the_adjoint_of_a_stacked_tensor_read_per_step_is_one_pass(width):
+    # each step's read pins the step axis to a constant: the terms are slices of the
+    # adjoint, scattered each to its own slice (one pass over the stacked tensor), not
+    # a sum of one guarded term per step and read evaluated at every point (its compiled
+    # flops grew as steps^2); the compiled gradient's flops grow linearly in the steps
+    rng = np.random.default_rng(width)
+    flops = {}
+    for steps in (4, 8):
+        x = tg.placeholder((steps, 2, 2 * width), dtype=F64, name="x")
+        h0 = tg.placeholder((2, width), dtype=F64, name="h0")
+        gi = tg.compute(x.shape, lambda s, b, j: x[s, b, j] * 1.5, name="gi")
+        h = h0
+        for s in range(steps):
+            prev = h
+            h = tg.compute((2, width), lambda b, j, s=s, prev=prev: tg.tanh(
+                gi[s, b, j] + prev[b, j] * gi[s, b, width + j]), name=f"h{s}")
+        head = tg.placeholder(h.shape, dtype=F64, name="head")
+        res = tg.differentiate(h, [x], head=head)
+        (dx,) = res
+        feed = {x: rng.uniform(-1, 1, x.shape), h0: rng.uniform(-1, 1, h0.shape),
+                head: rng.uniform(-1, 1, h.shape)}
+        want = tg.evaluate(res.naive[0], feed)
+        f = tg.build([x, h0, head], [dx], profile=True)
+        np.testing.assert_allclose(f(*feed.values())[0], want, rtol=1e-12, atol=1e-14)
+        flops[steps] = sum(row.flops for row in f.profile().rows)
+    assert flops[8] <= 2.3 * flops[4], flops
