@@ -285,7 +285,8 @@ class _DotEmitter:
         return b.extract_element(v, i32(0))
 
     def emit_stores(self, b, acc, c, i0, j0):
-        """``C[i0 + r, j0 + col] = lane_sum(acc[r][col])`` inside ``m x n``."""
+        """``C[i0 + r, j0 + col] = lane_sum(acc[r][col])`` inside ``m x n`` (``+=`` when
+        the spec accumulates)."""
         spec = self.spec
         for r, row in enumerate(acc):
             i = b.add(i0, i64(r))
@@ -295,8 +296,11 @@ class _DotEmitter:
                 inside = b.and_(b.icmp_signed("<", i, i64(spec.m)),
                                 b.icmp_signed("<", j, i64(spec.n)))
                 with b.if_then(inside):
-                    b.store(self.lane_sum(b, value), b.gep(row_ptr, [j], inbounds=True),
-                            align=self.esize)
+                    at = b.gep(row_ptr, [j], inbounds=True)
+                    total = self.lane_sum(b, value)
+                    if spec.accumulate:
+                        total = b.fadd(b.load(at, align=self.esize), total)
+                    b.store(total, at, align=self.esize)
 
     def emit_entry(self, driver, min_flops_per_thread):
         spec, blk = self.spec, self.blk

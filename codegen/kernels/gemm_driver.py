@@ -29,7 +29,7 @@ class DriverEmitter(GemmEmitterBase):
     PARAMS = ("a", "b", "c", "claims", "slots", "slot_bytes", "batch", "m", "n", "k",
               "sa0", "sa1", "sa2", "sb0", "sb1", "sb2", "sc0", "sc1", "sc2", "k0_offsets",
               "k1_offsets", "n_offsets", "batch_offsets", "chunk", "rows_per_task",
-              "micro_full", "micro_tail", "pack")
+              "micro_full", "micro_tail", "pack", "accumulate")
 
     def params_type(self):
         eptr, iptr = self.eptr, I64.as_pointer()
@@ -115,7 +115,9 @@ class DriverEmitter(GemmEmitterBase):
                              for base, off in zip((p["a"], p["b"], p["c"]), at))
             with counted_loop(b, i64(0), k, blk.kc, name="k0") as k0:
                 kc = smin(b, i64(blk.kc), b.sub(k, k0))
-                accumulate = b.icmp_signed(">", k0, i64(0))
+                # every k block after the first adds to C; the first too for C += A B
+                accumulate = b.or_(b.icmp_signed(">", k0, i64(0)),
+                                   b.icmp_signed("!=", p["accumulate"], i64(0)))
                 koff = [b.select(is_null(t), null, b.gep(t, [k0], inbounds=True))
                         for t in k_tables]
                 with counted_loop(b, col0, col1, blk.nc, name="n0") as n0:
@@ -202,6 +204,7 @@ class DriverEmitter(GemmEmitterBase):
         put("micro_full", micro_full)
         put("micro_tail", micro_full if micro_tail is None else micro_tail)
         put("pack", pack)
+        put("accumulate", i64(int(spec.accumulate)))
         # Work too small to pay for waking threads runs on fewer of them.
         threads = threadpool.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
         # One slot per thread this call runs on (the pool runs no more of its tasks at

@@ -41,6 +41,9 @@ class GemmSpec:
     the element offset of column ``j`` in B (replacing ``j * b_strides[2]``: columns that
     are contiguous in C but not one strided axis of B, such as a convolution's output rows
     and columns in its padded input).
+
+    ``accumulate`` adds the product to ``C`` (``C += A B``) instead of overwriting it: a
+    sum of products runs as products into one output.
     """
 
     dtype: str
@@ -54,6 +57,7 @@ class GemmSpec:
     k_offsets: Optional[tuple] = None
     batch_offsets: Optional[tuple] = None
     n_offsets: Optional[tuple] = None
+    accumulate: bool = False
 
     def __post_init__(self):
         if self.dtype not in ELEMENT:

@@ -167,7 +167,9 @@ class Interpreter(Dispatcher):
         a_at, b_at, c_at = matrix_product_indices(spec)
         a = self.memory[s.a].reshape(-1)[a_at + s.a_offset]
         b = self.memory[s.b].reshape(-1)[b_at + s.b_offset]
-        self.memory[s.c].reshape(-1)[c_at + s.c_offset] = np.matmul(a, b)
+        c = self.memory[s.c].reshape(-1)
+        product = np.matmul(a, b)
+        c[c_at + s.c_offset] = c[c_at + s.c_offset] + product if spec.accumulate else product
         self.iterations += spec.batch * spec.m * spec.n * (1 + spec.k)
 
     def run_Check(self, s, env):

@@ -126,7 +126,8 @@ def format_matrix_product(s):
             parts.append(f"batch offsets [{len(spec.batch_offsets)}]")
         return "; " + ", ".join(parts) if parts else ""
 
-    return (f"{at(s.c, s.c_offset)} = gemm({at(s.a, s.a_offset)}, {at(s.b, s.b_offset)}; "
+    assign = "+=" if spec.accumulate else "="
+    return (f"{at(s.c, s.c_offset)} {assign} gemm({at(s.a, s.a_offset)}, {at(s.b, s.b_offset)}; "
             f"batch {spec.batch}, m {spec.m}, n {spec.n}, k {spec.k}; strides "
             f"A {spec.a_strides}, B {spec.b_strides}, C {spec.c_strides}{tables()})")
 

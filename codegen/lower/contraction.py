@@ -38,14 +38,15 @@ kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tegrad.analysis.cost import stage_cost
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import And, Compare, Const, Read, Reduce, Var, select
+from tegrad.ir.expr import And, Binary, Compare, Const, IterVar, Read, Reduce, Var, select
 from tegrad.ir.builders import abs as _abs
 from tegrad.ir.mapper import substitute, walk
-from tegrad.ir.tensor import ComputeOp, compute_stage, placeholder
+from tegrad.ir.tensor import ComputeOp, ScatterOp, compute_stage, placeholder
 
 from tegrad.codegen.lower.product_plans import (ACC, best_gemm_plan, detect_contraction,
                                                 drop_invariant_axes,
@@ -87,6 +88,18 @@ class Broadcast:
     found: object
 
 
+@dataclass(frozen=True, eq=False)
+class SumOfProducts:
+    """A stage ``out[x] = sum_k (a1 b1 + a2 b2 + ...)`` (a weight shared by several
+    products: its gradient sums one product per use) as one product per term into the
+    output, the first writing it and the others adding to it (``C += A B``): ``parts``
+    are ``(stage, contraction, plan)`` of each term's own stage, over the same axes. The
+    same sum, each term's products summed in the kernel's order, then the terms in order.
+    """
+
+    parts: tuple
+
+
 def contraction_plan(t):
     """How ``t``'s stage runs on the gemm kernel, or None: ``[(stage, splits, contraction,
     plan), ...]``, the stage itself (``splits == ()``), or each of its residue classes
@@ -99,6 +112,9 @@ def contraction_plan(t):
     dropped = drop_invariant_scatter_axes(t)
     if dropped is not None:
         return Broadcast(dropped[0], dropped[1], None)
+    if isinstance(t.op, ScatterOp):
+        seen = scatter_as_sum(t)
+        return None if seen is None else _sum_of_products(seen)
     if not _sums(t):
         return None  # every plan computes a sum of products
     dropped = drop_invariant_axes(t)
@@ -117,6 +133,87 @@ def contraction_plan(t):
     return whole
 
 
+def scatter_as_sum(t):
+    """The scatter stage ``t`` as the compute stage of the same values, when it is a
+    reduction written as a scatter: no ``init``, one unguarded target whose indices are
+    distinct axes of its domain spanning the output's dimensions (``dw[i, k] += value``
+    over ``(b, i, k)``); the other axes, of constant bounds, become the reduction's. So
+    ``scatter_as_sum(t)[x] == t[x] == sum over the other axes of value``. None otherwise.
+
+    >>> import tegrad as tg
+    >>> from tegrad.ir.tensor import ScatterTarget, scatter_stage
+    >>> from tegrad.ir.expr import Const, IterVar, Var
+    >>> a = tg.placeholder((4, 3), name="a")
+    >>> axes = [IterVar(Var(n), Const(0, "int64"), Const(e, "int64"), "data")
+    ...         for n, e in (("b", 4), ("i", 3))]
+    >>> s = scatter_stage("s", (3,), axes, [ScatterTarget([Var("i")], a[Var("b"), Var("i")])])
+    >>> print(tg.format(scatter_as_sum(s)).splitlines()[-1])
+    s[i] = sum(a[b, i], b in [0, 4))
+    """
+    op = t.op
+    if op.init is not None or len(op.targets) != 1 or op.targets[0].where is not None:
+        return None
+    target = op.targets[0]
+    by_name = {ax.name: ax for ax in op.axes}
+    names = [index.name if type(index) is Var else None for index in target.indices]
+    if None in names or len(set(names)) != len(names) or not set(names) <= set(by_name):
+        return None
+    out_axes = []
+    for name, extent in zip(names, t.shape):
+        ax = by_name[name]
+        if not (type(ax.lo) is Const and ax.lo.value == 0 and type(ax.extent) is Const
+                and ax.extent.value == extent):
+            return None
+        out_axes.append(IterVar(ax.var, ax.lo, ax.extent, "data"))
+    rest = [IterVar(ax.var, ax.lo, ax.extent, "reduce") for ax in op.axes
+            if ax.name not in names]
+    if not rest or any(type(ax.lo) is not Const or type(ax.extent) is not Const
+                       for ax in rest):
+        return None
+    return compute_stage(t.name, out_axes,
+                         Reduce(_red.sum, target.value, tuple(rest), None, None, t.dtype))
+
+
+def _product_terms(e):
+    """The terms of the sum ``e`` (a tree of ``+``), in order, without constant zeros
+    (which add nothing but the sign of a zero sum)."""
+    out, stack = [], [e]
+    while stack:
+        node = stack.pop()
+        if type(node) is Binary and node.op == "add":
+            stack += [node.b, node.a]
+        elif not (type(node) is Const and node.value == 0):
+            out.append(node)
+    return out
+
+
+def _sum_of_products(t):
+    """A :class:`SumOfProducts` of the compute stage ``t``, or None: its body is a sum
+    reduction (no guard, no ``init``) of two or more terms, each a contraction whose
+    plan writes the output as it is (no epilogue, padding or transposed output) and
+    pays for its call as a single product's does."""
+    body = t.op.body
+    if not (type(body) is Reduce and body.reducer is _red.sum and body.where is None
+            and body.init is None):
+        return None
+    terms = _product_terms(body.source)
+    if len(terms) < 2:
+        return None
+    parts = []
+    for k, term in enumerate(terms):
+        stage = compute_stage(f"{t.name}_p{k}", t.op.axes,
+                              Reduce(_red.sum, term, body.axes, None, None, body.dtype))
+        found = _plan_of(stage, most_flops=LOOP_COST * stage_cost(stage).iterations)
+        if found is None:
+            return None
+        c, plan = found
+        if (isinstance(plan, _Transposed) or c.epilogue is not None or c.dtype != t.dtype
+                or c.guard is not None or plan.lhs_padding or plan.rhs_padding):
+            return None
+        parts.append((stage, c, plan))
+    return SumOfProducts(tuple(parts))
+
+
 def _sums(t):
     """``t`` is a compute stage whose body has a sum reduction."""
     return isinstance(t.op, ComputeOp) and any(
@@ -125,6 +222,8 @@ def _sums(t):
 
 def _flops(found):
     """The floating-point operations of the products of a :func:`contraction_plan`."""
+    if isinstance(found, SumOfProducts):
+        return sum(c.flops for _, c, _ in found.parts)
     return sum(c.flops for _, _, c, plan in found if plan is not None)
 
 
@@ -132,6 +231,8 @@ def runs_as_products(found):
     """Every part of the :func:`contraction_plan` ``found`` is a product (none loops)."""
     if isinstance(found, Broadcast):
         return runs_as_products(found.found)
+    if isinstance(found, SumOfProducts):
+        return True
     return found is not None and all(plan is not None for _, _, _, plan in found)
 
 
@@ -147,6 +248,9 @@ def _whole_plan(t):
     if whole is not None and _cost(whole) <= MAX_WHOLE_EXCESS * 2 * iterations:
         return whole  # residue classes do at least the stage's own work (2 flops a term)
     if whole is None:
+        summed = _sum_of_products(t)
+        if summed is not None:
+            return summed
         split = split_axes(t)
         found = None if split is None else _plan_of(split, most_flops=LOOP_COST * iterations)
         if found is not None and found[0].epilogue is None and found[0].dtype == t.dtype:
@@ -184,6 +288,8 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
     padded = {} if padded is None else padded
     if isinstance(found, Broadcast):
         return _lower_broadcast(t, buf, ctx, found, new_temp, padded)
+    if isinstance(found, SumOfProducts):
+        return _lower_sum_of_products(buf, ctx, found, new_temp, padded)
     if len(found) == 1 and not found[0][1]:
         return _lower_plan(found[0][0], buf, ctx, found[0][2:], new_temp, padded, t)
     stmts = []
@@ -198,6 +304,17 @@ def lower_contraction(t, buf, ctx, found, new_temp, padded=None):
                 variables[k] * step
         stmts.append(box_loops(variables, stage.shape,
                                Store(buf, tuple(target), Load(part, tuple(variables)))))
+    return block(stmts)
+
+
+def _lower_sum_of_products(buf, ctx, found, new_temp, padded):
+    """The first term's product written into ``buf``, each other term's added to it."""
+    stmts = []
+    for k, (stage, c, plan) in enumerate(found.parts):
+        if k:
+            plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec,
+                                                                      accumulate=True))
+        stmts.append(_lower_plan(stage, buf, ctx, (c, plan), new_temp, padded, stage))
     return block(stmts)
 
 

@@ -26,6 +26,7 @@ from tegrad.ir.expr import REDUCTIONS, Read, Var
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import walk
 from tegrad.ir.stages import StageMapper, compute_body, stage_exprs
+from tegrad.ir.tensor import ScatterOp
 from tegrad.zero_elim.inline import CHEAP_FLOPS, inline_stages, read_sites
 
 
@@ -77,8 +78,10 @@ def _inlinable(outputs, keep_inputs_of):
         if len(reads) != 1:
             continue
         reader, inside = reads[0]
-        if not inside or (local_flops(body)[0] <= CHEAP_FLOPS
-                          and not (keep_inputs_of and keep_inputs_of(reader))):
+        planned = keep_inputs_of is not None and keep_inputs_of(reader)
+        if planned and isinstance(reader.op, ScatterOp):
+            continue  # a scatter running as products sums its values: each is one read
+        if not inside or (local_flops(body)[0] <= CHEAP_FLOPS and not planned):
             out.add(id(t))
     return out
 

@@ -285,3 +285,21 @@ def test_exported_library_runs_the_dot_kernel(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), xs @ ws.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m, n, k", [(1, 3, 700), (5, 2, 129), (3, 7, 64)])
+def test_an_accumulating_dot_product_adds_to_c(dtype, m, n, k):
+    # B stored by columns: both operands' reduction runs are contiguous
+    spec = GemmSpec(dtype, 1, m, n, k, (0, k, 1), (0, 1, k), (0, n, 1), accumulate=True)
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal(m * k).astype(dtype)
+    b = rng.standard_normal(k * n).astype(dtype)
+    c0 = rng.standard_normal(m * n).astype(dtype)
+    c = c0.copy()
+    compile_dot(spec, None, min_flops_per_thread=1).call_pointers(
+        a.ctypes.data, b.ctypes.data, c.ctypes.data, 2)
+    a_at, b_at, c_at = matrix_product_indices(spec)
+    ref = np.matmul(a[a_at].astype(np.float64), b[b_at].astype(np.float64)) + c0[c_at]
+    np.testing.assert_allclose(c[c_at], ref, rtol=1e-4 if dtype == "float32" else 1e-12,
+                               atol=1e-4 if dtype == "float32" else 1e-12)

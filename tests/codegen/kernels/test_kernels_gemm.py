@@ -279,3 +279,24 @@ def test_every_vector_width_blocking_is_correct_here(dtype, bits):
     b = rng.standard_normal((k, n)).astype(dtype)
     for threads in (1, 2):
         check_close(f(a, b, threads=threads), a, b, k)
+
+
+@SETTINGS
+@given(dtype=st.sampled_from(["float32", "float64"]),
+       m=st.integers(1, 30), n=st.integers(1, 50), k=st.integers(1, 40),
+       batch=st.integers(1, 2), small=st.booleans(), threads=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**16))
+def test_an_accumulating_product_adds_to_c(dtype, m, n, k, batch, small, threads, seed):
+    # C += A B: the first reduction block adds to C too (with small blocks, every block)
+    import dataclasses
+    spec = dataclasses.replace(GemmSpec.dense(dtype, m, n, k, batch=batch), accumulate=True)
+    f = pooled_gemm(spec, small_blocking(dtype) if small else None)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((batch, m, k)).astype(dtype)
+    b = rng.standard_normal((batch, k, n)).astype(dtype)
+    c0 = rng.standard_normal((batch, m, n)).astype(dtype)
+    c = c0.copy()
+    f.call_raw(a, b, c, threads)
+    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
+    bound = 4 * (k + 3) * EPS[dtype] * (np.matmul(np.abs(a64), np.abs(b64)) + np.abs(c64))
+    assert np.all(np.abs(c - (c64 + np.matmul(a64, b64))) <= bound + 1e-300)
