@@ -70,6 +70,12 @@ def optimize(module_ref, *, speed_level=3):
 
 def compile_module(module, *, speed_level=3):
     """JIT-compile an ``llvmlite.ir.Module`` for the host; the engine lives forever."""
+    return _compiled(module, speed_level)[0]
+
+
+def _compiled(module, speed_level=3):
+    """``(engine, the object-cache key of its machine code)`` of ``module`` (see
+    :func:`compile_module`)."""
     _initialized()
     module.triple = host_triple()
     module.data_layout = str(host_target_machine().target_data)
@@ -78,10 +84,17 @@ def compile_module(module, *, speed_level=3):
     key = object_cache.entry_key(text, host.triple, host.cpu, host.features,
                                  f"O{speed_level} unrolled")
     engine = object_cache.loaded_engine(key, host_target_machine())
+    ref = None
     if engine is None:
         ref = llvm.parse_assembly(text)
         ref.verify()
         optimize(ref, speed_level=speed_level)
+    return _kept(engine, ref, key), key
+
+
+def _kept(engine, ref, key):
+    """``engine`` (None: a new one compiling the module ``ref``, stored under ``key``),
+    its constructors run, kept for the life of the process."""
     with _lock:
         if engine is None:
             engine = llvm.create_mcjit_compiler(ref, host_target_machine())
@@ -96,6 +109,12 @@ def compile_module(module, *, speed_level=3):
 _shared_lock = threading.Lock()
 #: name -> address of the functions compiled once for the whole process
 _shared = {}
+#: the modules of those functions, in the order they were made (a module's callees
+#: first): ``(object-cache key, names defined, shared names called)`` each, so that a
+#: later process can load them by key (:func:`shared_modules`, :func:`load_shared`)
+_shared_modules = []
+#: name -> its module's index in ``_shared_modules``
+_module_of = {}
 
 
 def shared_function(name, build):
@@ -118,14 +137,57 @@ def shared_function(name, build):
             if address is None:
                 module = ir.Module(name=name)
                 build(module)
-                engine = compile_module(module)
+                engine, key = _compiled(module)
                 defined = [f.name for f in module.functions
                            if not f.is_declaration and f.linkage in ("", "external")]
-                for other in sorted(defined, key=lambda n: n == name):  # name last
-                    llvm.add_symbol(other, engine.get_function_address(other))
-                    _shared[other] = engine.get_function_address(other)
+                calls = [f.name for f in module.functions
+                         if f.is_declaration and f.name in _shared]
+                _register(engine, sorted(defined, key=lambda n: n == name), key, calls)
                 address = _shared[name]
     return address
+
+
+def _register(engine, names, key, calls):
+    """Register the functions ``names`` of ``engine`` (the last registered last), whose
+    module is stored under ``key`` and calls the shared functions ``calls``."""
+    for other in names:
+        llvm.add_symbol(other, engine.get_function_address(other))
+        _shared[other] = engine.get_function_address(other)
+    for other in names:
+        _module_of[other] = len(_shared_modules)
+    _shared_modules.append((key, tuple(names), tuple(calls)))
+
+
+def shared_modules(names):
+    """``[(object-cache key, names defined, shared names called)]`` of the modules of
+    :func:`shared_function` defining ``names`` (those of this process) and of the
+    modules they call, in the order to load them (:func:`load_shared`: a later process
+    then links code calling ``names`` without making them again)."""
+    wanted, stack = set(), [_module_of[n] for n in names if n in _module_of]
+    while stack:
+        k = stack.pop()
+        if k not in wanted:
+            wanted.add(k)
+            stack.extend(_module_of[n] for n in _shared_modules[k][2] if n in _module_of)
+    return [_shared_modules[k] for k in sorted(wanted)]
+
+
+def load_shared(key, names, calls):
+    """Register the shared functions ``names`` from the machine code the object cache
+    holds under ``key`` (of a module of :func:`shared_modules` in an earlier process,
+    calling ``calls``, loaded before it); False when the cache does not hold it or a
+    function it calls is missing (LLVM would stop the process on linking it). Nothing
+    is emitted or compiled."""
+    with _shared_lock:
+        if all(n in _shared for n in names):
+            return True
+        if not all(n in _shared for n in calls):
+            return False
+        engine = object_cache.loaded_engine(key, host_target_machine())
+        if engine is None:
+            return False
+        _register(_kept(engine, None, key), list(names), key, calls)
+    return True
 
 
 def shared_address(name):

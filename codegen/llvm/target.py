@@ -106,6 +106,7 @@ class LoadedModule:
         key = object_cache.entry_key(ir_text, host.triple, host.cpu, host.features,
                                      optimise_module)
         self._ir_text, self._optimise = ir_text, optimise_module
+        self.key = key  # of its machine code in the object cache
         with _lock:
             # machine code of an earlier process is loaded, not compiled
             self._module = None

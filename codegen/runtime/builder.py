@@ -4,6 +4,10 @@ Compiled code is cached by the program's structural key (:mod:`.program_key`) an
 options, so building an equal program again (even from new tensor objects) reuses it;
 building the very same tensors again is a dictionary lookup.
 
+A program this process has not built is looked up in the on-disk cache of built programs
+(:mod:`.program_cache`), where an earlier process (a training script's first run) left
+its loops, schedule and machine code, and written there once built.
+
 The cache keeps at most :data:`CACHE_SIZE` programs and :data:`CACHE_BYTES` bytes of
 them (their temporaries and compiled code, :attr:`Executable.nbytes`), dropping the least
 recently built first (the most recent one is kept whatever its size). It keeps no
@@ -30,6 +34,7 @@ from tegrad.ir.tensor import Tensor
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.tuning import CACHE_BYTES, CACHE_SIZE
 from tegrad.codegen.pipeline import check_schedule, compile_kernel
+from tegrad.codegen.runtime import program_cache
 from tegrad.codegen.runtime.compiled import CompiledFunction
 from tegrad.codegen.runtime.executable import Executable
 from tegrad.codegen.runtime.profile import check_profile_option
@@ -171,6 +176,24 @@ def _executable_of(kernel, threads, check_bounds, profile=False):
     return executable
 
 
+def _built(key, inputs, outputs, *, threads, schedule, name, check_bounds, profile):
+    """``(executable, schedule record, schedule)`` of the program ``key`` (of ``inputs``
+    and ``outputs``, built with the options given): from the on-disk cache when an
+    earlier process left it there, else compiled (and left there). A profiled build is
+    not cached on disk: its timers are set up as its module is emitted."""
+    disk_key = None if profile else program_cache.entry_key(key, threads)
+    if disk_key is not None:
+        built = program_cache.load(disk_key, threads=threads, check_bounds=check_bounds)
+        if built is not None:
+            return built
+    compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule, name=name)
+    built = (_executable_of(compiled.kernel, threads, check_bounds, profile),
+             compiled.record, compiled.schedule)
+    if disk_key is not None:
+        program_cache.store(disk_key, built)
+    return built
+
+
 def cache_bytes():
     """The bytes the cached programs hold (see :data:`CACHE_BYTES`).
 
@@ -183,9 +206,10 @@ def cache_bytes():
 
 def _frozen(value):
     """A hashable form of a schedule option (dicts and lists become sorted tuples, a
-    Schedule its steps)."""
+    Schedule the fields of its steps: tuples of names and numbers, which the on-disk
+    cache serialises)."""
     if isinstance(value, Schedule):
-        return ("Schedule",) + value.steps
+        return ("Schedule",) + tuple((s.primitive, s.stage, s.args) for s in value.steps)
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted(((repr(k), _frozen(v)) for k, v in value.items())))
     if isinstance(value, (list, tuple)):
@@ -293,10 +317,8 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
         if executable is not None:
             _executables.move_to_end(key)
     if executable is None:
-        compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule,
-                                  name=kernel_name)
-        executable = _executable_of(compiled.kernel, threads, check_bounds, profile)
-        executable = (executable, compiled.record, compiled.schedule)
+        executable = _built(key, inputs, outputs, threads=threads, schedule=schedule,
+                            name=kernel_name, check_bounds=check_bounds, profile=profile)
         with _lock:
             _remember_executable(key, executable)
     executable, record, chosen = executable

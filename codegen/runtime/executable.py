@@ -15,6 +15,12 @@ the start, in a second module compiled with them (a kernel only reads its argume
 overwrites its outputs, so running it again gives the same results). A product's
 fallback is about half of a convolution's code, and of its compile time.
 
+Construction is two steps: emitting the kernel's module (and compiling it, or loading
+its machine code from the object cache), then loading it and setting up the Python side
+from the :class:`ModuleFacts` of that module. A later process given the kernel and those
+facts (:mod:`.program_cache`) takes the second step alone, :meth:`Executable.from_facts`:
+nothing is emitted until something asks for the IR or a rare branch.
+
 >>> from tegrad.ir.expr import Var, Const
 >>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
 >>> A, B = Buffer("A", (3,), "float64", "input"), Buffer("B", (3,), "float64", "output")
@@ -33,6 +39,7 @@ import os
 import struct
 import threading
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,12 +48,15 @@ from tegrad.reference.memory import check_buffers_fit
 from tegrad.codegen.loops.errors import status_error
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate
+from tegrad.codegen import object_cache
 from tegrad.codegen.tuning import ENGINE_BYTES, IR_BYTES_PER_CHARACTER
+from tegrad.codegen.kernels.jit import load_shared, shared_address, shared_modules
 from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
 from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
+from tegrad.codegen.llvm.kernel_buffers import StoragePlan
 from tegrad.codegen.llvm.parallel import resolve_threads
-from tegrad.codegen.llvm.target import LoadedModule, data_layout, host_triple
-
+from tegrad.codegen.llvm.target import (LoadedModule, data_layout, host_triple,
+                                        new_target_machine)
 
 
 @functools.lru_cache(maxsize=None)
@@ -110,6 +120,53 @@ def owned_buffers(kernel):
     return out
 
 
+def _owned_sizes(kernel):
+    """``(name, shape, dtype)`` of each buffer whose storage ``kernel``'s executable may
+    own (bool held as uint8), as :func:`check_buffers_fit` takes them."""
+    return tuple((b.name, b.shape, "uint8" if b.dtype == "bool" else b.dtype)
+                 for b in owned_buffers(kernel))
+
+
+@dataclass(frozen=True)
+class ModuleFacts:
+    """What running a kernel's emitted module needs besides its machine code: ``name``
+    (the kernel's symbol), ``buffers`` (the order of its table of pointers, the
+    ``n_args`` arguments first), ``errors``
+    (per status code), ``storage`` (the plan of the buffers after the arguments),
+    ``owned`` (:func:`_owned_sizes`), ``shared`` (the modules of the process-wide
+    functions it calls, the thread pool and the products' routines, in the order to load
+    them: see :func:`~tegrad.codegen.kernels.jit.shared_modules`), ``ir_chars`` (the
+    length of its IR) and ``object_key`` (its machine code's key in the object cache).
+    Plain data: a later process runs the module from them
+    (:meth:`Executable.from_facts`)."""
+
+    name: str
+    buffers: tuple
+    n_args: int
+    errors: tuple
+    storage: StoragePlan
+    owned: tuple
+    shared: tuple
+    ir_chars: int
+    object_key: str
+
+
+class _CachedModule(LoadedModule):
+    """Machine code an earlier process compiled, loaded from the object cache (see
+    :meth:`Executable.from_facts`). Its IR, which ``optimised_ir`` and ``asm`` start
+    from, is emitted again when first asked for (``emit_text()``)."""
+
+    def __init__(self, engine, key, emit_text):
+        # LoadedModule's state for code it did not compile (its ``_module`` None: the
+        # optimised IR is made again from the text when asked for)
+        self.engine, self.key, self._module, self._optimise = engine, key, None, True
+        self._emit_text = emit_text
+
+    @functools.cached_property
+    def _ir_text(self):
+        return self._emit_text()
+
+
 class Executable:
     """``kernel`` compiled for this CPU. ``run(arrays)`` takes the kernel's arguments (C-
     contiguous aligned numpy arrays of the buffers' shapes and dtypes, already checked);
@@ -126,23 +183,74 @@ class Executable:
 
     def __init__(self, kernel, *, threads=None, check_bounds=False, defer_rare=True,
                  profile=False):
+        owned = _owned_sizes(kernel)
+        self.kernel = kernel
+        self.profile, self.profiled = bool(profile), []
+        self._prepare(threads, check_bounds, owned)
+        km, text, loaded = self._compile(defer_rare=defer_rare)
+        #: the facts of the module first loaded (:meth:`from_facts` loads it again)
+        calls = [f.name for f in km.module.functions
+                 if f.is_declaration and shared_address(f.name) is not None]
+        self.facts = ModuleFacts(km.name, km.buffers, len(kernel.args), km.errors, km.storage,
+                                 owned, tuple(shared_modules(calls)), len(text), loaded.key)
+        self._start(loaded, text)
+
+    @classmethod
+    def from_facts(cls, facts, kernel, *, threads=None, check_bounds=False):
+        """The executable of the kernel whose module (its rare branches deferred) an
+        earlier process emitted, as ``facts`` describe it, its machine code loaded from
+        the object cache: nothing is emitted or compiled. ``kernel`` is the kernel, or a
+        function giving it, called when first needed (for its text, the IR, a rare
+        branch). None when the object cache does not have that code."""
+        self = cls.__new__(cls)
+        self.profile, self.profiled = False, []  # (a profiled build is not cached)
+        if callable(kernel):
+            self._kernel_of = kernel
+        else:
+            self.kernel = kernel
+        self._prepare(threads, check_bounds, facts.owned)
+        # the functions it calls are linked first (LLVM stops the process on a missing one)
+        if not all(load_shared(*module) for module in facts.shared):
+            return None
+        engine = object_cache.loaded_engine(facts.object_key, new_target_machine())
+        if engine is None:
+            return None
+        self.facts = facts
+        text = lambda: str(self._emit(defer_rare=True).module)  # noqa: E731
+        self._start(_CachedModule(engine, facts.object_key, text), None)
+        return self
+
+    @functools.cached_property
+    def kernel(self):
+        """The loop-IR kernel (read when first needed, for an executable made
+        :meth:`from_facts` without it)."""
+        kernel = self._kernel_of()
+        del self._kernel_of
+        return kernel
+
+    @functools.cached_property
+    def _overlaps(self):
+        """The pairs of arguments that must not overlap (see :func:`overlap_pairs`)."""
+        return overlap_pairs(self.facts.buffers[:self.facts.n_args])
+
+    def _prepare(self, threads, check_bounds, owned):
         # before compiling: a temporary larger than the machine is refused by name, not
         # by numpy's MemoryError once the compile time is spent
-        check_buffers_fit([(b.name, b.shape, "uint8" if b.dtype == "bool" else b.dtype)
-                           for b in owned_buffers(kernel)], "temporary")
-        self.kernel = kernel
+        check_buffers_fit(owned, "temporary")
         self.threads = resolve_threads(threads)
         self.check_bounds = bool(check_bounds)
-        self.profile, self.profiled = bool(profile), []
-        self._overlaps = overlap_pairs(kernel.args)
-        km, text, loaded = self._compile(defer_rare=defer_rare)
-        n_args = len(kernel.args)
+
+    def _start(self, loaded, text):
+        """Set up the storage and the runner of the module ``loaded`` (of
+        :attr:`facts`; ``text`` its IR, None when not emitted in this process)."""
+        facts = self.facts
+        n_args = facts.n_args
         #: the storage: one block laid out by the kernel's plan (buffers of disjoint
         #: lifetimes share memory), and a view of it per buffer after the arguments
-        self.storage_plan = km.storage
-        self._block = aligned_empty((km.storage.nbytes,), "uint8")
-        self.storage_arrays = [_view(self._block, km.storage.offsets[b], b)
-                               for b in km.buffers[n_args:]]
+        self.storage_plan = facts.storage
+        self._block = aligned_empty((facts.storage.nbytes,), "uint8")
+        self.storage_arrays = [_view(self._block, facts.storage.offsets[b], b)
+                               for b in facts.buffers[n_args:]]
         pointers = [a.ctypes.data for a in self.storage_arrays]
         self._storage = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
         self._pack = struct.Struct(f"{n_args}P").pack
@@ -150,38 +258,44 @@ class Executable:
         self._lock = threading.Lock() if pointers else None
         self._complete_lock = threading.Lock()
         _live.add(self)
-        #: (call, errors of its statuses, loaded module, emitted IR, the kernel's entry on
-        #: a table of pointers), replaced as a whole once the rare branches are compiled
-        #: (a call still running keeps its module)
-        self._running = self._runner(km, text, loaded)
+        #: (call, errors of its statuses, loaded module, emitted IR (None: not emitted
+        #: in this process), the kernel's entry on a table of pointers), replaced as a
+        #: whole once the rare branches are compiled (a call still running keeps its
+        #: module)
+        self._running = self._runner(facts.name, facts.errors, text, loaded)
+
+    def _emit(self, defer_rare):
+        """The kernel's emitted module, its rare branches deferred or not."""
+        return emit_kernel(self.kernel, triple=host_triple(), data_layout=data_layout(),
+                           python_abi=python_abi(), threads=self.threads, shared_gemm=True,
+                           defer_rare=defer_rare, check_bounds=self.check_bounds,
+                           profile=self.profile)
 
     def _compile(self, defer_rare):
         """``(emitted module, its text, loaded module)`` of the kernel, its rare branches
         deferred or not."""
-        km = emit_kernel(self.kernel, triple=host_triple(), data_layout=data_layout(),
-                         python_abi=python_abi(), threads=self.threads, shared_gemm=True,
-                         defer_rare=defer_rare, check_bounds=self.check_bounds,
-                         profile=self.profile)
+        km = self._emit(defer_rare)
         if PARALLEL_FOR in km.module.globals:
             parallel_for_address()  # the JIT resolves the module's calls to the pool
         text = str(km.module)
-        return km, text, LoadedModule(text)
+        loaded = LoadedModule(text)
+        if km.profile is not None:  # kept alive: profile() adds up every module's counters
+            self.profiled.append((loaded, km.profile))
+        return km, text, loaded
 
-    def _runner(self, km, text, loaded):
+    def _runner(self, name, errors, text, loaded):
         # the kernel's own entry, given one table of every buffer's pointer: a bytes
         # object, which ctypes passes as a char * (declaring the argument's type costs a
         # conversion call more, 0.1 us)
-        raw = ctypes.CFUNCTYPE(ctypes.c_int32)(loaded.address(km.name))
+        raw = ctypes.CFUNCTYPE(ctypes.c_int32)(loaded.address(name))
         raw.argtypes = None
-        if km.profile is not None:  # kept alive: profile() adds up every module's counters
-            self.profiled.append((loaded, km.profile))
-        return self._caller(km, loaded, raw), km.errors, loaded, text, raw
+        return self._caller(name, loaded, raw), errors, loaded, text, raw
 
-    def _caller(self, km, loaded, raw):
+    def _caller(self, name, loaded, raw):
         """``call(arrays) -> status`` running the loaded module."""
         if python_abi() is not None:
             proto = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.py_object)
-            entry = proto(loaded.address(f"{km.name}.py"))
+            entry = proto(loaded.address(f"{name}.py"))
             storage = self._storage
             return lambda arrays: entry(storage, tuple(arrays))
         overlaps, table = self._overlaps, self._table
@@ -205,7 +319,8 @@ class Executable:
         time; ``running`` is the runner whose call stopped at one)."""
         with self._complete_lock:
             if self._running is running:
-                self._running = self._runner(*self._compile(defer_rare=False))
+                km, text, loaded = self._compile(defer_rare=False)
+                self._running = self._runner(km.name, km.errors, text, loaded)
             return self._running
 
     def _status(self, call, arrays):
@@ -220,7 +335,9 @@ class Executable:
         large local buffers) and its compiled code, LLVM's engine included (measured: about
         0.8 MB per engine, plus about 8 bytes per character of emitted IR)."""
         storage = self._block.nbytes
-        return storage + ENGINE_BYTES + IR_BYTES_PER_CHARACTER * len(self._running[3])
+        text = self._running[3]
+        chars = self.facts.ir_chars if text is None else len(text)
+        return storage + ENGINE_BYTES + IR_BYTES_PER_CHARACTER * chars
 
     @property
     def loaded(self):
@@ -230,7 +347,8 @@ class Executable:
     @property
     def emitted_ir(self):
         """The LLVM IR as emitted, before optimisation."""
-        return self._running[3]
+        text = self._running[3]
+        return self.loaded._ir_text if text is None else text
 
     @property
     def llvm_ir(self):
@@ -282,10 +400,11 @@ class Executable:
             raise status_error(*running[1][status - 1])
         if status < 0:
             k, m = self._overlaps[-status - 1]
-            args = self.kernel.args
+            args = self.facts.buffers
             what = "another out array" if args[m].scope == "output" else "the argument"
             raise TegradError(f"out array for {args[k].name!r} overlaps {what} "
                               f"{args[m].name!r}")
 
 
-__all__ = ["Executable", "aligned_empty", "owned_buffers", "python_abi", "status_error"]
+__all__ = ["Executable", "ModuleFacts", "aligned_empty", "owned_buffers", "python_abi",
+           "status_error"]
