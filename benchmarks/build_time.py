@@ -1,11 +1,13 @@
 """Build time at model scale: differentiate + ``tg.build`` of an L-layer pre-LN transformer's
 training step (the block of ``benchmarks/models.py``, stacked: B8 T64 d128, 4 heads,
-causal, GELU MLP 512, vocabulary 96, float32), in a process with an empty machine-code
-cache, then in a second process that finds the first's code in the on-disk cache (as a
-training script's second run does).
+causal, GELU MLP 512, vocabulary 96, float32), in a process with an empty on-disk cache,
+then in a second process that finds the first's machine code alone (the cache of built
+programs off: ``TEGRAD_PROGRAM_CACHE=0``), then in a third that finds the built program
+too (as a training script's second run does: its loops, schedule and machine code).
 
 Prints a markdown table: per depth, the seconds (wall and this process's CPU) to
-differentiate and to build, cold and from the cache.
+differentiate and to build, cold, with the machine code cached, and with the program
+cached.
 
     python benchmarks/build_time.py [--layers 1,2,4,8] [--threads 1]
 """
@@ -69,8 +71,11 @@ def _child(layers, threads):
     print("JSON:" + json.dumps(measure(layers, threads)))
 
 
-def _in_process(layers, threads, cache):
-    env = dict(os.environ, TEGRAD_CACHE_DIR=cache)
+def _in_process(layers, threads, cache, programs=True):
+    """``measure`` in a new process whose on-disk cache is ``cache`` (``programs``: built
+    programs cached too, else machine code alone)."""
+    env = dict(os.environ, TEGRAD_CACHE_DIR=cache, TEGRAD_CACHE="1",
+               TEGRAD_PROGRAM_CACHE="1" if programs else "0")
     run = subprocess.run([sys.executable, __file__, "--child", str(layers),
                           "--threads", str(threads)], env=env, capture_output=True, text=True,
                          check=True)
@@ -90,15 +95,18 @@ def main(argv=None):
     for layers in [int(x) for x in args.layers.split(",")]:
         with tempfile.TemporaryDirectory(prefix="tegrad-build-time-") as cache:
             cold = _in_process(layers, args.threads, cache)
+            objects = _in_process(layers, args.threads, cache, programs=False)
             warm = _in_process(layers, args.threads, cache)
         cells = [f"{cold['differentiate'][0]:.2f} / {cold['differentiate'][1]:.2f}",
                  f"{cold['build'][0]:.2f} / {cold['build'][1]:.2f}",
+                 f"{objects['build'][0]:.2f} / {objects['build'][1]:.2f}",
                  f"{warm['differentiate'][0]:.2f} / {warm['differentiate'][1]:.2f}",
                  f"{warm['build'][0]:.2f} / {warm['build'][1]:.2f}"]
         rows.append([str(layers), *cells])
         print(f"  {layers} layer(s) done", file=sys.stderr, flush=True)
     header = ["layers", "differentiate s (wall / CPU)", "build s, empty cache",
-              "differentiate s, second process", "build s, from the disk cache"]
+              "build s, machine code cached", "differentiate s, third process",
+              "build s, program cached"]
     print(f"\n# differentiate + build of the L-layer transformer step, {args.threads} "
           f"thread(s); wall / CPU seconds\n")
     print("| " + " | ".join(header) + " |")
