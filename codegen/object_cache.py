@@ -78,7 +78,9 @@ def cache_dir():
     return pathlib.Path(root)
 
 
+@functools.lru_cache(maxsize=None)
 def _versions():
+    # (read once: importlib.metadata takes 4 ms a call)
     try:
         version = importlib.metadata.version("tegrad")
     except importlib.metadata.PackageNotFoundError:

@@ -131,14 +131,13 @@ def _owned_sizes(kernel):
 class ModuleFacts:
     """What running a kernel's emitted module needs besides its machine code: ``name``
     (the kernel's symbol), ``buffers`` (the order of its table of pointers, the
-    ``n_args`` arguments first), ``errors``
-    (per status code), ``storage`` (the plan of the buffers after the arguments),
-    ``owned`` (:func:`_owned_sizes`), ``shared`` (the modules of the process-wide
-    functions it calls, the thread pool and the products' routines, in the order to load
-    them: see :func:`~tegrad.codegen.kernels.jit.shared_modules`), ``ir_chars`` (the
-    length of its IR) and ``object_key`` (its machine code's key in the object cache).
-    Plain data: a later process runs the module from them
-    (:meth:`Executable.from_facts`)."""
+    ``n_args`` arguments first), ``errors`` (per status code), ``storage`` (the plan of
+    the buffers after the arguments), ``owned`` (:func:`_owned_sizes`), ``shared`` (the
+    modules of the process-wide functions it calls, the thread pool and the products'
+    routines, in the order to load them: see
+    :func:`~tegrad.codegen.kernels.jit.shared_modules`), ``ir_chars`` (the length of its
+    IR) and ``object_key`` (its machine code's key in the object cache). Plain data: a
+    later process runs the module from them (:meth:`Executable.from_facts`)."""
 
     name: str
     buffers: tuple

@@ -1,7 +1,8 @@
 """The on-disk cache of built programs (``tegrad.codegen.runtime.program_cache``): a second
 process building the same programs (random ones, forward and gradient, on 1 and 2
 threads, with and without bounds checks) neither lowers nor schedules them and gets the
-same results, loops, schedule, memory report, pickles and export; a corrupted or torn
+same results (non-finite ones too, which a product's rare branch computes), loops,
+schedule, memory report, pickles and export; a corrupted or torn
 entry is built again; an entry of another compiler source is not used; ``TEGRAD_CACHE=0``
 writes nothing; a program with a user-defined reducer builds without the cache."""
 import json
@@ -15,7 +16,7 @@ from hypothesis import Phase, given, settings, strategies as st
 
 import tegrad as tg
 from tegrad.codegen import object_cache
-from tegrad.codegen.runtime import program_cache
+from tegrad.codegen.runtime import builder, program_cache
 
 #: the tests' directory, where the random programs' generators are
 TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -72,6 +73,9 @@ for k, seed in enumerate(map(int, sys.argv[3:])):
         f.export(os.path.join(header, "lib"))
         seen["header"] = digest(open(os.path.join(header, "lib.h")).read())
         seen.update(memory=str(f.memory), llvm_ir=digest(f.llvm_ir))
+        # a non-finite input: a product's exact loops, compiled when first needed
+        arrays[0].flat[0] = np.nan
+        seen["non_finite"] = [a.tobytes().hex() for a in f(*arrays)]
     seen["lowered"] = len(lowered) - before
     out.append(seen)
 print(json.dumps({"programs": out, "stats": object_cache.STATS_OF}))
@@ -210,3 +214,42 @@ def test_a_user_defined_reducer_builds_without_the_cache(tmp_path, monkeypatch):
     ((float("nan"),), False), ((object(),), False)])
 def test_only_plain_values_have_a_canonical_form(value, canonical):
     assert (program_cache.canonical(value) is not None) == canonical
+
+
+@settings(max_examples=3, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(size=st.integers(5, 12), channels=st.integers(1, 3), threads=st.sampled_from([1, 2]))
+def test_a_program_read_back_runs_its_rare_branch_and_prints_the_same(tmp_path_factory, size,
+                                                                    channels, threads):
+    # the same process, its own cache cleared, reads the entry it wrote, as another would
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TEGRAD_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("TEGRAD_CACHE", raising=False)
+        patch.delenv("TEGRAD_PROGRAM_CACHE", raising=False)
+        # a padded convolution: its product is exact for finite operands only, the rare
+        # branch of its own loops (compiled when first needed) for the others
+        x = tg.placeholder((2, channels, size, size + 1), dtype="float64", name="x")
+        w = tg.placeholder((4, channels, 3, 3), dtype="float64", name="w")
+        y = tg.nn.conv2d(x, w, padding=1)
+        outputs = [y, *tg.differentiate(y, [x, w])]
+        rng = np.random.default_rng(size * channels)
+        arrays = [rng.standard_normal(t.shape) for t in (x, w)]
+        non_finite = [a.copy() for a in arrays]
+        non_finite[1][0, 0, 0, 0] = np.inf  # (a weight: the product checks those)
+        tg.clear_cache()
+        f = tg.build([x, w], outputs, threads=threads)
+        want = [f(*arrays), f(*non_finite)]
+        tg.clear_cache()
+        patch.setattr(builder, "compile_kernel", lambda *a, **k: pytest.fail("lowered"))
+        hits = program_cache.STATS["hits"]
+        g = tg.build([x, w], outputs, threads=threads)
+        assert program_cache.STATS["hits"] == hits + 1 and g._executable is not f._executable
+        assert "kernel" not in vars(g._executable)  # not read yet: running needs no kernel
+        deferred = g._executable._running
+        got = [g(*arrays), g(*non_finite)]
+        assert g._executable._running is not deferred  # the rare branch compiled
+        for outs, expected in zip(got, want):
+            for a, b in zip(outs, expected):
+                np.testing.assert_array_equal(a, b)
+        assert g.loops == f.loops and str(g.schedule) == str(f.schedule)
+        assert g.memory == f.memory and g._executable.emitted_ir == f._executable.emitted_ir
+    tg.clear_cache()
