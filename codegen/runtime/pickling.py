@@ -17,6 +17,7 @@ function for every task compiles it once.
 """
 from __future__ import annotations
 
+import copyreg
 import io
 import pickle
 
@@ -24,6 +25,7 @@ from tegrad.codegen.llvm.parallel import resolve_threads
 from tegrad.codegen.runtime.builder import build
 from tegrad.codegen.runtime.compiled import PICKLING
 from tegrad.ir.errors import TegradError
+from tegrad.ir.expr import Node
 from tegrad.ir.reduction import BUILTIN_REDUCERS, Reducer
 from tegrad.ir.tensor import Tensor, _Frozen
 
@@ -49,6 +51,11 @@ class ProgramPickler(pickle.Pickler):
         if isinstance(obj, (Tensor, _Frozen)):
             state = {s: getattr(obj, s) for s in _slot_names(type(obj)) if hasattr(obj, s)}
             return object.__new__, (type(obj),), state, None, None, _restore
+        if isinstance(obj, Node) and "_hash" in obj.__dict__:
+            # the cached structural hash derives from string hashes, which differ between
+            # processes: left out, it is computed again where the program is unpickled
+            state = {k: v for k, v in obj.__dict__.items() if k != "_hash"}
+            return copyreg.__newobj__, (type(obj),), state
         if isinstance(obj, Reducer) and BUILTIN_REDUCERS.get(obj.name) is obj:
             return _builtin_reducer, (obj.name,)
         return NotImplemented
