@@ -181,6 +181,23 @@ MAX_TUPLES = 64
 #: its stack use; not measured)
 ROW_LIMIT = 4096
 
+#: unit: iterations
+#: no loop of fewer iterations is marked ``vectorized`` (automatically or by request):
+#: forced through LLVM's loop vectoriser, a loop of 2 often fails its legality test (a
+#: value of the loop used after it; 6 of the 10 such loops of the operator table's
+#: programs, none of the 6 loops of 3); two iterations run as straight-line code anyway
+MIN_VECTOR_TRIP = 3
+
+#: unit: expression nodes
+#: the automatic schedule marks no loop whose body holds more distinct nodes
+#: ``vectorized``: a marked loop is forced through LLVM's loop vectoriser. Measured (CPU time to optimise and
+#: compile a 64 x 256 stage, forced / vectorisation off): a sum of K selects between
+#: loads, 155 nodes 0.14 / 0.04 s, 605 nodes 0.37 / 0.13 s, 1,205 nodes 0.83 / 0.25 s,
+#: 2,405 nodes 1.80 / 0.37 s; a sum of K tanh (inline polynomials, ~10 instructions a
+#: node), 565 nodes 1.03 / 0.99 s, 1,125 nodes 2.50 / 3.04 s: forcing costs at most a
+#: quarter of a second below this bound
+VECTOR_BODY_NODES = 600
+
 # -------------------------------------------------------------------------- kernels ----
 
 #: unit: flops

@@ -88,17 +88,45 @@ def carried_loop(b, start, stop, initial, step=1, *, name="i", vectorize=True):
     b.position_at_end(exit_)
 
 
-def loop_without_vectorisation(module):
-    """A new loop id (self-referential, as LLVM requires) turning LLVM's loop vectoriser
-    off (and its interleaving), for a loop's back edge: ``br ..., !llvm.loop !id``."""
+#: the property naming a loop marked ``vectorized`` in its loop id: this prefix and the
+#: loop's number (:func:`forced_vectorisation`), kept by LLVM when it vectorises the loop
+VECTOR_MARK = "tegrad.vector."
+
+
+def _loop_id(module, properties):
+    """A new loop id (self-referential, as LLVM requires; distinct, as llvmlite gives the
+    same node for the same operands) holding the properties ``properties`` (each a list
+    of operands, e.g. ``["llvm.loop.vectorize.enable", i1 1]``)."""
     m = module
-    off = m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
-                          ir.Constant(ir.IntType(1), 0)])
-    single = m.add_metadata([ir.MetaDataString(m, "llvm.loop.interleave.count"),
-                             ir.Constant(ir.IntType(32), 1)])
+
+    def operand(v):
+        return ir.MetaDataString(m, v) if isinstance(v, str) else v
+    nodes = [m.add_metadata([operand(v) for v in p]) for p in properties]
     loop_id = m.add_metadata([ir.MetaDataString(m, f"tegrad.loop.{len(m.metadata)}")])
-    loop_id.operands = (loop_id, off, single)
+    loop_id.operands = (loop_id, *nodes)
     return loop_id
+
+
+def loop_without_vectorisation(module):
+    """A new loop id turning LLVM's loop vectoriser off (and its interleaving), for a
+    loop's back edge: ``br ..., !llvm.loop !id``."""
+    return _loop_id(module, [["llvm.loop.vectorize.enable", ir.Constant(I1, 0)],
+                             ["llvm.loop.interleave.count", ir.Constant(I32, 1)]])
+
+
+def forced_vectorisation(module, number, force=True):
+    """A new loop id forcing LLVM's loop vectoriser on (its cost model no longer declines
+    the loop; legality still applies), with the property ``tegrad.vector.<number>``:
+    LLVM replaces the ``llvm.loop.vectorize.enable`` of a loop it vectorised by
+    ``llvm.loop.isvectorized`` and keeps the other properties, so the optimised IR says
+    which marked loops were vectorised (:mod:`tegrad.codegen.llvm.vector_marks`).
+
+    Forcing also lets LLVM reassociate a floating-point reduction the loop carries: the
+    schedule marks only loops that carry none (:mod:`tegrad.codegen.schedule.vector_loops`,
+    :mod:`tegrad.codegen.schedule.accumulators`: each lane its own element). Without
+    ``force``, the loop id only names the loop."""
+    forced = [["llvm.loop.vectorize.enable", ir.Constant(I1, 1)]] if force else []
+    return _loop_id(module, [[f"{VECTOR_MARK}{number}"]] + forced)
 
 
 def smin(b, x, y):

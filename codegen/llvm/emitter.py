@@ -20,9 +20,9 @@ from llvmlite import ir
 
 from tegrad.ir import expr as _ex
 from tegrad.ir.mapper import bottom_up, children, run
-from tegrad.codegen.kernels.irutil import loop_without_vectorisation
+from tegrad.codegen.kernels.irutil import forced_vectorisation, loop_without_vectorisation
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import walk_expr
+from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
 from tegrad.codegen.tuning import VECTORIZE_LIMIT
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.expressions import DTYPE_OPERANDS, DTYPE_RULES, EXPR_LOWERINGS
@@ -34,6 +34,12 @@ from tegrad.codegen.llvm.types import I1, I32, I64, Value, memory_type, register
 
 _TYPE_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
 _INTRINSIC_ARITY = {"llvm.copysign": 2, "llvm.pow": 2}
+
+
+def vector_marked(body):
+    """The loops of ``body`` marked ``vectorized``, in the order that numbers them (their
+    loop ids' ``tegrad.vector.<n>``: pre-order)."""
+    return [s for s in walk_stmts(body) if type(s) is _n.For and s.kind == "vectorized"]
 
 
 class ValueMemo:
@@ -106,6 +112,8 @@ class KernelEmitter:
         self.effects = {}
         self.tensor = kernel.name
         self._blocks = 0
+        #: the number of each loop marked vectorized (by identity), as its loop id names it
+        self.vector_numbers = {id(s): n for n, s in enumerate(vector_marked(kernel.body))}
 
     def new_block(self, name):
         self._blocks += 1
@@ -325,6 +333,11 @@ class KernelEmitter:
             self.memo.pop()
 
     def emit_serial_for(self, s, begin, end, body):
+        """``s`` as a loop; one marked ``vectorized`` forced through LLVM's loop
+        vectoriser and named so that the optimised IR says whether it was vectorised
+        (:func:`~tegrad.codegen.kernels.irutil.forced_vectorisation`: the schedule marks
+        no loop whose body is too large for it); any other kept from the vectoriser when
+        its body has more than :data:`VECTORIZE_LIMIT` instructions."""
         bld = self.builder
         pre = bld.block
         head, loop, latch, done = (self.new_block("for.head"), self.new_block("for.body"),
@@ -342,8 +355,13 @@ class KernelEmitter:
         bld.position_at_end(latch)
         i.add_incoming(bld.add(i, ir.Constant(I64, s.step)), latch)
         back = bld.branch(head)
-        size = sum(len(bb.instructions) for bb in [loop] + self.function.blocks[first_inner:])
-        if size > VECTORIZE_LIMIT:
+        if s.kind == "vectorized":
+            # (not forced when every access is checked: a loop that may stop the kernel
+            # is not vectorised, and forcing would only make LLVM warn)
+            back.set_metadata("llvm.loop", forced_vectorisation(
+                self.module, self.vector_numbers[id(s)], force=not self.check_bounds))
+        elif sum(len(bb.instructions)
+                 for bb in [loop] + self.function.blocks[first_inner:]) > VECTORIZE_LIMIT:
             back.set_metadata("llvm.loop", loop_without_vectorisation(self.module))
         bld.position_at_end(done)
 

@@ -24,7 +24,7 @@ from tegrad.codegen.llvm.types import I32, I64, PTR, Value, memory_type
 RARE_BRANCH = "rare_branch"
 
 
-def _first_target(stmt):
+def first_target(stmt):
     """The name of the first buffer ``stmt`` writes (names errors raised inside it)."""
     for s in walk_stmts(stmt):
         if isinstance(s, (_n.Store, _n.Accumulate)):
@@ -50,7 +50,7 @@ def _for(em, s):
     elif s.kind == "parallel":
         em.emit_parallel_for(s, begin, end, body)
     else:
-        # "vectorized" loops are left to LLVM's loop vectorizer
+        # a "vectorized" loop is forced through LLVM's loop vectoriser (emit_serial_for)
         em.emit_serial_for(s, begin, end, body)
 
 
@@ -72,7 +72,7 @@ def _if(em, s):
     cond = em.statement_exprs(lambda: em.expr(s.cond, "bool").ir)
     if s.likely and s.otherwise is not None and em.defer_rare:
         # the rare branch is not compiled: the kernel stops with RARE_BRANCH instead
-        em.fail_unless(cond, RARE_BRANCH, _first_target(s.otherwise) or em.tensor)
+        em.fail_unless(cond, RARE_BRANCH, first_target(s.otherwise) or em.tensor)
         em.stmt(s.then)
         return
     bld = em.builder
@@ -122,7 +122,7 @@ def _accumulate(em, s):
 
 
 def _let(em, s):
-    value = _with_tensor(em, _first_target(s.body) or em.tensor, lambda: em.expr(s.value))
+    value = _with_tensor(em, first_target(s.body) or em.tensor, lambda: em.expr(s.value))
     saved = em.env.get(s.var.name)
     em.env[s.var.name] = value
     em.stmt(s.body)

@@ -14,8 +14,12 @@ order:
 - ``"compute_at": (stage, loop)``: this stage computed inside ``loop`` of ``stage``;
 - ``"unroll": [loop, ...]``, ``"vectorize": loop``, ``"parallel": loop``.
 
-Loops are named as in ``f.loops``. A request naming an unknown stage or loop, or one
-that would change the result, raises a :class:`ScheduleError` naming the stage.
+Loops are named as in ``f.loops``. A request naming an unknown stage or loop, one that
+would change the result, or a mark the backend would not realise raises a
+:class:`ScheduleError` naming the stage: a ``vectorize`` of a loop LLVM would not
+vectorise or would have to reassociate (see
+:func:`~.vector_loops.vector_problem`) when the schedule is made, one LLVM declined when
+the function is built.
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program

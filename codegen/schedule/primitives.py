@@ -56,7 +56,8 @@ from tegrad.codegen.loops.mapper import stmt_children, walk_stmts
 from tegrad.codegen.loops.nodes import Block, For, Kernel
 from tegrad.codegen.tuning import UNROLL_LIMIT
 from tegrad.codegen.schedule.accumulators import host_lanes, statement_accumulators
-from tegrad.codegen.schedule.common import ScheduleError, constant_trip_count, names_in
+from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, find_loop,
+                                            names_in)
 from tegrad.codegen.schedule.divisors import split_divided_loops
 from tegrad.codegen.schedule.fusion import fuse_stages, fusion_parts, stage_names, statements
 from tegrad.codegen.schedule.guards import innermost_guards_to_bounds
@@ -72,7 +73,7 @@ from tegrad.codegen.schedule.steps import (Step, find_statement, holding, names_
                                            statement_key, statement_keys)
 from tegrad.codegen.schedule.stored import reuse_stored_values
 from tegrad.codegen.schedule.tiles import tile_transposed_reads
-from tegrad.codegen.schedule.vector_loops import mark_vector_loops
+from tegrad.codegen.schedule.vector_loops import mark_vector_loops, vector_problem
 from tegrad.codegen.schedule.windows import hoist_scatter_windows
 
 
@@ -135,6 +136,18 @@ def _marking(fn):
         (loop,) = _arity(step, 1, "(loop,)")
         return fn(sched.kernel, loop=_check_loop(sched, step.stage, loop))
     return run
+
+
+def _vectorize(sched, step):
+    """A loop marked ``vectorized``, refused when LLVM would not vectorise it or would
+    have to reassociate a reduction (:func:`~.vector_loops.vector_problem`; what LLVM
+    still declines is refused when the kernel is built)."""
+    (loop,) = _arity(step, 1, "(loop,)")
+    problem = vector_problem(find_loop(sched.kernel, _check_loop(sched, step.stage, loop)),
+                             automatic=False)
+    if problem:
+        raise ScheduleError(f"vectorize loop {loop!r}: LLVM would not vectorise it: {problem}")
+    return vectorize(sched.kernel, loop=loop)
 
 
 def _fuse_loops(sched, step):
@@ -204,7 +217,7 @@ PRIMITIVES = {
     "compute_at": Primitive("loop", "(stage, loop)", lambda a: [
         f"computed inside loop {a[1]} of stage {a[0]}"], _compute_at),
     "unroll": Primitive("loop", "(loop,)", _each("unrolled"), _marking(unroll)),
-    "vectorize": Primitive("loop", "(loop,)", _each("vectorized"), _marking(vectorize)),
+    "vectorize": Primitive("loop", "(loop,)", _each("vectorized"), _vectorize),
     "parallel": Primitive("loop", "(loop,)", _each("parallel"), _marking(parallelize)),
     "fuse_loops": Primitive("loop", "(outer, inner)", lambda a: [
         f"{a[0]}, {a[1]}: fused into one loop"], _fuse_loops),
