@@ -10,10 +10,13 @@ import numpy as np
 from tegrad.ir.errors import FeedError, TegradError
 from tegrad.reference.memory import BufferTooLargeError, check_buffers_fit
 from tegrad.codegen.export.program import export_built
+from tegrad.codegen.llvm.vector_marks import unvectorised_loops, vector_marked
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.runtime.arguments import ArraySpec, by_name, check_count
 from tegrad.codegen.runtime.profile import profile_of
-from tegrad.codegen.schedule.describe import schedule_value
+from tegrad.codegen.schedule.common import ScheduleError
+from tegrad.codegen.schedule.describe import schedule_value, without_marks
+from tegrad.codegen.schedule.steps import Schedule
 
 
 def _reference_counts(arrays):
@@ -63,6 +66,15 @@ def _nbytes(tensors):
                for t in tensors)
 
 
+def _unvectorised(executable):
+    """The loops of ``executable``'s kernel marked ``vectorized`` that LLVM did not
+    vectorise in the module it runs now
+    (:func:`~tegrad.codegen.llvm.vector_marks.unvectorised_loops`; the optimised IR is
+    printed on first use, then kept by the module)."""
+    kernel = executable.kernel
+    return unvectorised_loops(kernel, executable.llvm_ir) if vector_marked(kernel.body) else []
+
+
 class CompiledFunction:
     """A tegrad program compiled to native code.
 
@@ -77,8 +89,9 @@ class CompiledFunction:
     once are safe.
 
     ``f.loops`` is the loop nest (pseudo-C), ``f.schedule`` the schedule chosen per stage
-    (loop order, splits, vector, unrolled and parallel loops, fused stages), ``f.llvm_ir``
-    the optimised LLVM IR,
+    (loop order, splits, vector, unrolled and parallel loops, fused stages; a loop marked
+    ``vectorized`` that LLVM did not vectorise is shown without the mark, read from the
+    optimised IR when first printed), ``f.llvm_ir`` the optimised LLVM IR,
     ``f.asm`` the machine code; ``f.inputs`` and ``f.outputs`` are the tensors.
     """
 
@@ -114,6 +127,26 @@ class CompiledFunction:
         self._run_pointers = executable.run_pointers if self._oversized is None else None
         # the outputs of earlier calls, each set reused once nothing else references it
         self._spares = []
+        self._schedule_value = None
+        self._check_vectorized()
+
+    def _steps(self):
+        if self._chosen is not None:
+            return self._chosen.steps
+        return self._schedule_record.steps if self._schedule_record else ()
+
+    def _check_vectorized(self):
+        """Refuse a ``vectorize`` step of the schedule asked for whose loop LLVM did not
+        vectorise (a function checking its accesses vectorises no loop: not refused)."""
+        asked = [s for s in self._steps() if s.primitive == "vectorize"]
+        if not asked or self._executable.check_bounds:
+            return
+        declined = {u.loop.var.name: u for u in _unvectorised(self._executable)}
+        for step in asked:
+            u = declined.get(step.args[0])
+            if u is not None:
+                raise ScheduleError(f"schedule for stage {step.stage!r}: LLVM could not "
+                                    f"vectorise loop {step.args[0]!r}: {u.reason}")
 
     def __call__(self, *arrays, out=None, **named):
         if out is not None and self._out_position is not None:
@@ -192,16 +225,25 @@ class CompiledFunction:
     @property
     def loops(self):
         """The loop nests, as readable pseudo-C."""
-        return format_kernel(self._executable.kernel)
+        return format_kernel(without_marks(
+            self._executable.kernel, [u.loop for u in _unvectorised(self._executable)]))
 
     @property
     def schedule(self):
         """The :class:`~tegrad.codegen.schedule.steps.Schedule` of the steps made, printed
         per stage (see :mod:`tegrad.codegen.schedule.describe`); ``tg.build(...,
         schedule=f.schedule)`` compiles the same loops."""
-        if self._chosen is not None:
-            return self._chosen
-        return schedule_value(self._executable.kernel, self._schedule_record)
+        if self._schedule_value is None:
+            # described when printed (no reference to this function: a build given this
+            # schedule keeps it)
+            steps, record, executable = self._steps(), self._schedule_record, self._executable
+
+            def text():
+                declined = [u.loop for u in _unvectorised(executable)]
+                return str(schedule_value(executable.kernel, record, steps,
+                                          declined=declined))
+            self._schedule_value = Schedule(steps, text=text)
+        return self._schedule_value
 
     @property
     def memory(self):

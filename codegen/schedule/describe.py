@@ -3,7 +3,8 @@ stages it computes, its loop nests with their kinds and trip counts, and the ste
 made them (:mod:`.primitives`), one or more lines each; then the steps of the whole
 program, and those of stages the final kernel no longer has apart.
 
-Loop kinds are read from the final kernel; a statement that is not a loop nest (a node
+Loop kinds are read from the final kernel (a loop marked ``vectorized`` that LLVM did not
+vectorise, given as ``declined``, shown serial and its step as left scalar); a statement that is not a loop nest (a node
 the schedule does not know) is shown by its type. A step is shown under the statement
 its stage names (the first statement computing the name, the ``n``-th for ``name#n``).
 
@@ -23,10 +24,10 @@ stages S, B (fused)
 """
 from __future__ import annotations
 
-from tegrad.codegen.loops.mapper import stmt_children
+from tegrad.codegen.loops.mapper import StmtMapper, stmt_children, walk_stmts
 from tegrad.codegen.kernels.product import describe_product
-from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Let,
-                                        MatrixProduct, Store)
+from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, If, Kernel,
+                                        Let, MatrixProduct, Store)
 from tegrad.codegen.loops.printer import format_expr
 from tegrad.codegen.schedule.common import constant_trip_count
 from tegrad.codegen.schedule.fusion import stage_names, statements
@@ -61,6 +62,39 @@ def nest_text(s):
     return "; ".join(parts)
 
 
+class _Unmarked(StmtMapper):
+    def __init__(self, loops):
+        super().__init__()
+        self.loops = {id(s) for s in loops}
+
+    def map_for(self, s):
+        out = super().map_for(s)
+        if id(s) in self.loops:
+            return For(out.var, out.begin, out.end, out.body, "serial", out.step)
+        return out
+
+
+def without_marks(kernel, loops):
+    """``kernel`` with the loops ``loops`` (its nodes) serial: the kernel as printed when
+    LLVM did not vectorise those marked loops."""
+    if not loops:
+        return kernel
+    return Kernel(kernel.name, kernel.args, kernel.temps, _Unmarked(loops)(kernel.body))
+
+
+#: the steps whose lines say a loop is vectorised
+_VECTOR_STEPS = ("vector_loops", "vectorize")
+
+
+def _lines(step, scalar):
+    """``step_lines(step)``, a vectorising step's loops named in ``scalar`` shown as left
+    scalar."""
+    if step.primitive not in _VECTOR_STEPS or not scalar & set(step.args):
+        return step_lines(step)
+    return [f"{a}: left scalar (LLVM did not vectorise it)" if a in scalar else f"{a}: vectorized"
+            for a in step.args]
+
+
 def _placed(steps, names):
     """``(by statement index, program steps, others by stage)``: where each step is
     shown (module doc)."""
@@ -78,9 +112,12 @@ def _placed(steps, names):
     return at, program, others
 
 
-def describe_schedule(kernel, record=None, steps=None):
+def describe_schedule(kernel, record=None, steps=None, declined=()):
     """The text of ``kernel``'s schedule (module doc), with ``record``'s choices and the
-    ``steps`` made (by default ``record.steps``)."""
+    ``steps`` made (by default ``record.steps``); ``declined``: the loops of ``kernel``
+    marked ``vectorized`` that LLVM did not vectorise."""
+    scalar = _scalar_names(statements(kernel.body), declined)
+    kernel = without_marks(kernel, declined)
     fused = {g[0]: g for g in (record.fused if record else ())}
     manual = set(record.manual) if record else set()
     if steps is None:
@@ -106,7 +143,7 @@ def describe_schedule(kernel, record=None, steps=None):
         else:
             lines.append(f"  loops: {nest_text(s) or 'none'}")
         # (a statement that is one product shows its kernel above: not again)
-        lines.extend(f"  {line}" for step in at.get(k, ()) for line in step_lines(step)
+        lines.extend(f"  {line}" for step in at.get(k, ()) for line in _lines(step, scalar[k])
                      if not (type(s) is MatrixProduct and step.primitive == "product"))
     for stage, held in others.items():
         lines.append(f"stage {stage} (not a statement of the final loops)")
@@ -117,12 +154,24 @@ def describe_schedule(kernel, record=None, steps=None):
     return "\n".join(lines)
 
 
-def schedule_value(kernel, record=None, steps=None):
+def _scalar_names(stmts, declined):
+    """Per statement, the names of its loops in ``declined`` that no other loop of it
+    marked ``vectorized`` shares."""
+    ids = {id(s) for s in declined}
+    out = []
+    for s in stmts:
+        loops = [m for m in walk_stmts(s) if type(m) is For and m.kind == "vectorized"]
+        out.append({m.var.name for m in loops if id(m) in ids}
+                   - {m.var.name for m in loops if id(m) not in ids})
+    return out
+
+
+def schedule_value(kernel, record=None, steps=None, declined=()):
     """The :class:`~.steps.Schedule` of ``steps`` (by default ``record.steps``), printed
     as :func:`describe_schedule` describes ``kernel`` (when first printed)."""
     if steps is None:
         steps = record.steps if record else ()
-    return Schedule(steps, text=lambda: describe_schedule(kernel, record, steps))
+    return Schedule(steps, text=lambda: describe_schedule(kernel, record, steps, declined))
 
 
-__all__ = ["describe_schedule", "nest_text", "schedule_value"]
+__all__ = ["describe_schedule", "nest_text", "schedule_value", "without_marks"]
