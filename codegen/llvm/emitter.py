@@ -23,7 +23,7 @@ from tegrad.ir.mapper import bottom_up, children, run
 from tegrad.codegen.kernels.irutil import forced_vectorisation, loop_without_vectorisation
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
-from tegrad.codegen.tuning import VECTORIZE_LIMIT
+from tegrad.codegen.tuning import MIN_VECTOR_TRIP, VECTORIZE_LIMIT
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.expressions import DTYPE_OPERANDS, DTYPE_RULES, EXPR_LOWERINGS
 from tegrad.codegen.llvm.kernel_buffers import large_locals, packing_space, plan_storage
@@ -356,10 +356,16 @@ class KernelEmitter:
         i.add_incoming(bld.add(i, ir.Constant(I64, s.step)), latch)
         back = bld.branch(head)
         if s.kind == "vectorized":
-            # (not forced when every access is checked: a loop that may stop the kernel
-            # is not vectorised, and forcing would only make LLVM warn)
+            # named, not forced, when every access is checked (a loop that may stop the
+            # kernel is not vectorised) or when it has fewer than MIN_VECTOR_TRIP
+            # iterations (the vector accumulators' last halving step: LLVM declines it
+            # forced, then flattens it into straight-line code): forcing would only make
+            # LLVM print a remark
+            short = isinstance(begin, ir.Constant) and isinstance(end, ir.Constant) and \
+                len(range(begin.constant, end.constant, s.step)) < MIN_VECTOR_TRIP
             back.set_metadata("llvm.loop", forced_vectorisation(
-                self.module, self.vector_numbers[id(s)], force=not self.check_bounds))
+                self.module, self.vector_numbers[id(s)],
+                force=not (self.check_bounds or short)))
         elif sum(len(bb.instructions)
                  for bb in [loop] + self.function.blocks[first_inner:]) > VECTORIZE_LIMIT:
             back.set_metadata("llvm.loop", loop_without_vectorisation(self.module))
