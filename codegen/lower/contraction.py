@@ -38,8 +38,7 @@ kernel mm(float32 a[8][3], float32 b[3][5], float32 matmul[8][5]) {
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tegrad.analysis.cost import stage_cost
 from tegrad.ir import reduction as _red
@@ -312,8 +311,7 @@ def _lower_sum_of_products(buf, ctx, found, new_temp, padded):
     stmts = []
     for k, (stage, c, plan) in enumerate(found.parts):
         if k:
-            plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec,
-                                                                      accumulate=True))
+            plan = replace(plan, spec=replace(plan.spec, accumulate=True))
         stmts.append(_lower_plan(stage, buf, ctx, (c, plan), new_temp, padded, stage))
     return block(stmts)
 
