@@ -84,6 +84,12 @@ MAX_CHECKED_POINTS = 1 << 16
 #: temp and copy: conv2d's stride-2 gradients need 4; not measured)
 MAX_RESIDUE_CLASSES = 16
 
+#: unit: statements
+#: the most slices a scatter into constant slices is split into (each slice becomes a
+#: loop nest of its own, placed where its values are ready: a GRU of 16 steps has 16;
+#: a bound on the statements and compile time a split adds; not measured)
+MAX_SCATTER_SLICES = 64
+
 # ------------------------------------------------------------------------- schedule ----
 
 #: unit: expression nodes

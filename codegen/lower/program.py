@@ -34,6 +34,7 @@ from tegrad.codegen.lower.contraction import (contraction_plan, lower_contractio
 from tegrad.codegen.lower.expr import Names, StageContext
 from tegrad.codegen.lower.inline import inline_read_once, read_through_copies
 from tegrad.codegen.lower.residues import drop_residue_masks
+from tegrad.codegen.lower.stacked_scatter import place_links_early, split_stacked_scatters
 from tegrad.codegen.lower.stage import copy_loops, lower_stage, lower_tuple_reduction
 
 
@@ -68,8 +69,10 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=(
     """The kernel computing ``outputs`` from ``inputs`` (placeholders), see module doc.
 
     With ``contractions``, every stage that is a contraction with a gemm plan becomes a
-    call of the gemm kernel (:mod:`.contraction`) instead of its loop nest, except the
-    stages named in ``plain`` (those an expert schedules by hand).
+    call of the gemm kernel (:mod:`.contraction`) instead of its loop nest, and a scatter
+    into constant slices runs as one scatter per slice, each placed where its values are
+    ready (:mod:`.stacked_scatter`), except the stages named in ``plain`` (those an
+    expert schedules by hand).
     """
     plain = frozenset(plain)
     inputs = _tensor_list(inputs, "inputs")
@@ -79,7 +82,10 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=(
             raise TegradError(f"lower_program: input {t.name!r} is not a placeholder")
     if len({id(t) for t in inputs}) != len(inputs):
         raise TegradError("lower_program: an input is given twice")
-    prepared = prepare(outputs, contractions, plain)
+    prepared, links = prepare(outputs, contractions, plain), set()
+    if contractions:
+        # each slice of a scatter into constant slices runs where its values are ready
+        prepared, links = split_stacked_scatters(prepared, keep=lambda t: t.name in plain)
     names = Names()
     buffers, args = {}, []
     for t in inputs:
@@ -96,7 +102,7 @@ def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=(
                                      t.shape, names))
         else:
             buffers[id(t)] = buf
-    order = topological_order(prepared)
+    order = place_links_early(topological_order(prepared), links)
     in_place = _accumulated_in_place(order, buffers)
     temps, stmts = [], []
     padded = {}  # zero-padded copies of buffers, made once for every contraction
