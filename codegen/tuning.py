@@ -302,7 +302,7 @@ CHUNKS_PER_THREAD = 8
 
 #: unit: expression nodes
 #: a kernel larger than this (statements plus distinct expression nodes) is emitted as
-#: several functions of about this size each, called in turn, each taking the buffers it
+#: one function per top-level statement, called in turn, each taking the buffers it
 #: uses (a 1,000-stage program and its gradient: 13 s of LLVM optimisation as one
 #: function, 3.4-4.6 s in parts of 1,000-4,000; the 6-layer CNN step is 1,800)
 PART_SIZE = 2000

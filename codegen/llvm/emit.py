@@ -45,6 +45,7 @@ from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_stmts
 from tegrad.codegen.tuning import PART_SIZE, STACK_LIMIT_BYTES
 from tegrad.codegen.llvm.emitter import KernelEmitter, ValueMemo
+from tegrad.codegen.llvm.equal_parts import part_key
 from tegrad.codegen.llvm.expressions import EXPR_LOWERINGS
 from tegrad.codegen.llvm.kernel_buffers import (PACKING_SPACE, STORAGE_ALIGNMENT,
                                                 StoragePlan,
@@ -145,26 +146,27 @@ def top_statements(body):
 
 
 def kernel_parts(body, storage=None, packing=None):
-    """The top-level statements of the kernel body ``body`` in consecutive groups of
-    about :data:`PART_SIZE` nodes (one group when the whole is smaller), and, given the
-    kernel's ``storage`` plan, no group using two buffers that share memory (``packing``:
-    the packing space, used by the statements holding products): each group becomes a
-    function whose buffer pointers are all ``noalias``, which holds only where none of
-    them overlap."""
+    """The top-level statements of the kernel body ``body`` in groups, each to become a
+    function taking the buffers it uses, all ``noalias``: one group per statement when
+    the whole is larger than :data:`PART_SIZE` nodes (the equal statements of equal
+    blocks then become one function, :mod:`.equal_parts`), else consecutive statements
+    together. Given the kernel's ``storage`` plan, no group uses two buffers that share
+    memory (``packing``: the packing space, used by the statements holding products):
+    the no-alias facts hold only where none of them overlap (one statement's buffers
+    never share: the plan keeps buffers alive at one statement apart)."""
     stmts = top_statements(body)
+    if len(stmts) > 1 and sum(_stmt_size(s) for s in stmts) > PART_SIZE:
+        return [[s] for s in stmts]
     shares = storage.shares if storage is not None else {}
-    parts, size, used = [[]], 0, set()
+    parts, used = [[]], set()
     for s in stmts:
-        n = _stmt_size(s)
         touched = _buffers_used(s) if shares else set()
         if packing is not None and shares and has_product(s):
             touched.add(packing)
-        clash = any(shares.get(b, frozenset()) & used for b in touched)
-        if parts[-1] and (size + n > PART_SIZE or clash):
+        if parts[-1] and any(shares.get(b, frozenset()) & used for b in touched):
             parts.append([])
-            size, used = 0, set()
+            used = set()
         parts[-1].append(s)
-        size += n
         used |= touched
     return parts
 
@@ -208,15 +210,29 @@ class _ModuleEmitter(KernelEmitter):
             # (taking only the buffers it uses: LLVM's time also grows with the number
             # of no-alias arguments)
             calls, position = [], {b: k for k, b in enumerate(self.buffers)}
+            #: a part's key (:func:`part_key`) -> the function of the first part of that
+            #: key, which the others call on their own buffers (an equal block of a model)
+            shared = {}
+            pointers = set(self.buffers)
             for k, part in enumerate(parts):
                 stmt = _n.Block(tuple(part)) if len(part) > 1 else part[0]
+                key, order = part_key(stmt)
                 used = _buffers_used(stmt)
+                buffers = [b for b in order if b in used and b in pointers]
                 if has_product(stmt):
-                    used.add(self.packing)
-                buffers = [b for b in self.buffers if b in used]
-                fn = self._buffer_function(f"{self.symbol}.part{k}", buffers)
-                fn.attributes.add("noinline")
-                self._emit_into(fn, stmt, buffers)
+                    buffers.append(self.packing)
+                # which buffers come by pointer (a large local does, a small one is on
+                # the stack) is part of what the function does
+                key = (key, tuple(order.index(b) if b in order else -1 for b in buffers))
+                fn = shared.get(key)
+                if fn is None:
+                    fn = self._buffer_function(f"{self.symbol}.part{k}", buffers)
+                    fn.attributes.add("noinline")
+                    codes = self._emit_into(fn, stmt, buffers)
+                    # a status other than a rare branch's names this part's tensors: a
+                    # part that may return one is not shared (another would report it)
+                    if all(self.errors[c - 1][0] == RARE_BRANCH for c in codes):
+                        shared[key] = fn
                 calls.append((fn, [body.args[position[b]] for b in buffers]))
             bld = ir.IRBuilder(body.append_basic_block("entry"))
             times = [self._now(bld)]
@@ -286,7 +302,8 @@ class _ModuleEmitter(KernelEmitter):
 
     def _emit_into(self, fn, stmt, buffers=None):
         """Emit ``stmt`` as the body of ``fn`` (a :meth:`_buffer_function` of ``buffers``),
-        returning 0 at its end."""
+        returning 0 at its end; the status codes ``fn`` may return (a set)."""
+        self.codes = set()
         self.function = fn
         self.pointers = dict(zip(self.buffers if buffers is None else buffers, fn.args))
         self.env, self.memo = {}, ValueMemo()
@@ -297,6 +314,7 @@ class _ModuleEmitter(KernelEmitter):
         if not self.builder.block.is_terminated:
             self.builder.ret(ir.Constant(I32, 0))
         ir.IRBuilder(self.entry).branch(start)
+        return self.codes
 
 
 __all__ = ["KernelModule", "PACKING_SPACE", "RARE_BRANCH", "emit_kernel", "EXPR_LOWERINGS",

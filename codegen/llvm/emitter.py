@@ -106,6 +106,8 @@ class KernelEmitter:
         self.storage = plan_storage(kernel.body, self.buffers[len(kernel.args):],
                                     self.packing)
         self.errors = []
+        #: the status codes the function being emitted may return
+        self.codes = set()
         self.env = {}
         self.pointers = {}
         self.memo = ValueMemo()
@@ -142,7 +144,9 @@ class KernelEmitter:
         key = (kind, tensor, message)
         if key not in self.errors:
             self.errors.append(key)
-        return self.errors.index(key) + 1
+        code = self.errors.index(key) + 1
+        self.codes.add(code)
+        return code
 
     def fail_unless(self, ok, kind, tensor, message=None):
         """Return the status of ``(kind, tensor, message)`` unless the i1 ``ok`` holds."""
