@@ -16,9 +16,12 @@ computes it):
 4. ``parallelize``: per stage, the outer loop worth a fork-join marked parallel for
    ``threads`` threads (:func:`~.schedule.parallel.parallelize_stages`); keeps results
    bit for bit, for any thread count.
+5. ``memory_order``: the top-level statements reordered, dependencies kept, where that
+   lowers the bytes of temporaries alive together (:func:`~.lower.memory_order.memory_order`).
 
 ``schedule="none"`` runs :data:`PLAIN_PASSES` instead: ``lower`` as written (no merged
-stages, no gemm calls) and ``parallelize``. ``dump=`` sees the text after every pass.
+stages, no gemm calls), ``parallelize`` and ``memory_order``. ``dump=`` sees the text
+after every pass.
 
 Every choice the passes make is a step (:mod:`.schedule.primitives`), made before any
 code is emitted; ``CompiledKernel.schedule`` is the :class:`~.schedule.steps.Schedule`
@@ -32,7 +35,7 @@ products only when its steps say so), so the same program compiles to the same l
 >>> seen = []
 >>> compiled = compile_kernel([x], [y], threads=1, dump=lambda name, text: seen.append(name))
 >>> seen
-['computed_once', 'lower', 'auto_schedule', 'parallelize']
+['computed_once', 'lower', 'auto_schedule', 'parallelize', 'memory_order']
 >>> compiled.kernel.name, compiled.record.fused
 ('kernel', ())
 >>> compile_kernel([x], [y], threads=1, schedule="none").record is None
@@ -55,6 +58,7 @@ from tegrad.codegen.lower.program import _tensor_list, lower_program
 from tegrad.codegen.schedule.auto import ScheduleRecord, choose, record_of
 from tegrad.codegen.schedule.common import ScheduleError
 from tegrad.codegen.lower.dedupe import computed_once
+from tegrad.codegen.lower.memory_order import memory_order
 from tegrad.codegen.schedule.describe import schedule_value
 from tegrad.codegen.schedule.fusion import stage_names, statements
 from tegrad.codegen.schedule.manual import override_steps
@@ -170,10 +174,16 @@ def _lower_plain(s):
 
 
 #: the passes, in order: ``(name, state -> state)``
+def _memory_order(s):
+    return replace(s, kernel=memory_order(s.kernel))
+
+
 PASSES = (("computed_once", _computed_once), ("lower", _lower),
-          ("auto_schedule", _auto_schedule), ("parallelize", _parallelize))
+          ("auto_schedule", _auto_schedule), ("parallelize", _parallelize),
+          ("memory_order", _memory_order))
 #: the passes of ``schedule="none"``: every stage's loops as written
-PLAIN_PASSES = (("lower", _lower_plain), ("parallelize", _parallelize))
+PLAIN_PASSES = (("lower", _lower_plain), ("parallelize", _parallelize),
+                ("memory_order", _memory_order))
 
 
 def check_schedule(schedule, caller):

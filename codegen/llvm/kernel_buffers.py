@@ -5,6 +5,7 @@ kernel's arguments and temporaries, aligned to :data:`STORAGE_ALIGNMENT` bytes.
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,11 +13,18 @@ import numpy as np
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
+from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
 from tegrad.codegen.tuning import SHARED_MIN_BYTES, STACK_LIMIT_BYTES
 
 #: the alignment (bytes) of the storage the runtime allocates for temporaries and large
 #: local buffers, declared to LLVM
 STORAGE_ALIGNMENT = 64
+
+#: the most orders of the buffers :func:`plan_storage` places before keeping the smallest
+#: plan: 16 orders reach the peak of the bytes alive together in LeNet-5's, a ResNet
+#: block's, a transformer block's, a GRU's and a TCN's training steps but LeNet-5's (6.50
+#: MB for 6.45 MB), and placing cost 30 ms at most (the GRU's 150 buffers)
+PLACEMENT_TRIES = 16
 
 #: the name of the kernel's buffer of packing space for its matrix products (a name no
 #: tensor's buffer has: those are the tensors' names, and no tensor is named so by tegrad)
@@ -58,12 +66,6 @@ def has_product(stmt):
     return any(isinstance(s, _n.MatrixProduct) for s in walk_stmts(stmt))
 
 
-
-
-def buffer_bytes(buffer):
-    """The bytes of ``buffer``'s storage (a bool element takes a byte)."""
-    dtype = "uint8" if buffer.dtype == "bool" else buffer.dtype
-    return max(buffer.size, 1) * np.dtype(dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,15 @@ def plan_storage(body, buffers, packing=None):
     the same memory, so the block is about the peak of the buffers live together rather
     than their sum.
 
-    Greedy by size (largest first, ties by first use): each buffer takes the lowest
-    aligned offset where it overlaps no placed buffer whose range intersects its own.
+    Each buffer takes, in turn, an aligned offset where it overlaps no placed buffer whose
+    range intersects its own: the lowest such offset, or the start of the tightest gap
+    that holds it. The buffers are taken largest first, by first use, longest-lived
+    first, last to die first, then (up to :data:`PLACEMENT_TRIES` orders) largest first
+    with each size scaled by a random factor in [0.5, 1.5) (a fixed seed: the same plan
+    each time); the first plan whose block is the peak of the bytes alive at one
+    statement (no plan is smaller) is kept, else the smallest. (Largest first at the
+    lowest offset alone left 1.0 MB of a ResNet block's 11.05 MB training-step workspace
+    unused, and 0.49 MB of a TCN's 4.70 MB; the random orders reach the peak in both.)
 
     >>> from tegrad.ir.expr import Var, Const
     >>> from tegrad.codegen.loops.nodes import Block, Buffer, Load, Store
@@ -136,25 +145,74 @@ def plan_storage(body, buffers, packing=None):
     for b in buffers:
         if nbytes_of[b] < SHARED_MIN_BYTES:
             ranges[b] = everywhere
-    order = sorted(buffers, key=lambda b: (-nbytes_of[b], ranges[b][0]))
-    placed, offsets = [], {}
-    for b in order:
-        lo, hi = ranges[b]
-        size = nbytes_of[b]
-        # the placed buffers alive together with b, by offset: b fits in the first gap
-        busy = sorted((offsets[p], offsets[p] + nbytes_of[p]) for p in placed
-                      if ranges[p][0] <= hi and lo <= ranges[p][1])
-        at = 0
-        for start, end in busy:
-            if at + size <= start:
-                break
-            at = max(at, end)
-        offsets[b] = at
-        placed.append(b)
+    offsets = _best_placement(buffers, ranges, nbytes_of)
     shares = {b: frozenset(p for p in buffers if p != b
                            and offsets[p] < offsets[b] + nbytes_of[b]
                            and offsets[b] < offsets[p] + nbytes_of[p])
               for b in buffers}
-    total = max((offsets[b] + nbytes_of[b] for b in buffers), default=0)
-    return StoragePlan(offsets, total, {b: s for b, s in shares.items() if s},
-                       sum(nbytes_of.values()))
+    return StoragePlan(offsets, _extent(offsets, nbytes_of),
+                       {b: s for b, s in shares.items() if s}, sum(nbytes_of.values()))
+
+
+def _best_placement(buffers, ranges, nbytes_of):
+    """The offsets of the plan :func:`plan_storage` keeps."""
+    floor = _peak_alive(ranges, nbytes_of)
+    size = lambda b: (-nbytes_of[b], ranges[b][0])  # noqa: E731
+    orders = [sorted(buffers, key=key) for key in (
+        size, lambda b: (ranges[b][0], -nbytes_of[b]),
+        lambda b: (ranges[b][0] - ranges[b][1], -nbytes_of[b]),
+        lambda b: (-ranges[b][1], -nbytes_of[b]))]
+    rng = random.Random(0)
+    for _ in range(PLACEMENT_TRIES - len(orders)):
+        scale = {b: rng.uniform(0.5, 1.5) for b in buffers}
+        orders.append(sorted(buffers, key=lambda b: (-nbytes_of[b] * scale[b], size(b))))
+    best = None
+    for k, order in enumerate(orders):
+        for tightest in (False, True) if k < 4 else (True,):
+            offsets = _place(order, ranges, nbytes_of, tightest)
+            extent = _extent(offsets, nbytes_of)
+            if best is None or extent < best[0]:
+                best = (extent, offsets)
+            if extent <= floor:
+                return offsets
+    return best[1] if best is not None else {}
+
+
+def _peak_alive(ranges, nbytes_of):
+    """The most bytes of buffers alive at one statement."""
+    change = {}
+    for b, (lo, hi) in ranges.items():
+        change[lo] = change.get(lo, 0) + nbytes_of[b]
+        change[hi + 1] = change.get(hi + 1, 0) - nbytes_of[b]
+    peak = now = 0
+    for k in sorted(change):
+        now += change[k]
+        peak = max(peak, now)
+    return peak
+
+
+def _extent(offsets, nbytes_of):
+    return max((at + nbytes_of[b] for b, at in offsets.items()), default=0)
+
+
+def _place(order, ranges, nbytes_of, tightest):
+    """``{buffer: offset}``: the buffers of ``order`` placed in turn, each at the lowest
+    offset (or, ``tightest``, in the smallest gap) where it overlaps no buffer placed
+    before it whose live range intersects its own."""
+    offsets = {}
+    for b in order:
+        lo, hi = ranges[b]
+        size = nbytes_of[b]
+        # the placed buffers alive together with b, by offset; the gaps between them
+        busy = sorted((at, at + nbytes_of[p]) for p, at in offsets.items()
+                      if ranges[p][0] <= hi and lo <= ranges[p][1])
+        gaps, at = [], 0
+        for start, end in busy:
+            if start - at >= size:
+                gaps.append((start - at, at))
+            at = max(at, end)
+        if gaps:
+            offsets[b] = min(gaps)[1] if tightest else gaps[0][1]
+        else:
+            offsets[b] = at
+    return offsets

@@ -1,0 +1,172 @@
+"""The order of a kernel's top-level statements that keeps fewer temporaries alive at once.
+
+A kernel runs its top-level statements once each, in order, and its workspace holds every
+temporary from the first statement that uses it to the last (see
+:func:`tegrad.codegen.llvm.kernel_buffers.live_ranges`), so the order decides the peak.
+Lowering emits the statements in the program's order: a backward pass computes a weight's
+gradient after every activation gradient, so each activation gradient stays alive until
+the end although its weight gradient could have read it, and freed it, at once.
+
+:func:`memory_order` reorders the statements as a list scheduler does: of the statements
+whose dependencies have run, it runs next the one that adds the fewest bytes to the live
+temporaries (the bytes of temporaries it starts, less those of temporaries it is the last
+user of), the earliest in the original order on ties. A statement depends on every earlier
+one it must follow to compute the same values: that wrote a buffer it reads or writes, or
+read a buffer it writes. Statements that may stop the kernel with an error keep their
+order among themselves, so the error reported is the same. The new order is kept only
+when its peak is below the original's.
+
+>>> from tegrad.ir.expr import Const
+>>> from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load, Store
+>>> zero = Const(0, "int64")
+>>> x, out = Buffer("x", (1,), "float32", "input"), Buffer("out", (1,), "float32", "output")
+>>> a, b = Buffer("a", (1000,), "float32"), Buffer("b", (1000,), "float32")
+>>> write = lambda dst, value: Store(dst, (zero,), value)
+>>> body = Block((write(a, Load(x, (zero,))), write(b, Load(x, (zero,))),
+...               write(out, Load(a, (zero,))), write(out, Load(out, (zero,)) + Load(b, (zero,)))))
+>>> k = memory_order(Kernel("k", (x, out), (a, b), body))
+>>> [s.buffer.name for s in k.body.stmts]
+['a', 'out', 'b', 'out']
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tegrad.ir.expr import may_divide_by_zero
+from tegrad.codegen.loops import nodes as _n
+from tegrad.codegen.loops.mapper import loads, stmt_exprs, walk_expr, walk_stmts
+
+
+def buffer_bytes(buffer):
+    """The bytes of ``buffer``'s storage (a bool element takes a byte)."""
+    dtype = "uint8" if buffer.dtype == "bool" else buffer.dtype
+    return max(buffer.size, 1) * np.dtype(dtype).itemsize
+
+
+def _accesses(stmt):
+    """``(reads, writes, stops)``: the names of the buffers ``stmt``
+    reads and writes (its local buffers left out), and whether it may stop the kernel
+    with an error (a check, an index read from data, a divisor that may be zero; a rare
+    branch runs the kernel again from the start, in whatever order)."""
+    reads, writes, local, stops = set(), set(), set(), False
+    for node in walk_stmts(stmt):
+        t = type(node)
+        if t is _n.Allocate:
+            local.add(node.buffer.name)
+        elif t in (_n.Store, _n.Accumulate):
+            writes.add(node.buffer.name)
+        elif t is _n.MatrixProduct:
+            writes.add(node.c.name)
+            reads.update(b.name for b in node.reads)
+        elif t is _n.Check:
+            stops = True
+        for e in stmt_exprs(node):
+            for ld in loads(e):
+                reads.add(ld.buffer.name)
+                stops = stops or any(type(n) is _n.Load for i in ld.indices
+                                     for n in walk_expr(i))
+            stops = stops or any(may_divide_by_zero(n) for n in walk_expr(e))
+    return reads - local, writes - local, stops
+
+
+def _dependencies(accesses):
+    """``preds[k]``: the statements statement ``k`` must follow (earlier ones that wrote
+    what it reads or writes, or read what it writes; the earlier statement that may stop
+    when it may stop too)."""
+    last_writer, readers, last_stop = {}, {}, None
+    preds = []
+    for k, (reads, writes, stops) in enumerate(accesses):
+        before = set()
+        for b in reads | writes:
+            if b in last_writer:
+                before.add(last_writer[b])
+        for b in writes:
+            before.update(readers.get(b, ()))
+        if stops and last_stop is not None:
+            before.add(last_stop)
+        before.discard(k)
+        preds.append(before)
+        for b in reads:
+            readers.setdefault(b, set()).add(k)
+        for b in writes:
+            last_writer[b], readers[b] = k, set()
+        if stops:
+            last_stop = k
+    return preds
+
+
+def peak_bytes(order, used, nbytes):
+    """The most bytes of temporaries alive together when the statements run in ``order``
+    (``used[k]``: the temporaries statement ``k`` uses; ``nbytes``: their sizes), each
+    alive from the first statement using it to the last."""
+    first, last = {}, {}
+    for pos, k in enumerate(order):
+        for b in used[k]:
+            first.setdefault(b, pos)
+            last[b] = pos
+    change = [0] * (len(order) + 1)
+    for b, start in first.items():
+        change[start] += nbytes[b]
+        change[last[b] + 1] -= nbytes[b]
+    peak = now = 0
+    for delta in change:
+        now += delta
+        peak = max(peak, now)
+    return peak
+
+
+def _greedy_order(preds, used, nbytes):
+    """The list scheduler's order (see the module docstring)."""
+    n = len(preds)
+    waiting = [len(p) for p in preds]
+    followers = [[] for _ in range(n)]
+    for k, p in enumerate(preds):
+        for j in p:
+            followers[j].append(k)
+    users_left = {}
+    for k in range(n):
+        for b in used[k]:
+            users_left[b] = users_left.get(b, 0) + 1
+    live, ready, order = set(), {k for k in range(n) if not waiting[k]}, []
+
+    def cost(k):
+        started = sum(nbytes[b] for b in used[k] if b not in live)
+        ended = sum(nbytes[b] for b in used[k] if users_left[b] == 1)
+        return started - ended, k
+
+    while ready:
+        k = min(ready, key=cost)
+        ready.discard(k)
+        order.append(k)
+        for b in used[k]:
+            users_left[b] -= 1
+            if users_left[b]:
+                live.add(b)
+            else:
+                live.discard(b)
+        for j in followers[k]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                ready.add(j)
+    return order
+
+
+def memory_order(kernel):
+    """``kernel`` with its top-level statements in the order that keeps the fewest bytes
+    of temporaries alive together (see the module docstring), or ``kernel`` itself when
+    reordering would not lower its peak."""
+    if type(kernel.body) is not _n.Block or len(kernel.body.stmts) < 3:
+        return kernel
+    stmts = kernel.body.stmts
+    accesses = [_accesses(s) for s in stmts]
+    nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
+    used = [(r | w) & nbytes.keys() for r, w, _ in accesses]
+    order = _greedy_order(_dependencies(accesses), used, nbytes)
+    if len(order) != len(stmts) or \
+            peak_bytes(order, used, nbytes) >= peak_bytes(range(len(stmts)), used, nbytes):
+        return kernel
+    return _n.Kernel(kernel.name, kernel.args, kernel.temps,
+                     _n.Block(tuple(stmts[k] for k in order)))
+
+
+__all__ = ["buffer_bytes", "memory_order", "peak_bytes"]
