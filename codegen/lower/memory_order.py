@@ -13,8 +13,11 @@ temporaries (the bytes of temporaries it starts, less those of temporaries it is
 user of), the earliest in the original order on ties. A statement depends on every earlier
 one it must follow to compute the same values: that wrote a buffer it reads or writes, or
 read a buffer it writes. Statements that may stop the kernel with an error keep their
-order among themselves, so the error reported is the same. The new order is kept only
-when its peak is below the original's.
+order among themselves, so the error reported is the same. A statement writing an output
+follows every earlier reader of an input of the output's shape and dtype: an update
+(a training step's next parameter) that could be written in place over its input,
+because every read of the input came first (:mod:`.in_place`), still can. The new order
+is kept only when its peak is below the original's.
 
 >>> from tegrad.ir.expr import Const
 >>> from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load, Store
@@ -69,14 +72,18 @@ def _accesses(stmt):
     return reads - local, writes - local, stops
 
 
-def _dependencies(accesses):
+def _dependencies(accesses, twins):
     """``preds[k]``: the statements statement ``k`` must follow (earlier ones that wrote
     what it reads or writes, or read what it writes; the earlier statement that may stop
-    when it may stop too)."""
+    when it may stop too; the earlier readers of each input in ``twins[o]`` when it
+    writes the output ``o``)."""
     last_writer, readers, last_stop = {}, {}, None
-    preds = []
+    preds, all_readers = [], {}
     for k, (reads, writes, stops) in enumerate(accesses):
         before = set()
+        for o in writes:
+            for i in twins.get(o, ()):
+                before.update(all_readers.get(i, ()))
         for b in reads | writes:
             if b in last_writer:
                 before.add(last_writer[b])
@@ -88,6 +95,7 @@ def _dependencies(accesses):
         preds.append(before)
         for b in reads:
             readers.setdefault(b, set()).add(k)
+            all_readers.setdefault(b, set()).add(k)
         for b in writes:
             last_writer[b], readers[b] = k, set()
         if stops:
@@ -161,7 +169,10 @@ def memory_order(kernel):
     accesses = [_accesses(s) for s in stmts]
     nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
     used = [(r | w) & nbytes.keys() for r, w, _ in accesses]
-    order = _greedy_order(_dependencies(accesses), used, nbytes)
+    inputs = [b for b in kernel.args if b.scope == "input"]
+    twins = {o.name: [i.name for i in inputs if (i.shape, i.dtype) == (o.shape, o.dtype)]
+             for o in kernel.args if o.scope == "output"}
+    order = _greedy_order(_dependencies(accesses, twins), used, nbytes)
     if len(order) != len(stmts) or \
             peak_bytes(order, used, nbytes) >= peak_bytes(range(len(stmts)), used, nbytes):
         return kernel

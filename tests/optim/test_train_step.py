@@ -8,6 +8,8 @@ import torch
 
 import tegrad as tg
 from tegrad import optim
+from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.loops.nodes import Accumulate, Store
 
 from support.training import CASES, CNN, MLP, close, data, run_torch, schedule
 
@@ -39,6 +41,7 @@ def test_train_step_matches_torch_optim(model, case, dtype):
     init, batches = data(model, dtype, seed=3)
     batches = batches[:STEPS]
     losses, step = train(model, dtype, make(), init, batches, lr=options.get("lr"))
+    assert_nothing_copied(step)
     want = run_torch(model, dtype, make_torch, init, batches,
                      lr_schedule="lr" in options)
     close(losses, want[0], dtype, "losses")
@@ -50,6 +53,22 @@ def test_train_step_matches_torch_optim(model, case, dtype):
             assert int(step.state["step"]) == value == STEPS
         else:
             close(step.state[name], value, dtype, f"state {name}")
+
+
+def assert_nothing_copied(step):
+    """Every parameter (biases included) and every state array is updated in place: the
+    step's kernel writes their own arrays and has no output but the loss, so a call
+    copies nothing after it."""
+    names = [*step.params, *step.state]
+    assert sorted(step.in_place) == sorted(names)
+    kernel = step._running._executable.kernel
+    outputs = [b.name for b in kernel.args if b.scope == "output"]
+    assert outputs == [step.loss.name], outputs
+    assert step._next == []
+    assert step.memory.outputs == np.dtype(step.loss.dtype).itemsize
+    written = {n.buffer.name for n in walk_stmts(kernel.body)
+               if isinstance(n, (Store, Accumulate))}
+    assert set(names) <= written
 
 
 def tiny():
