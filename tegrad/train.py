@@ -9,7 +9,9 @@ state in those same arrays, so references to ``step.params[name]`` stay valid ac
 steps. The compiled code writes each update in place, into the array of the value it
 replaces, when its last read of the old value comes before the write (see
 :mod:`tegrad.codegen.lower.in_place`; ``step.in_place`` names them); any other update
-goes to a buffer of the step's own, copied into place after the call.
+goes to a buffer of the step's own, copied into place after the call. The step is built
+by :func:`tegrad.codegen.runtime.builder.build_updating`, with ``tg.build``'s caches (in
+memory and on disk) and its ``profile=`` option.
 
 >>> import numpy as np, tegrad as tg
 >>> x = tg.placeholder((4, 2), dtype="float64", name="x")
@@ -28,11 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tegrad.codegen.lower.in_place import rare_branch_after, write_in_place
-from tegrad.codegen.pipeline import compile_kernel
-from tegrad.codegen.runtime.builder import build
-from tegrad.codegen.runtime.compiled import CompiledFunction, MemoryReport
-from tegrad.codegen.runtime.executable import Executable
+from tegrad.codegen.runtime.builder import build, build_updating
+from tegrad.codegen.runtime.compiled import MemoryReport
 from tegrad.ir.errors import FeedError, TegradError
 from tegrad.ir.tensor import Tensor
 from tegrad.optim import Optimizer
@@ -123,6 +122,12 @@ class TrainStep:
             np.copyto(current[k], value)
         return float(self._loss_out) if self._loss_out.shape == () else self._loss_out.copy()
 
+    def profile(self):
+        """Where the calls so far spent their time, per statement (a
+        :class:`~tegrad.codegen.runtime.profile.Profile`); needs
+        ``train_step(..., profile=True)``."""
+        return self._running.profile()
+
     def export(self, path, **options):
         """Write the step as a C library (``CompiledFunction.export``'s options)."""
         return self.function.export(path, **options)
@@ -132,14 +137,17 @@ class TrainStep:
                 f"{', '.join(p.name for p in self._params)}>")
 
 
-def train_step(loss, params, *, optimizer, inputs, threads=None, init=None):
+def train_step(loss, params, *, optimizer, inputs, threads=None, init=None, profile=False):
     """Compile one training step of ``loss`` (a scalar tensor): the gradients of the
     placeholders ``params`` and ``optimizer``'s update of them (``tg.optim.sgd``,
     ``adam``, ``adamw``), in one compiled call. ``inputs`` are the other placeholders the
     step reads (the batch; a learning-rate placeholder too); every other placeholder the
     loss reads is an error naming it. ``init``: initial parameter values by name (else
-    zeros; set ``step.params[name][...]`` in place later as well). Returns a
-    :class:`TrainStep`.
+    zeros; set ``step.params[name][...]`` in place later as well). ``profile=True``
+    times each statement of the step on every call (``step.profile()``, as
+    ``tg.build``'s option). Compiled as ``tg.build`` compiles, with its caches: a step
+    built before, in this process or (from the on-disk program cache) an earlier one,
+    is not compiled again. Returns a :class:`TrainStep`.
     """
     if not isinstance(loss, Tensor) or loss.shape != ():
         raise TegradError(f"train_step: the loss must be a scalar tensor (shape ()), got "
@@ -157,28 +165,10 @@ def train_step(loss, params, *, optimizer, inputs, threads=None, init=None):
     update = optimizer.update(params, differentiate(loss, params), state)
     placeholders, outputs = [*inputs, *params, *state], [loss, *update]
     name = f"{loss.name}_step"
-    running, updated = _in_place_function(placeholders, outputs, len(inputs), threads, name)
+    running, updated = build_updating(placeholders, outputs, len(inputs), threads=threads,
+                                      name=name, profile=profile)
     return TrainStep(running, updated, loss, inputs, params, state, init,
                      (placeholders, outputs, threads, name))
-
-
-def _in_place_function(placeholders, outputs, n_batch, threads, name):
-    """``(function, updated)``: the step compiled with each update (``outputs[1:]``, the
-    next values of ``placeholders[n_batch:]``) written into its old value's array where
-    the kernel allows it (``updated[k]``); the function's outputs are the loss and the
-    other updates."""
-    compiled = compile_kernel(placeholders, outputs, threads=threads, name=name)
-    kernel = compiled.kernel
-    n_in = len(placeholders)
-    pairs = list(zip(kernel.args[n_in + 1:], kernel.args[n_batch:n_in]))
-    kernel, updated = write_in_place(kernel, pairs)
-    written = [old for (_, old), done in zip(pairs, updated) if done]
-    executable = Executable(kernel, threads=threads,
-                            defer_rare=not rare_branch_after(kernel, written))
-    kept = [outputs[0]] + [t for t, done in zip(outputs[1:], updated) if not done]
-    function = CompiledFunction(placeholders, kept, executable,
-                                schedule_record=compiled.record, chosen=compiled.schedule)
-    return function, updated
 
 
 __all__ = ["TrainStep", "train_step"]

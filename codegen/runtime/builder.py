@@ -33,6 +33,7 @@ from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.tuning import CACHE_BYTES, CACHE_SIZE
+from tegrad.codegen.lower.in_place import rare_branch_after, write_in_place
 from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.runtime import program_cache
 from tegrad.codegen.runtime.compiled import CompiledFunction
@@ -164,34 +165,89 @@ class _SameKernel:
 _by_kernel = weakref.WeakValueDictionary()
 
 
-def _executable_of(kernel, threads, check_bounds, profile=False):
-    key = _SameKernel(kernel, (threads, check_bounds, profile))
+def _executable_of(kernel, threads, check_bounds, profile=False, defer_rare=True):
+    key = _SameKernel(kernel, (threads, check_bounds, profile, defer_rare))
     with _lock:
         executable = _by_kernel.get(key)
     if executable is None:
         executable = Executable(kernel, threads=threads, check_bounds=check_bounds,
-                                profile=profile)
+                                profile=profile, defer_rare=defer_rare)
         with _lock:
             _by_kernel[key] = executable
     return executable
 
 
-def _built(key, inputs, outputs, *, threads, schedule, name, check_bounds, profile):
+def _built(key, inputs, outputs, *, threads, schedule, name, check_bounds, profile,
+           updates=None):
     """``(executable, schedule record, schedule)`` of the program ``key`` (of ``inputs``
     and ``outputs``, built with the options given): from the on-disk cache when an
     earlier process left it there, else compiled (and left there). A profiled build is
-    not cached on disk: its timers are set up as its module is emitted."""
+    not cached on disk: its timers are set up as its module is emitted. ``updates``: see
+    :func:`build_updating`."""
     disk_key = None if profile else program_cache.entry_key(key, threads)
     if disk_key is not None:
         built = program_cache.load(disk_key, threads=threads, check_bounds=check_bounds)
         if built is not None:
             return built
     compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule, name=name)
-    built = (_executable_of(compiled.kernel, threads, check_bounds, profile),
+    kernel, defer_rare = compiled.kernel, True
+    if updates is not None:
+        kernel, defer_rare = _written_in_place(kernel, len(inputs), updates)
+    built = (_executable_of(kernel, threads, check_bounds, profile, defer_rare),
              compiled.record, compiled.schedule)
     if disk_key is not None:
         program_cache.store(disk_key, built)
     return built
+
+
+def _written_in_place(kernel, n_inputs, first):
+    """``(kernel', defer_rare)``: ``kernel`` with each output after the first written into
+    the input it replaces (the inputs from the ``first``-th on, in order) where
+    :func:`~tegrad.codegen.lower.in_place.write_in_place` allows; its rare branches are
+    compiled at once when one comes after an update in place (running the kernel again
+    from the start would read updated values)."""
+    pairs = list(zip(kernel.args[n_inputs + 1:], kernel.args[first:n_inputs]))
+    kernel, done = write_in_place(kernel, pairs)
+    written = [old for (_, old), ok in zip(pairs, done) if ok]
+    return kernel, not rare_branch_after(kernel, written)
+
+
+def build_updating(inputs, outputs, first, *, threads=None, name=None, profile=False):
+    """``(function, updated)``: the program computing ``outputs`` (a value, then the next
+    values of ``inputs[first:]``, in order: a training step's loss and updates) with each
+    update written into its input's array where the kernel allows (``updated[k]``, for
+    ``inputs[first + k]``); ``function``'s outputs are the first and the updates not
+    written in place. Cached as :func:`build` caches, on disk too (the in-place kernel
+    and its machine code), and profiled with ``profile=True`` as ``build`` is.
+
+    >>> import numpy as np, tegrad as tg
+    >>> x, w = (tg.placeholder((3,), dtype="float64", name=n) for n in "xw")
+    >>> f, updated = build_updating([x, w], [x * 1.0, w + x], 1, threads=1)
+    >>> a = np.zeros(3); (f(np.ones(3), a, out=[np.empty(3)]), updated, a.tolist())[1:]
+    ([True], [1.0, 1.0, 1.0])
+    """
+    outputs = _flatten_outputs(outputs)
+    inputs = _check_inputs(inputs, outputs)
+    profile = check_profile_option(profile)
+    options = (threads, _kernel_name(name, outputs), None, False, profile, ("updates", first))
+    key = (program_key(inputs, outputs), options)
+    with _lock:
+        built = _executables.get(key)
+        if built is not None:
+            _executables.move_to_end(key)
+    if built is None:
+        built = _built(key, inputs, outputs, threads=threads, schedule=None,
+                       name=options[1], check_bounds=False, profile=profile, updates=first)
+        with _lock:
+            _remember_executable(key, built)
+    executable, record, chosen = built
+    facts = executable.facts
+    args = {b.name for b in facts.buffers[:facts.n_args]}
+    updated = [t.name not in args for t in outputs[1:]]
+    kept = [outputs[0]] + [t for t, done in zip(outputs[1:], updated) if not done]
+    function = CompiledFunction(inputs, kept, executable, schedule_record=record,
+                                chosen=chosen)
+    return function, updated
 
 
 def cache_bytes():
@@ -362,4 +418,5 @@ def _libc():
         return None
 
 
-__all__ = ["CACHE_BYTES", "CACHE_SIZE", "build", "cache_bytes", "clear_cache", "flatten_tensors"]
+__all__ = ["CACHE_BYTES", "CACHE_SIZE", "build", "build_updating", "cache_bytes", "clear_cache",
+           "flatten_tensors"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad.codegen.lower.in_place import write_in_place
-from tegrad.train import _in_place_function
+from tegrad.codegen.runtime.builder import build_updating
 
 FORMS = ["same", "shift", "reverse", "reduce", "cross", "scaled"]
 
@@ -49,7 +49,7 @@ def test_updates_in_place_equal_the_evaluator(forms, n, threads, seed):
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(n) for _ in range(1 + len(olds))]
     want = tg.evaluate([loss, *news], dict(zip([batch, *olds], arrays)))
-    f, updated = _in_place_function([batch, *olds], [loss, *news], 1, threads, "upd")
+    f, updated = build_updating([batch, *olds], [loss, *news], 1, threads=threads, name="upd")
     current = [a.copy() for a in arrays]
     outs = [np.empty((), "float64")] + [np.empty(n) for k in range(len(olds)) if not updated[k]]
     f(*current, out=outs)
@@ -73,7 +73,7 @@ def test_an_elementwise_update_is_written_in_place_and_a_shifted_one_is_not():
     new_v = tg.compute((n,), lambda i: v[tg.min(i + 1, n - 1)] + x[i], name="new_v")
     r = tg.reduce_axis((0, n), name="r")
     loss = tg.compute((), lambda: tg.sum(w[r] * x[r], axis=r), name="loss")
-    _, updated = _in_place_function([x, w, v], [loss, new_w, new_v], 1, 1, "step")
+    _, updated = build_updating([x, w, v], [loss, new_w, new_v], 1, threads=1, name="step")
     assert updated == [True, False]
 
 
