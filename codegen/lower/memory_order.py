@@ -14,9 +14,11 @@ user of), the earliest in the original order on ties. A statement depends on eve
 one it must follow to compute the same values: that wrote a buffer it reads or writes, or
 read a buffer it writes. Statements that may stop the kernel with an error keep their
 order among themselves, so the error reported is the same. A statement writing an output
-follows every earlier reader of an input of the output's shape and dtype: an update
-(a training step's next parameter) that could be written in place over its input,
-because every read of the input came first (:mod:`.in_place`), still can. The new order
+and reading an input of the output's shape and dtype follows every earlier reader of
+that input: an update (a training step's next parameter, computed from the old one)
+that could be written in place over its input, because every read of the input came
+first (:mod:`.in_place`), still can. (A gradient of a weight, which does not read the
+weight, is free to move.) The new order
 is kept only when its peak is below the original's.
 
 >>> from tegrad.ir.expr import Const
@@ -75,15 +77,16 @@ def _accesses(stmt):
 def _dependencies(accesses, twins):
     """``preds[k]``: the statements statement ``k`` must follow (earlier ones that wrote
     what it reads or writes, or read what it writes; the earlier statement that may stop
-    when it may stop too; the earlier readers of each input in ``twins[o]`` when it
-    writes the output ``o``)."""
+    when it may stop too; the earlier readers of each input in ``twins[o]`` that it
+    reads when it writes the output ``o``)."""
     last_writer, readers, last_stop = {}, {}, None
     preds, all_readers = [], {}
     for k, (reads, writes, stops) in enumerate(accesses):
         before = set()
         for o in writes:
             for i in twins.get(o, ()):
-                before.update(all_readers.get(i, ()))
+                if i in reads:
+                    before.update(all_readers.get(i, ()))
         for b in reads | writes:
             if b in last_writer:
                 before.add(last_writer[b])

@@ -200,6 +200,19 @@ def _built(key, inputs, outputs, *, threads, schedule, name, check_bounds, profi
     return built
 
 
+def _cached(key, inputs, outputs, **options):
+    """:func:`_built` of the program ``key``, from the cache of this process when there."""
+    with _lock:
+        built = _executables.get(key)
+        if built is not None:
+            _executables.move_to_end(key)
+    if built is None:
+        built = _built(key, inputs, outputs, **options)
+        with _lock:
+            _remember_executable(key, built)
+    return built
+
+
 def _written_in_place(kernel, n_inputs, first):
     """``(kernel', defer_rare)``: ``kernel`` with each output after the first written into
     the input it replaces (the inputs from the ``first``-th on, in order) where
@@ -231,16 +244,9 @@ def build_updating(inputs, outputs, first, *, threads=None, name=None, profile=F
     profile = check_profile_option(profile)
     options = (threads, _kernel_name(name, outputs), None, False, profile, ("updates", first))
     key = (program_key(inputs, outputs), options)
-    with _lock:
-        built = _executables.get(key)
-        if built is not None:
-            _executables.move_to_end(key)
-    if built is None:
-        built = _built(key, inputs, outputs, threads=threads, schedule=None,
-                       name=options[1], check_bounds=False, profile=profile, updates=first)
-        with _lock:
-            _remember_executable(key, built)
-    executable, record, chosen = built
+    executable, record, chosen = _cached(key, inputs, outputs, threads=threads, schedule=None,
+                                         name=options[1], check_bounds=False, profile=profile,
+                                         updates=first)
     facts = executable.facts
     args = {b.name for b in facts.buffers[:facts.n_args]}
     updated = [t.name not in args for t in outputs[1:]]
@@ -368,16 +374,9 @@ def build(inputs, outputs, *, threads=None, name=None, schedule=None, check_boun
         key = known[2]  # the function was dropped: its program may still be cached
     if key is None:
         key = (program_key(inputs, outputs), options)
-    with _lock:
-        executable = _executables.get(key)
-        if executable is not None:
-            _executables.move_to_end(key)
-    if executable is None:
-        executable = _built(key, inputs, outputs, threads=threads, schedule=schedule,
-                            name=kernel_name, check_bounds=check_bounds, profile=profile)
-        with _lock:
-            _remember_executable(key, executable)
-    executable, record, chosen = executable
+    executable, record, chosen = _cached(key, inputs, outputs, threads=threads,
+                                         schedule=schedule, name=kernel_name,
+                                         check_bounds=check_bounds, profile=profile)
     f = CompiledFunction(inputs, outputs, executable, schedule_record=record,
                          schedule=schedule, chosen=chosen)
     with _lock:
