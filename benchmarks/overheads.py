@@ -26,7 +26,7 @@ import numpy as np
 import tegrad as tg
 from tegrad import nn
 from tegrad.codegen.llvm.emit import emit_kernel
-from tegrad.codegen.llvm.target import data_layout, host_triple, new_target_machine, optimise
+from tegrad.codegen.target.jit import data_layout, host_triple, new_target_machine, optimise_for_jit
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.runtime import clear_cache
 from tegrad.codegen.runtime.executable import python_abi
@@ -101,7 +101,7 @@ def compile_phases(program, repeats):
     def optimised():
         module = llvm.parse_assembly(text)
         module.verify()
-        optimise(module)
+        optimise_for_jit(module)
         return module
 
     phases["LLVM optimisation"], module = _best(repeats, optimised)

@@ -9,7 +9,7 @@ import importlib
 
 #: modules whose docstrings must show their contract by example (at least one runs)
 WITH_EXAMPLES = {
-    "tegrad.codegen.kernels", "tegrad.codegen.kernels.jit", "tegrad.codegen.kernels.irutil",
+    "tegrad.codegen.kernels", "tegrad.codegen.target.jit", "tegrad.codegen.kernels.irutil",
     "tegrad.codegen.kernels.threadpool", "tegrad.codegen.kernels.gemm",
     "tegrad.codegen.kernels.gemm_spec", "tegrad.codegen.kernels.gemm_emitter",
     "tegrad.codegen.kernels.gemm_micro", "tegrad.codegen.kernels.gemm_pack",
@@ -30,7 +30,8 @@ WITH_EXAMPLES = {
     "tegrad.codegen.lower.contraction",
     "tegrad.codegen.llvm.types", "tegrad.codegen.llvm.conversions",
     "tegrad.codegen.llvm.arithmetic", "tegrad.codegen.llvm.intrinsics",
-    "tegrad.codegen.llvm.emit", "tegrad.codegen.llvm.target",
+    "tegrad.codegen.llvm.emit", "tegrad.codegen.target.machine",
+    "tegrad.codegen.target.llvm_setup", "tegrad.codegen.target.optimise",
     "tegrad.codegen.runtime.arguments", "tegrad.codegen.runtime.executable",
     "tegrad.codegen.runtime.program_key", "tegrad.codegen.runtime.builder",
     "tegrad.codegen.export.abi", "tegrad.codegen.export.header",

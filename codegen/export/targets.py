@@ -19,6 +19,7 @@ import llvmlite.binding as llvm
 from tegrad.codegen import target as _target
 from tegrad.codegen.export.errors import ExportError
 from tegrad.codegen.target import Target, TargetError
+from tegrad.codegen.target.optimise import optimise
 from tegrad.codegen.target import initialize, processor_names  # noqa: F401  (export's names)
 
 
@@ -125,11 +126,8 @@ def target_spec(target=None, *, cpu=None, features=None):
 
 
 def optimize(module, machine, *, level=3):
-    """Run LLVM's default ``O<level>`` pipeline with loop and SLP vectorisation on the
-    binding ``module`` in place, tuned for ``machine`` (its cost model picks vector widths)."""
-    options = llvm.create_pipeline_tuning_options(speed_level=level)
-    options.loop_vectorization = True
-    options.slp_vectorization = True
-    options.loop_unrolling = True
-    builder = llvm.create_pass_builder(machine, options)
-    builder.getModulePassManager().run(module, builder)
+    """Run the optimisation pipeline (:func:`tegrad.codegen.target.optimise.optimise`)
+    at ``O<level>`` on the binding ``module`` in place, tuned for ``machine`` (its cost
+    model picks vector widths), LLVM's loop unroller on: a library is compiled once,
+    ahead of time."""
+    optimise(module, machine, unroll=True, speed_level=level)

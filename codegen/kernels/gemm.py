@@ -62,7 +62,8 @@ import numpy as np
 from tegrad.ir.errors import ShapeError, TegradError
 
 from tegrad.codegen.tuning import MIN_FLOPS_PER_THREAD
-from tegrad.codegen.kernels import jit, threadpool
+from tegrad.codegen.kernels import threadpool
+from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.gemm_driver import DriverEmitter
 from tegrad.codegen.kernels.gemm_micro import MicroKernelEmitter
 from tegrad.codegen.kernels.gemm_pack import PackingEmitter

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from tegrad.codegen.kernels import jit
+from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.gemm_spec import ELEMENT, ITEMSIZE
 from tegrad.codegen.kernels.irutil import I1, I32, I64, i32, vector_intrinsics
 

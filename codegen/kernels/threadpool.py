@@ -43,7 +43,7 @@ for the mutex its own fork-join holds.
 
 ``emit_thread_pool(module)`` defines the pool in any ``llvmlite.ir.Module`` (an exported
 library then contains it); ``declare_parallel_for(module)`` only declares it, and a module
-so declared, compiled by :func:`codegen.kernels.jit.compile_module`, calls the one pool of
+so declared, compiled by :func:`tegrad.codegen.target.jit.compile_module`, calls the one pool of
 the process (:func:`parallel_for_address` compiles it once and registers the symbol).
 
 >>> import ctypes
@@ -63,7 +63,7 @@ from tegrad.ir.errors import TegradError
 
 from tegrad.codegen.tuning import (CALLER_SPIN_ITERATIONS, CHUNKS_PER_THREAD, SPIN_ITERATIONS,
                                   YIELD_EVERY)
-from tegrad.codegen.kernels import jit
+from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.irutil import (I32, I64, VOIDPTR, ceil_div, counted_loop,
                                            declare as _declare, smin)
 

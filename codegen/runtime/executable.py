@@ -50,13 +50,12 @@ from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate
 from tegrad.codegen import object_cache
 from tegrad.codegen.tuning import ENGINE_BYTES, IR_BYTES_PER_CHARACTER
-from tegrad.codegen.kernels.jit import load_shared, shared_address, shared_modules
 from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
 from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.kernel_buffers import StoragePlan
 from tegrad.codegen.llvm.parallel import resolve_threads
-from tegrad.codegen.llvm.target import (LoadedModule, data_layout, host_triple,
-                                        new_target_machine)
+from tegrad.codegen.target.jit import (LoadedModule, data_layout, host_triple, load_shared,
+                                      new_target_machine, shared_address, shared_modules)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad import nn, ops
-from tegrad.codegen.kernels import jit
+from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.dot import (DotBlocking, DotLayout, compile_dot, dot_blocking,
                                         dot_layout, prefers_dot)
 from tegrad.codegen.kernels.gemm import GemmSpec

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tegrad.codegen.kernels import jit
+from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.gemm import (Blocking, GemmSpec, compile_gemm, default_blocking,
                                          emit_gemm, pack_space_bytes)
 from tegrad.ir.errors import ShapeError, TegradError

@@ -11,7 +11,8 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from tegrad.codegen.kernels import jit, threadpool
+from tegrad.codegen.kernels import threadpool
+from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.irutil import I64, counted_loop, declare, i64
 
 F64 = ir.DoubleType()
@@ -241,7 +242,8 @@ def test_no_deadlock_with_sleeping_workers_in_a_fresh_process():
     code = textwrap.dedent("""
         import ctypes, time, numpy as np
         import llvmlite.ir as ir
-        from tegrad.codegen.kernels import jit, threadpool
+        from tegrad.codegen.kernels import threadpool
+        from tegrad.codegen.target import jit
         from tegrad.codegen.kernels.irutil import I64, counted_loop, i64
         threadpool.parallel_for_address()
         m = ir.Module()

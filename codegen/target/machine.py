@@ -26,10 +26,15 @@ import numpy as np
 from tegrad.ir.errors import TegradError
 
 from tegrad.codegen.tuning import WIDE_VECTORS
+from tegrad.codegen.target.llvm_setup import initialize
 
 
 class TargetError(TegradError):
     """A target LLVM cannot generate code for: an unknown triple, CPU or feature."""
+
+
+# where users import it from (tracebacks name it so)
+TargetError.__module__ = "tegrad.codegen.target"
 
 
 #: operating systems that may stand second in a short triple (``arch-os-env``)
@@ -49,17 +54,6 @@ _BASELINES = {
     "x86_64": ("x86-64", "", ""),
     "i686": ("i686", "", ""),
 }
-
-
-@functools.cache
-def initialize():
-    """Initialise every LLVM target and assembly printer (once per process), so one
-    process can generate code for the host and for other machines.
-
-    llvmlite 0.50 raises on ``llvm.initialize()``; LLVM itself is initialised on import.
-    """
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
 
 
 def normalize_triple(triple):
@@ -368,4 +362,4 @@ def _baseline(triple):
 
 
 __all__ = ["Target", "TargetError", "check_processor", "host_features", "host_triple",
-           "initialize", "normalize_triple", "processor_names", "resolve"]
+           "normalize_triple", "processor_names", "resolve"]
