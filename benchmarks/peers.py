@@ -790,7 +790,7 @@ def fork_join_rows(reps=2000, runs=40):
     time minus half the 1-thread time."""
     import ctypes
     import llvmlite.ir as ir
-    from tegrad.codegen.kernels import threadpool
+    from tegrad.codegen.runtime import thread_pool as threadpool
     from tegrad.codegen.target import jit
     from tegrad.codegen.kernels.irutil import I32, I64, counted_loop, i64
     threadpool.parallel_for_address()

@@ -10,7 +10,8 @@ import importlib
 #: modules whose docstrings must show their contract by example (at least one runs)
 WITH_EXAMPLES = {
     "tegrad.codegen.kernels", "tegrad.codegen.target.jit", "tegrad.codegen.kernels.irutil",
-    "tegrad.codegen.kernels.threadpool", "tegrad.codegen.kernels.gemm",
+    "tegrad.codegen.runtime.thread_pool", "tegrad.codegen.kernels.fork_join",
+    "tegrad.codegen.kernels.gemm",
     "tegrad.codegen.kernels.gemm_spec", "tegrad.codegen.kernels.gemm_emitter",
     "tegrad.codegen.kernels.gemm_micro", "tegrad.codegen.kernels.gemm_pack",
     "tegrad.codegen.kernels.gemm_driver",

@@ -17,13 +17,19 @@ LAYERS = [
     ["tegrad.reference"],
     ["tegrad.autodiff"],
     ["tegrad.zero_elim"],
-    # code generation, in the order of the compile pipeline: the target, its tuning
-    # constants, the on-disk cache of machine code and the loop IR;
-    # the kernels that emit products; lowering to loops and LLVM emission; scheduling;
+    # code generation, in the order of the compile pipeline: the target (with LLVM's
+    # setup, the optimisation pipeline and the JIT), its tuning constants, the on-disk
+    # cache of machine code and the loop IR;
+    # the kernels that emit products (and the fork-join ABI they call);
+    # the native thread pool: run-time code, but linked into this process by the JIT
+    # (which a kernel calling it reaches through jit.provide, not an import) and into
+    # every exported library, so below export; it implements the kernels' fork-join ABI;
+    # lowering to loops and LLVM emission; scheduling;
     # the pipeline of passes; export and the runtime on top of it; the package
     ["tegrad.codegen.target", "tegrad.codegen.tuning", "tegrad.codegen.object_cache",
      "tegrad.codegen.loops"],
     ["tegrad.codegen.kernels"],
+    ["tegrad.codegen.runtime.thread_pool"],
     ["tegrad.codegen.lower", "tegrad.codegen.llvm"],
     ["tegrad.codegen.schedule"],
     ["tegrad.codegen.pipeline"],

@@ -6,7 +6,7 @@ linked with its wrapper, its definitions renamed ``ENTRY.NAME`` and made interna
 kernels never clash and only the entry points are exported), all are linked into one
 module, optimised at O3 for the target machine and emitted as one object file. When a
 kernel runs parallel loops, the library gets one native thread pool
-(:func:`tegrad.codegen.kernels.threadpool.emit_thread_pool`), internal like the kernels,
+(:func:`tegrad.codegen.runtime.thread_pool.emit_thread_pool`), internal like the kernels,
 which every entry point shares.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Mapping, Optional
 import llvmlite.binding as llvm
 import llvmlite.ir as llvm_ir
 
-from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, emit_thread_pool
+from tegrad.codegen.kernels.fork_join import PARALLEL_FOR
+from tegrad.codegen.runtime.thread_pool import emit_thread_pool
 from tegrad.codegen.export.abi import check_entry_name, entry_point
 from tegrad.codegen.export.errors import ExportError
 from tegrad.codegen.export.header import header_text

@@ -1,10 +1,9 @@
 """Performance building blocks the LLVM backend calls, each emitted into any
 ``llvmlite.ir.Module`` and tested on its own:
 
-- :mod:`.threadpool`: a persistent native thread pool (``tegrad_parallel_for``) for the
-  fork-join of parallel loops; :func:`.threadpool.emit_thread_pool` defines it in a module
-  (exported libraries), :func:`.threadpool.declare_parallel_for` declares it (JIT modules
-  then share the process's one pool, :func:`.threadpool.parallel_for_address`);
+- :mod:`.fork_join`: the ABI of the fork-join of parallel loops, the thread pool's entry
+  point ``tegrad_parallel_for`` (:func:`.fork_join.declare_parallel_for` declares it;
+  the pool itself is run-time code, :mod:`tegrad.codegen.runtime.thread_pool`);
 - :mod:`.contraction`: detection of contractions from a stage's access pattern
   (:func:`.contraction.detect_contraction`) and their plan as one matrix product
   (:func:`.contraction.gemm_plan`);
@@ -14,7 +13,8 @@
 - :mod:`.dot`: a dot-product kernel for the products whose reduction runs along memory
   in both operands and whose outputs are few (:func:`.dot.emit_dot`);
 - :mod:`.product`: which of the two runs a product (:func:`.product.emit_product`);
-- :mod:`.jit` and :mod:`.irutil`: the host target and small IR helpers they share.
+- :mod:`.irutil`: small IR helpers they share (the JIT that compiles them:
+  :mod:`tegrad.codegen.target.jit`).
 
 A stage's output computed by its plan (the operands at their plan offsets):
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 import numpy as np
 
-from tegrad.codegen.kernels import threadpool
+from tegrad.codegen.kernels import fork_join
 from tegrad.codegen.kernels.gemm import _ELEMENT, _ITEMSIZE, CompiledGemm, default_blocking
 from tegrad.codegen.kernels.gemm import GemmSpec  # noqa: F401  (the examples' specs)
 from tegrad.codegen.kernels.irutil import (I1, I8, I32, VOIDPTR, carried_loop,
@@ -178,7 +178,7 @@ class _DotEmitter:
         """``driver(params, begin, end)``: tasks ``[begin, end)``, task ``t`` the block
         ``(t // nb) % mb, t % nb`` of batch ``t // (mb * nb)``."""
         spec, blk, layout = self.spec, self.blk, self.layout
-        fn = ir.Function(self.module, threadpool.TASK_FN_TYPE, name=f"{self.name}.driver")
+        fn = ir.Function(self.module, fork_join.TASK_FN_TYPE, name=f"{self.name}.driver")
         fn.linkage = "internal"
         raw, t_begin, t_end = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -310,9 +310,9 @@ class _DotEmitter:
         params = b.alloca(self.params_ty)
         for f, arg in enumerate(fn.args[:3]):
             b.store(arg, b.gep(params, [i32(0), i32(f)], inbounds=True))
-        threads = threadpool.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
+        threads = fork_join.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
         tasks = spec.batch * -(-spec.m // blk.mr) * -(-spec.n // blk.nr)
-        b.call(threadpool.declare_parallel_for(self.module),
+        b.call(fork_join.declare_parallel_for(self.module),
                [driver, b.bitcast(params, VOIDPTR), i64(tasks), threads])
         b.ret_void()
         return fn

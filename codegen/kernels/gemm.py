@@ -28,7 +28,7 @@ strides, offset tables, its micro-kernels and packing routine) for the driver, t
 macro-loops that every product of a dtype and blocking shares (compiled once per
 process in the JIT): a product adds little code of its own to compile. The driver's
 tasks are ``(batch, column chunk, row group)`` triples, handed to the thread pool
-(:mod:`.threadpool`), whose chunks of tasks are calls, each packing into a slot of
+(:mod:`.fork_join`), whose chunks of tasks are calls, each packing into a slot of
 ``space`` it claims for the call (one slot per thread the call may run on). With
 one thread a task is a whole batch; with more, about ``CHUNKS_PER_THREAD`` tasks per
 thread: batches cut into column chunks of whole strips (a task packs only its columns
@@ -62,7 +62,6 @@ import numpy as np
 from tegrad.ir.errors import ShapeError, TegradError
 
 from tegrad.codegen.tuning import MIN_FLOPS_PER_THREAD
-from tegrad.codegen.kernels import threadpool
 from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.gemm_driver import DriverEmitter
 from tegrad.codegen.kernels.gemm_micro import MicroKernelEmitter
@@ -92,8 +91,8 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
 
     At most ``spec.flops // min_flops_per_thread`` threads (at least 1) run, whatever
     ``n_threads`` asks. The thread pool is declared, not defined: call
-    :func:`threadpool.emit_thread_pool` on the module for an exported library; the JIT
-    links the process's pool. ``blocking`` defaults to :func:`default_blocking` for
+    :func:`tegrad.codegen.runtime.thread_pool.emit_thread_pool` on the module for an
+    exported library; the JIT links the process's pool. ``blocking`` defaults to :func:`default_blocking` for
     ``target`` (None: the host).
     """
     blk = blocking or default_blocking(spec.dtype, target=target)
@@ -115,7 +114,6 @@ class CompiledGemm:
 
     def __init__(self, spec, blocking=None, min_flops_per_thread=MIN_FLOPS_PER_THREAD,
                  emit=None, space_bytes=None):
-        threadpool.parallel_for_address()  # the pool must be registered before linking
         module = ir.Module(name="tegrad_gemm")
         (emit or emit_gemm)(module, spec, name="tegrad_gemm", blocking=blocking,
                             min_flops_per_thread=min_flops_per_thread)

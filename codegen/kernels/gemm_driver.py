@@ -15,7 +15,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from tegrad.codegen.tuning import CHUNKS_PER_THREAD
-from tegrad.codegen.kernels import packspace, threadpool
+from tegrad.codegen.kernels import fork_join, packspace
 from tegrad.codegen.kernels.gemm_emitter import GemmEmitterBase
 from tegrad.codegen.kernels.gemm_spec import pack_slot_bytes
 from tegrad.codegen.kernels.irutil import (I8, I32, I64, VOIDPTR, ceil_div, constant_table,
@@ -55,9 +55,9 @@ class DriverEmitter(GemmEmitterBase):
         if name in self.module.globals:
             return self.module.globals[name]
         if self.shared:
-            return self._declare_shared(name, threadpool.TASK_FN_TYPE,
+            return self._declare_shared(name, fork_join.TASK_FN_TYPE,
                                         lambda em: em.emit_driver())
-        fn = ir.Function(self.module, threadpool.TASK_FN_TYPE, name=name)
+        fn = ir.Function(self.module, fork_join.TASK_FN_TYPE, name=name)
         fn.linkage = "internal"
         raw, t_begin, t_end = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -206,12 +206,12 @@ class DriverEmitter(GemmEmitterBase):
         put("pack", pack)
         put("accumulate", i64(int(spec.accumulate)))
         # Work too small to pay for waking threads runs on fewer of them.
-        threads = threadpool.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
+        threads = fork_join.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
         # One slot per thread this call runs on (the pool runs no more of its tasks at
         # once), in a space sized for n_threads >= threads: see .packspace.
         put("claims", packspace.emit_init(b, fn.args[3]))
         at_least_one = b.select(b.icmp_signed("<", threads, i32(1)), i32(1), threads)
-        put("slots", b.zext(smin(b, at_least_one, i32(threadpool.MAX_THREADS)), I64))
+        put("slots", b.zext(smin(b, at_least_one, i32(fork_join.MAX_THREADS)), I64))
         put("slot_bytes", i64(pack_slot_bytes(spec, blk)))
         # Tasks for the pool's chunks (one, serially): whole batches while there are
         # enough of them, else each batch cut into column chunks of whole strips (a task
@@ -233,7 +233,7 @@ class DriverEmitter(GemmEmitterBase):
         put("chunk", width)
         put("rows_per_task", rows_per)
         n_tasks = b.mul(i64(spec.batch), b.mul(chunks, row_groups))
-        parallel_for = threadpool.declare_parallel_for(self.module)
+        parallel_for = fork_join.declare_parallel_for(self.module)
         b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, b.trunc(threads, I32)])
         b.ret_void()
         return fn

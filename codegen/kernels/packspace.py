@@ -28,23 +28,23 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from tegrad.codegen.kernels import threadpool
+from tegrad.codegen.kernels import fork_join
 from tegrad.codegen.kernels.irutil import I1, I64, declare, i64
 
 #: the alignment of the claim word and of every slot (a cache line)
 LINE = 64
 #: the claim word is one i64: a bit per thread the pool can run
-assert threadpool.MAX_THREADS <= 64
+assert fork_join.MAX_THREADS <= 64
 
 
 def slots(threads):
     """Slots for a call on ``threads`` threads: the pool never runs more than
-    :data:`~.threadpool.MAX_THREADS` at once.
+    :data:`~.fork_join.MAX_THREADS` at once.
 
     >>> slots(1), slots(3), slots(500)
     (1, 3, 64)
     """
-    return max(1, min(int(threads), threadpool.MAX_THREADS))
+    return max(1, min(int(threads), fork_join.MAX_THREADS))
 
 
 def round_to_line(nbytes):

@@ -39,7 +39,8 @@ import os
 from llvmlite import ir
 
 from tegrad.ir import expr as _ex
-from tegrad.codegen.kernels.threadpool import (TASK_FN_TYPE, VOIDPTR, declare_parallel_for)
+from tegrad.codegen.kernels.fork_join import TASK_FN_TYPE, declare_parallel_for
+from tegrad.codegen.kernels.irutil import VOIDPTR
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct
 from tegrad.codegen.llvm.types import I32, I64, PTR, Value

@@ -50,7 +50,7 @@ from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate
 from tegrad.codegen import object_cache
 from tegrad.codegen.tuning import ENGINE_BYTES, IR_BYTES_PER_CHARACTER
-from tegrad.codegen.kernels.threadpool import PARALLEL_FOR, parallel_for_address
+from tegrad.codegen.runtime.thread_pool import PARALLEL_FOR, parallel_for_address
 from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.kernel_buffers import StoragePlan
 from tegrad.codegen.llvm.parallel import resolve_threads

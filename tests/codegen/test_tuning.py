@@ -36,11 +36,11 @@ STAGES = ("lower", "schedule", "kernels", "llvm", "runtime")
 #: module-level numeric constants of codegen/ that are facts, not tuning:
 #: (file under codegen/, name) -> why it is not a performance choice
 SEMANTIC = {
-    ("kernels/threadpool.py", "MAX_THREADS"):
+    ("kernels/fork_join.py", "MAX_THREADS"):
         "the claim word of the packing space is one i64: a bit per thread",
-    ("kernels/threadpool.py", "_FUTEX_WAIT_PRIVATE"): "Linux futex operation code",
-    ("kernels/threadpool.py", "_FUTEX_WAKE_PRIVATE"): "Linux futex operation code",
-    ("kernels/threadpool.py", "_SLOT_WORDS"):
+    ("runtime/thread_pool.py", "_FUTEX_WAIT_PRIVATE"): "Linux futex operation code",
+    ("runtime/thread_pool.py", "_FUTEX_WAKE_PRIVATE"): "Linux futex operation code",
+    ("runtime/thread_pool.py", "_SLOT_WORDS"):
         "a worker's slot is one 64-byte cache line, so no two workers share one",
     ("kernels/packspace.py", "LINE"): "the cache line the claim word and slots align to",
     ("llvm/kernel_buffers.py", "STORAGE_ALIGNMENT"):

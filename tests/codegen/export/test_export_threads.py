@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tegrad as tg
-from tegrad.codegen.kernels.threadpool import PARALLEL_FOR
+from tegrad.codegen.kernels.fork_join import PARALLEL_FOR
 
 from support.native import elf_machine_and_symbols, elf_needed_libraries
 

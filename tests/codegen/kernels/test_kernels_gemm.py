@@ -135,7 +135,7 @@ def test_a_module_with_its_own_pool_runs_and_exports():
     import llvmlite.binding as llvm
     import llvmlite.ir as ir
 
-    from tegrad.codegen.kernels import threadpool
+    from tegrad.codegen.runtime import thread_pool as threadpool
     m = ir.Module(name="exported")
     spec = GemmSpec.dense("float64", 37, 29, 41)
     emit_gemm(m, spec, name="mm")

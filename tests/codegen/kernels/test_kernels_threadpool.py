@@ -11,7 +11,7 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from tegrad.codegen.kernels import threadpool
+from tegrad.codegen.runtime import thread_pool as threadpool
 from tegrad.codegen.target import jit
 from tegrad.codegen.kernels.irutil import I64, counted_loop, declare, i64
 
@@ -242,7 +242,7 @@ def test_no_deadlock_with_sleeping_workers_in_a_fresh_process():
     code = textwrap.dedent("""
         import ctypes, time, numpy as np
         import llvmlite.ir as ir
-        from tegrad.codegen.kernels import threadpool
+        from tegrad.codegen.runtime import thread_pool as threadpool
         from tegrad.codegen.target import jit
         from tegrad.codegen.kernels.irutil import I64, counted_loop, i64
         threadpool.parallel_for_address()
@@ -304,7 +304,7 @@ def test_a_forked_child_completes_fork_joins_without_workers():
 def test_the_pool_is_compiled_once_whichever_threads_ask_first():
     code = textwrap.dedent("""
         import threading
-        from tegrad.codegen.kernels import threadpool
+        from tegrad.codegen.runtime import thread_pool as threadpool
         out = []
         threads = [threading.Thread(target=lambda: out.append(threadpool.parallel_for_address()))
                    for _ in range(4)]
@@ -339,3 +339,40 @@ def test_emitted_pool_uses_the_targets_syscall_and_hint(triple, syscall, hint):
     assert f'@"syscall"({syscall}' in text and hint in text
     # emitting twice keeps the one definition
     assert threadpool.emit_thread_pool(m, triple=triple) is fn
+
+
+def test_the_jit_links_the_pool_a_module_declares_before_linking_it():
+    # A fresh process: no pool compiled yet when a module that only declares it is
+    # compiled; the JIT compiles and registers the pool first (LLVM would stop the
+    # process on the missing symbol).
+    code = textwrap.dedent("""
+        import ctypes
+        import numpy as np
+        import llvmlite.ir as ir
+        from tegrad.codegen.kernels.fork_join import (PARALLEL_FOR, TASK_FN_TYPE,
+                                                      declare_parallel_for)
+        from tegrad.codegen.kernels.irutil import I32, I64, VOIDPTR, counted_loop, i64
+        from tegrad.codegen.target import jit
+        assert jit.shared_address(PARALLEL_FOR) is None
+        m = ir.Module()
+        task = ir.Function(m, TASK_FN_TYPE, name="count")
+        b = ir.IRBuilder(task.append_basic_block())
+        p = b.bitcast(task.args[0], I64.as_pointer())
+        with counted_loop(b, task.args[1], task.args[2]) as i:
+            b.atomic_rmw("add", b.gep(p, [i]), i64(1), "monotonic")
+        b.ret_void()
+        run = ir.Function(m, ir.FunctionType(ir.VoidType(), [VOIDPTR, I64, I32]), name="run")
+        b = ir.IRBuilder(run.append_basic_block())
+        b.call(declare_parallel_for(m), [task, *run.args])
+        b.ret_void()
+        f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32)(
+            jit.compile_module(m).get_function_address("run"))
+        counts = np.zeros(50, np.int64)
+        f(counts.ctypes.data, 50, 2)
+        assert (counts == 1).all(), counts
+        print(jit.shared_address(PARALLEL_FOR) is not None)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

@@ -1,6 +1,8 @@
-"""A persistent native thread pool in LLVM IR, for the fork-join of parallel loops.
+"""A persistent native thread pool in LLVM IR, for the fork-join of parallel loops: code
+of the runtime, linked into this process (the JIT's kernels call it) and into every
+exported library that runs parallel loops.
 
-The pool is one function,
+The pool is one function, whose ABI kernels declare (:mod:`tegrad.codegen.kernels.fork_join`),
 
     void tegrad_parallel_for(void (*fn)(void *ctx, i64 begin, i64 end), void *ctx,
                              i64 n_tasks, i32 n_threads)
@@ -43,8 +45,10 @@ for the mutex its own fork-join holds.
 
 ``emit_thread_pool(module)`` defines the pool in any ``llvmlite.ir.Module`` (an exported
 library then contains it); ``declare_parallel_for(module)`` only declares it, and a module
-so declared, compiled by :func:`tegrad.codegen.target.jit.compile_module`, calls the one pool of
-the process (:func:`parallel_for_address` compiles it once and registers the symbol).
+so declared, compiled by the JIT (:mod:`tegrad.codegen.target.jit`), calls the one pool of
+the process: :func:`parallel_for_address` compiles it once and registers the symbol, and
+this module, imported with the package, has the JIT call it before linking such a module
+(:func:`tegrad.codegen.target.jit.provide`).
 
 >>> import ctypes
 >>> addr = parallel_for_address()
@@ -64,15 +68,13 @@ from tegrad.ir.errors import TegradError
 from tegrad.codegen.tuning import (CALLER_SPIN_ITERATIONS, CHUNKS_PER_THREAD, SPIN_ITERATIONS,
                                   YIELD_EVERY)
 from tegrad.codegen.target import jit
+from tegrad.codegen.kernels.fork_join import (MAX_THREADS, PARALLEL_FOR, TASK_FN_TYPE,
+                                              declare_parallel_for)
 from tegrad.codegen.kernels.irutil import (I32, I64, VOIDPTR, ceil_div, counted_loop,
                                            declare as _declare, smin)
 
-#: the name of the pool's entry point in every module
-PARALLEL_FOR = "tegrad_parallel_for"
 #: the name of the function that resets the process's pool in a forked child
 AFTER_FORK = "tegrad_pool_after_fork"
-#: the caller plus at most this many workers minus one
-MAX_THREADS = 64
 
 _FUTEX_WAIT_PRIVATE = 128
 _FUTEX_WAKE_PRIVATE = 129
@@ -83,10 +85,6 @@ _SLOT_WORDS = 16
 
 #: Linux ``SYS_futex`` by target architecture (the first component of the triple)
 FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98}
-
-TASK_FN_TYPE = ir.FunctionType(ir.VoidType(), [VOIDPTR, I64, I64])
-PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [TASK_FN_TYPE.as_pointer(), VOIDPTR, I64, I32])
-
 
 def _arch(triple):
     return triple.split("-", 1)[0]
@@ -103,18 +101,6 @@ def futex_syscall_number(triple):
         raise TegradError(f"the native thread pool needs Linux on one of "
                           f"{sorted(FUTEX_SYSCALL)}; the target is {triple!r}")
     return FUTEX_SYSCALL[arch]
-
-
-def threads_worth(b, threads, work, least_work):
-    """``min(threads, max(1, work // least_work))`` (an ``i32``): no more threads than
-    the ``work`` (a Python int, known when compiling) pays for at ``least_work`` each."""
-    useful = max(1, work // max(1, least_work))
-    return threads if useful >= 2 ** 31 else smin(b, threads, ir.Constant(I32, useful))
-
-
-def declare_parallel_for(module):
-    """The pool's entry point in ``module``: its definition or a declaration of it."""
-    return _declare(module, PARALLEL_FOR, PARALLEL_FOR_TYPE)
 
 
 def _global(module, name, typ):
@@ -515,6 +501,9 @@ def parallel_for_address():
     call it."""
     return jit.shared_function(PARALLEL_FOR, functools.partial(emit_thread_pool,
                                                                 after_fork=True))
+
+
+jit.provide(PARALLEL_FOR, parallel_for_address)
 
 
 _AFTER_FORK_CTYPE = ctypes.CFUNCTYPE(None)
