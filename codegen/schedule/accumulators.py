@@ -73,18 +73,11 @@ from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, 
                                             names_in, stmt_uses_var, uses_var)
 from tegrad.codegen.schedule.fusion import statements
 from tegrad.codegen.schedule.loop_order import stride_one
-from tegrad.codegen.target import Target
 
 #: the reducers whose reductions may be reassociated
 REASSOCIATED = (reduction.sum, reduction.max, reduction.min)
 
 INDEX = "int64"
-
-
-def host_lanes(dtype):
-    """Lanes of the host's widest vector registers for elements of ``dtype`` (another
-    target's: its :meth:`~tegrad.codegen.target.Target.lanes`)."""
-    return Target.host().lanes(dtype)
 
 
 def _c(v):
@@ -300,7 +293,7 @@ class _HoistLanes(StmtMapper):
         return out
 
 
-def statement_accumulators(s, *, taken, lanes_of=host_lanes, only=None):
+def statement_accumulators(s, *, taken, lanes_of, only=None):
     """``(statement, loops)``: :func:`vector_accumulators` on one statement; ``taken`` holds
     the names in use (new ones are added to it); ``loops`` lists ``(loop, lanes)``.
     ``only``: the loops to rewrite, each name to the lanes of its loops of that name in
@@ -312,7 +305,7 @@ def statement_accumulators(s, *, taken, lanes_of=host_lanes, only=None):
     return out, tuple(mapper.loops)
 
 
-def vector_accumulators(kernel, *, lanes_of=host_lanes):
+def vector_accumulators(kernel, *, lanes_of):
     """``(kernel, loops)``: ``kernel`` with its stride-1 innermost reductions accumulated
     in vector lanes (module doc), and ``(loop, lanes)`` for each loop rewritten."""
     taken, loops, new = names_in(kernel), [], []

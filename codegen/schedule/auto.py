@@ -42,7 +42,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tegrad.codegen.schedule.accumulators import host_lanes
 from tegrad.codegen.schedule.manual import override_steps
 from tegrad.codegen.schedule.primitives import STATEMENT_PASSES, Scheduler
 
@@ -81,7 +80,7 @@ def choose(sched, *, manual=()):
             sched.run_pass(name, k)
 
 
-def auto_schedule(kernel, *, overrides=None, lanes_of=host_lanes, threads=None):
+def auto_schedule(kernel, *, lanes_of, overrides=None, threads=None):
     """``(kernel, record)``: the kernel with the automatic schedule (module doc), the
     stages named in ``overrides`` (see :func:`.manual.override_steps`) scheduled as asked
     instead; ``threads``: the kernel's thread count (None: unknown)."""

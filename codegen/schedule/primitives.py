@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from tegrad.codegen.loops.mapper import stmt_children, walk_stmts
 from tegrad.codegen.loops.nodes import Block, For, Kernel
 from tegrad.codegen.tuning import UNROLL_LIMIT
-from tegrad.codegen.schedule.accumulators import host_lanes, statement_accumulators
+from tegrad.codegen.schedule.accumulators import statement_accumulators
 from tegrad.codegen.schedule.common import (ScheduleError, constant_trip_count, find_loop,
                                             names_in)
 from tegrad.codegen.schedule.divisors import split_divided_loops
@@ -306,7 +306,7 @@ class Scheduler:
     the same statements); :meth:`result` is the kernel with its blocks flattened.
     """
 
-    def __init__(self, kernel, *, lanes_of=host_lanes, threads=None):
+    def __init__(self, kernel, *, lanes_of, threads=None):
         self.kernel, self.lanes_of, self.threads = _flat(kernel), lanes_of, threads
         self.steps, self.fused, self.notes = [], [], {}
         self._taken, self._stale = None, False

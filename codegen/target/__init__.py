@@ -19,7 +19,8 @@ True
 from tegrad.codegen.target.llvm_setup import initialize
 from tegrad.codegen.target.machine import (Target, TargetError, check_processor, host_features,
                                            host_triple, normalize_triple, processor_names,
-                                           resolve)
+                                           resolve, wide_vector_features)
 
 __all__ = ["Target", "TargetError", "check_processor", "host_features", "host_triple",
-           "initialize", "normalize_triple", "processor_names", "resolve"]
+           "initialize", "normalize_triple", "processor_names", "resolve",
+           "wide_vector_features"]

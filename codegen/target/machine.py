@@ -208,14 +208,31 @@ def resolve(target=None, vector_bits=None):
     return target if vector_bits is None else target.with_vector_bits(vector_bits)
 
 
+def wide_vector_features(triple, features, vector_bits):
+    """``features`` for a target of ``triple`` whose widest vectors are ``vector_bits``
+    wide, with ``-prefer-256-bit`` added on an AVX-512 (512-bit x86) target with
+    :data:`WIDE_VECTORS`, so that LLVM's vectoriser uses the 512-bit registers (it
+    prefers 256-bit ones on such CPUs otherwise); features that name ``prefer-256-bit``
+    already are kept. The one rule for the host and for a named target.
+
+    >>> wide_vector_features("x86_64-unknown-linux-gnu", "+avx512f", 512)
+    '+avx512f,-prefer-256-bit'
+    >>> wide_vector_features("x86_64-unknown-linux-gnu", "", 256)
+    ''
+    """
+    arch = triple.split("-")[0]
+    if (not WIDE_VECTORS or vector_bits < 512 or "prefer-256-bit" in features
+            or not (arch == "x86_64" or re.fullmatch(r"i[3-6]86", arch))):
+        return features
+    return ",".join(f for f in (features, "-prefer-256-bit") if f)
+
+
 def host_features():
-    """The host CPU's features as LLVM's feature string (``-prefer-256-bit`` added with
-    AVX-512 and :data:`WIDE_VECTORS`, so LLVM's vectoriser uses the 512-bit registers)."""
+    """The host CPU's features as LLVM's feature string (with
+    :func:`wide_vector_features`'s rule)."""
     initialize()
     features = llvm.get_host_cpu_features().flatten()
-    if WIDE_VECTORS and "+avx512f" in features.split(","):
-        features += ",-prefer-256-bit"
-    return features
+    return wide_vector_features(llvm.get_process_triple(), features, _feature_bits(features))
 
 
 @functools.cache
@@ -232,7 +249,7 @@ def _parse(triple, cpu, features):
     is_host = triple == host_triple()
     base_cpu, base_features, abi = _baseline(triple)
     if cpu is None and features is None and is_host:
-        # the host's own features as LLVM reads them (an export's: no tuning flags)
+        # the host's own features as LLVM reads them
         features = llvm.get_host_cpu_features().flatten()
         return _target(triple, llvm.get_host_cpu_name(), features, abi, _feature_bits(features))
     check_processor(triple, cpu, features)
@@ -248,12 +265,14 @@ def _parse(triple, cpu, features):
 
 def _target(triple, cpu, features, abi, bits=None):
     """The :class:`Target`, its vector width measured unless given (which also checks that
-    LLVM can make a target machine for it)."""
+    LLVM can make a target machine for it), its features with
+    :func:`wide_vector_features`'s rule."""
     if bits is None:
         bits = _measured_bits(triple, cpu, features, abi)
     else:
         Target(triple, cpu, features, bits, 0, abi).target_machine()
-    return Target(triple, cpu, features, bits, _registers(triple, bits), abi)
+    return Target(triple, cpu, wide_vector_features(triple, features, bits), bits,
+                  _registers(triple, bits), abi)
 
 
 #: a sum of two vectors of 16 float32 (512 bits), which the code generator splits into as
@@ -362,4 +381,4 @@ def _baseline(triple):
 
 
 __all__ = ["Target", "TargetError", "check_processor", "host_features", "host_triple",
-           "normalize_triple", "processor_names", "resolve"]
+           "normalize_triple", "processor_names", "resolve", "wide_vector_features"]

@@ -4,9 +4,11 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tegrad as tg
-from tegrad.codegen.target import Target, TargetError
+from tegrad.codegen.target import Target, TargetError, host_triple
+from tegrad.codegen.tuning import WIDE_VECTORS
 
 from support.programs import matmul, mlp_gradient  # a 64x64 float32 matmul; an MLP's gradient
 
@@ -62,3 +64,29 @@ def test_host_build_still_equals_evaluate():
     got = got[0] if isinstance(got, (list, tuple)) else got
     want = tg.evaluate(outputs, {inputs[0]: a, inputs[1]: b})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("triple, cpu, wide", [
+    (None, "skylake-avx512", True), (X86, "znver4", True), (X86, "haswell", False),
+    (ARM, None, False)])
+def test_a_named_avx512_target_prefers_512_bit_vectors_like_the_host(triple, cpu, wide):
+    # the host rule: -prefer-256-bit on an AVX-512 CPU with WIDE_VECTORS
+    t = Target.parse(triple if triple else host_triple(), cpu=cpu)
+    assert t.vector_bits == (512 if wide else 256 if cpu else 128)
+    assert ("-prefer-256-bit" in t.features.split(",")) == (wide and WIDE_VECTORS)
+    host = Target.host()
+    assert ("-prefer-256-bit" in host.features.split(",")) == (
+        host.vector_bits == 512 and WIDE_VECTORS)
+
+
+@settings(max_examples=3, deadline=None)
+@given(n=st.integers(64, 4096), cpu=st.sampled_from(["skylake-avx512", "znver4"]))
+def test_an_avx512_export_holds_512_bit_float_vectors(tmp_path_factory, n, cpu):
+    x = tg.placeholder((n,), name="x")
+    y = tg.compute((n,), lambda i: x[i] * 3.0 + 1.0, name="y")
+    result = tg.export([x], [y], tmp_path_factory.mktemp("k") / "k", llvm_ir=True,
+                       target=X86, cpu=cpu)
+    text = result.ll_path.read_text()
+    assert result.target.target.vector_bits == 512
+    assert ("<16 x float>" in text) == WIDE_VECTORS
+    assert 0 < widest_float_vector(text) <= 512

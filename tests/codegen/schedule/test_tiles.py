@@ -12,7 +12,7 @@ from tegrad.codegen.loops.nodes import Block, Buffer, For, Store
 from tegrad.ir.expr import Const, Var
 from tegrad.codegen.lower.program import lower_program
 from tegrad.codegen.schedule import reorder, split
-from tegrad.codegen.schedule.accumulators import host_lanes
+from tegrad.codegen.target import Target
 from tegrad.codegen.schedule.common import ScheduleError, independence_problem
 from tegrad.codegen.loops.interpret import run
 
@@ -32,7 +32,7 @@ def check(inputs, outputs, threads=2):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_transpose_and_its_gradient_run_in_tiles_of_the_vector_lanes(dtype):
-    side = host_lanes(dtype)  # the target's vector lanes (16 float32 on AVX-512, 8 on AVX2)
+    side = Target.host().lanes(dtype)  # the target's vector lanes (16 float32 on AVX-512, 8 on AVX2)
     x = tg.placeholder((256, 384), dtype=dtype, name="x")
     y = ops.transpose(x)
     head = tg.placeholder(y.shape, dtype=dtype, name="head")
