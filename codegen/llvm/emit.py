@@ -109,7 +109,7 @@ def emit_kernel(kernel, *, triple=None, data_layout=None, python_abi=None, threa
 
     With ``shared_gemm`` (a module for this process's JIT), the products' micro-kernels
     and packing routines are declared, compiled once per process (see
-    :func:`tegrad.codegen.kernels.jit.shared_function`).
+    :func:`tegrad.codegen.target.jit.shared_function`).
 
     With ``defer_rare``, the ``otherwise`` branch of a ``likely`` :class:`If` is not
     emitted: where it would run, the kernel stops with the status of

@@ -134,7 +134,7 @@ class ModuleFacts:
     the buffers after the arguments), ``owned`` (:func:`_owned_sizes`), ``shared`` (the
     modules of the process-wide functions it calls, the thread pool and the products'
     routines, in the order to load them: see
-    :func:`~tegrad.codegen.kernels.jit.shared_modules`), ``ir_chars`` (the length of its
+    :func:`~tegrad.codegen.target.jit.shared_modules`), ``ir_chars`` (the length of its
     IR) and ``object_key`` (its machine code's key in the object cache). Plain data: a
     later process runs the module from them (:meth:`Executable.from_facts`)."""
 
