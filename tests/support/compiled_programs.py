@@ -4,7 +4,8 @@ extended with what lowering must handle: every reducer (sum, prod, max, min, a
 ``comm_reducer``) with ``init``, non-rectangular reduction domains (triangular ``where``,
 bounds that move with the outer axis, divisibility conditions that become strides),
 reductions over two axes of independent extents, contractions (a matrix product, a
-convolution) for the product kernels, and scatters with data-dependent targets.
+convolution, a sum of two products) for the product kernels, reads of one constant row
+(whose gradients scatter into slices), and scatters with data-dependent targets.
 
 ``programs()`` draws them with hypothesis (half large, for the gemm and dot kernels, the
 vector loops and the parallel loops), ``build_program(Seeded(rng), large)`` from a
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 import tegrad as tg
 from tegrad.ir.errors import DifferentiationError
 
-from support.random_programs import WINDOW_KINDS, Draw, stage_body, window_index
+from support.random_programs import PINNED_KINDS, WINDOW_KINDS, Draw, stage_body, window_index
 
 F64 = "float64"
 
@@ -28,7 +29,7 @@ REDUCERS = {"sum": tg.sum, "prod": tg.prod, "max": tg.max, "min": tg.min, "absma
 DOMAINS = ["box", "triangular", "moving", "stride", "stride_sum"]
 
 
-def _reduction(c, inputs, s, shape, large):
+def _reduction(c, inputs, s, shape, large, kinds):
     """A reduction stage: any reducer, over one axis or two of independent extents (a
     non-square window), on one of the domains of ``DOMAINS``, reading its inputs through
     every index kind, strided and dilated windows and residues included."""
@@ -55,7 +56,7 @@ def _reduction(c, inputs, s, shape, large):
             l_axis = tg.reduce_axis((0, second), name=f"l{s}")
             variables.append((l_axis, second))
             axes.append(l_axis)
-        body = stage_body(c, inputs, variables, WRAPS, WINDOW_KINDS)
+        body = stage_body(c, inputs, variables, WRAPS, kinds)
         if reducer == "prod":
             body = tg.tanh(body) * 0.5 + 1.0  # bounded factors
         init = inputs[0][0, 0] if use_init else None
@@ -78,17 +79,19 @@ def _axis_index(c, main, second, extent, conds):
     return index
 
 
-def _contraction(c, inputs, s, shape, large):
+def _contraction(c, inputs, s, shape, large, layouts):
     """A sum of a product of two reads over one or two reduction axes, what the product
     kernels take, with strides, dilations, padding masks and non-square windows:
     ``gemm``, ``a[i~k, k~l] * b[k~l, j]`` in either order of dimensions; ``conv``,
     ``a[s*i + d*k - p, s'*j + d'*l - p'] * b[k, l]``; ``any``, each index a window of
-    any outer and any reduction axis (``~`` is a window of the second axis, sometimes)."""
+    any outer and any reduction axis (``~`` is a window of the second axis, sometimes);
+    ``sum_of_products``, two ``gemm`` products summed under one reduction."""
     a, b = c.pick(inputs), c.pick(inputs)
     extents = [c.integer(1, 24 if large else 5)]
     if c.pick([False, True]):
         extents.append(c.integer(1, 5))
-    layout = c.pick(["gemm", "gemm", "conv", "any"])
+    layout = c.pick(list(layouts))
+    a2, b2 = (c.pick(inputs), c.pick(inputs)) if layout == "sum_of_products" else (a, b)
 
     def fcompute(i, j):
         axes = [tg.reduce_axis((0, e), name=f"{n}{s}") for n, e in zip("kl", extents)]
@@ -107,9 +110,12 @@ def _contraction(c, inputs, s, shape, large):
         def maybe(term):
             return term if term is not None and c.pick([False, True]) else None
 
-        if layout == "gemm":
+        if layout in ("gemm", "sum_of_products"):
             product = (read(a, [(outer[0], maybe(l_axis)), (k, None)])
                        * read(b, [(k, maybe(l_axis)), (outer[1], None)]))
+            if layout == "sum_of_products":  # one product kernel per term, accumulating
+                product = product + (read(a2, [(outer[0], maybe(l_axis)), (k, None)])
+                                     * read(b2, [(k, maybe(l_axis)), (outer[1], None)]))
         elif layout == "conv":
             product = (read(a, [(outer[0], k), (outer[1], l_axis)])
                        * read(b, [(k, None), (l_axis, None) if l_axis else (k, None)]))
@@ -125,7 +131,14 @@ def _contraction(c, inputs, s, shape, large):
 WRAPS = ("none", "tanh", "exp", "select")
 
 
-def build_program(c, large):
+#: the draws of :func:`build_program`'s first generation (no reads of a constant row, no
+#: sums of products): the same seed gives the same program as before they were added
+FIRST = {"kinds": WINDOW_KINDS, "layouts": ("gemm", "gemm", "conv", "any")}
+#: the draws of the current generation
+CURRENT = {"kinds": PINNED_KINDS, "layouts": ("gemm", "gemm", "conv", "any", "sum_of_products")}
+
+
+def build_program(c, large, generation=CURRENT):
     """``(x, output, threads)``: a random program of one or two stages over ``x`` and the
     thread count to build it with. ``large`` programs have 16-48 x 16-48 stages and
     reductions of up to 24 x 5 points, so that the product kernels, the vector loops and
@@ -142,12 +155,12 @@ def build_program(c, large):
                        "scatter"])
         if kind == "elementwise":
             t = tg.compute(shape, lambda i, j, shape=shape: stage_body(
-                c, inputs, [(i, shape[0]), (j, shape[1])], WRAPS, WINDOW_KINDS),
+                c, inputs, [(i, shape[0]), (j, shape[1])], WRAPS, generation["kinds"]),
                 name=f"s{s}")
         elif kind == "reduce":
-            t = tg.compute(shape, _reduction(c, inputs, s, shape, large), name=f"s{s}")
+            t = tg.compute(shape, _reduction(c, inputs, s, shape, large, generation["kinds"]), name=f"s{s}")
         elif kind == "contraction":
-            t = tg.compute(shape, _contraction(c, inputs, s, shape, large), name=f"s{s}")
+            t = tg.compute(shape, _contraction(c, inputs, s, shape, large, generation["layouts"]), name=f"s{s}")
         else:
             src = c.pick(inputs)
             n = c.integer(1, 4)

@@ -55,6 +55,8 @@ class Seeded:
 INDEX_KINDS = ("plain", "affine_mod", "div_mod", "div", "shifted")
 #: with the reads of strided, dilated convolutions and the residues of their gradients
 WINDOW_KINDS = INDEX_KINDS + ("window", "window", "residue_div", "residue_mod")
+#: with reads of one constant row (``x[2, j]``: a stacked tensor read one slice at a time)
+PINNED_KINDS = WINDOW_KINDS + ("pinned",)
 
 
 def window_index(c, terms, extent):
@@ -88,6 +90,9 @@ def _index(c, variables, extent, kinds=INDEX_KINDS):
     """An integer index into a dimension of ``extent`` (in bounds where it is read), and
     the guard of a padded read (or None)."""
     kind = c.pick(list(kinds))
+    if kind == "pinned":
+        # one row of a stacked tensor (a step's slice: its gradient scatters into slices)
+        return c.integer(0, extent - 1), None
     v, size = variables[c.integer(0, len(variables) - 1)]
     if kind == "plain" and size <= extent:
         return v, None
