@@ -22,7 +22,19 @@ False
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
 import llvmlite.binding as llvm
+
+#: the diagnostics LLVM prints on stderr for a loop marked ``llvm.loop.vectorize.enable``
+#: that it leaves scalar: the marks are checked in the optimised IR instead
+#: (:mod:`tegrad.codegen.llvm.vector_marks`: a declined request raises, a declined
+#: automatic mark prints as a plain loop), so these lines are not the user's to read
+_DECLINED_VECTORIZATION = re.compile(r"^(remark|warning): <unknown>:0:0: loop not vectorized")
 
 
 def optimise(module_ref, machine, *, unroll, speed_level=3):
@@ -34,7 +46,38 @@ def optimise(module_ref, machine, *, unroll, speed_level=3):
     options.slp_vectorization = True
     options.loop_unrolling = unroll
     builder = llvm.create_pass_builder(machine, options)
-    builder.getModulePassManager().run(module_ref, builder)
+    with _declined_vectorization_dropped():
+        builder.getModulePassManager().run(module_ref, builder)
+
+
+@contextlib.contextmanager
+def _declined_vectorization_dropped():
+    """Run the body with file descriptor 2 sent to a temporary file, then pass on to
+    stderr every line written there but LLVM's notes on declined vectorisation (llvmlite
+    has no diagnostic handler to take them). Text other threads write meanwhile comes
+    out after the body, not lost."""
+    try:
+        sys.stderr.flush()
+    except (AttributeError, ValueError):
+        pass
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to keep clean
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read()
+    kept = [line for line in text.decode(errors="replace").splitlines(keepends=True)
+            if not _DECLINED_VECTORIZATION.match(line)]
+    if kept:
+        os.write(2, "".join(kept).encode())
 
 
 __all__ = ["optimise"]

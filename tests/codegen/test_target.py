@@ -1,5 +1,6 @@
 """One Target for the JIT and for exports: kernels are blocked and vectorised for the
 target's vector registers, not the host's (an aarch64 export: 128-bit NEON vectors)."""
+import os
 import re
 
 import numpy as np
@@ -90,3 +91,44 @@ def test_an_avx512_export_holds_512_bit_float_vectors(tmp_path_factory, n, cpu):
     assert result.target.target.vector_bits == 512
     assert ("<16 x float>" in text) == WIDE_VECTORS
     assert 0 < widest_float_vector(text) <= 512
+
+
+_FORCED_BUT_SCALAR = r'''
+declare void @opaque(i64)
+define void @f(i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+  call void @opaque(i64 %i)
+  %j = add i64 %i, 1
+  %c = icmp slt i64 %j, %n
+  br i1 %c, label %loop, label %exit, !llvm.loop !0
+exit:
+  ret void
+}
+!0 = distinct !{!0, !1}
+!1 = !{!"llvm.loop.vectorize.enable", i1 true}
+'''
+
+
+@pytest.mark.parametrize("unroll", [False, True])
+def test_llvm_notes_on_declined_vectorization_do_not_reach_stderr(capfd, unroll):
+    """A loop forced to vectorise whose body cannot (an opaque call) makes LLVM print a
+    remark and a warning on stderr; the optimiser keeps them from the user (the marks
+    are checked in the optimised IR instead) and the loop stays scalar."""
+    import llvmlite.binding as llvm
+    from tegrad.codegen.target.optimise import optimise
+    module = llvm.parse_assembly(_FORCED_BUT_SCALAR)
+    optimise(module, Target.host().target_machine(), unroll=unroll)
+    assert "isvectorized" not in str(module)
+    err = capfd.readouterr().err
+    assert "loop not vectorized" not in err, err
+
+
+def test_other_text_on_stderr_passes_through_the_optimiser(capfd):
+    from tegrad.codegen.target.optimise import _declined_vectorization_dropped
+    with _declined_vectorization_dropped():
+        os.write(2, b"warning: <unknown>:0:0: loop not vectorized: call instruction\n")
+        os.write(2, b"something else LLVM said\n")
+    assert capfd.readouterr().err == "something else LLVM said\n"
