@@ -4,9 +4,6 @@
 - :mod:`.fork_join`: the ABI of the fork-join of parallel loops, the thread pool's entry
   point ``tegrad_parallel_for`` (:func:`.fork_join.declare_parallel_for` declares it;
   the pool itself is run-time code, :mod:`tegrad.codegen.runtime.thread_pool`);
-- :mod:`.contraction`: detection of contractions from a stage's access pattern
-  (:func:`.contraction.detect_contraction`) and their plan as one matrix product
-  (:func:`.contraction.gemm_plan`);
 - :mod:`.gemm`: the register-blocked micro-kernel and macro-loops of a
   :class:`.gemm.GemmSpec` (:func:`.gemm.emit_gemm`), threaded through the pool, packing
   into slots of a space its caller passes (:mod:`.packspace`: nothing is allocated);

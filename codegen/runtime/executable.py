@@ -48,14 +48,14 @@ from tegrad.reference.memory import check_buffers_fit
 from tegrad.codegen.loops.errors import status_error
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate
-from tegrad.codegen import object_cache
 from tegrad.codegen.tuning import ENGINE_BYTES, IR_BYTES_PER_CHARACTER
 from tegrad.codegen.runtime.thread_pool import PARALLEL_FOR, parallel_for_address
 from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.kernel_buffers import StoragePlan
 from tegrad.codegen.llvm.parallel import resolve_threads
-from tegrad.codegen.target.jit import (LoadedModule, data_layout, host_triple, load_shared,
-                                      new_target_machine, shared_address, shared_modules)
+from tegrad.codegen.target.jit import (LoadedModule, cached_engine, data_layout, host_triple,
+                                      load_shared, shared_address,
+                                      shared_modules)
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,7 +210,7 @@ class Executable:
         # the functions it calls are linked first (LLVM stops the process on a missing one)
         if not all(load_shared(*module) for module in facts.shared):
             return None
-        engine = object_cache.loaded_engine(facts.object_key, new_target_machine())
+        engine = cached_engine(facts.object_key)
         if engine is None:
             return None
         self.facts = facts

@@ -140,6 +140,17 @@ def _engine(ir_text, kind, key, optimised=True):
     return engine, module_ref
 
 
+def cached_engine(key, kind=KERNEL):
+    """The engine of the machine code the object cache holds under ``key`` (a module of
+    ``kind`` an earlier process compiled), or None; nothing is compiled. The functions
+    it calls must be linked first (:func:`load_shared`)."""
+    with _lock:
+        engine = object_cache.loaded_engine(key, new_target_machine(kind))
+        if engine is not None and kind.kept:
+            _keep(engine)
+    return engine
+
+
 def _keep(engine):
     """Run ``engine``'s static constructors and keep it for the life of the process."""
     engine.run_static_constructors()
@@ -332,7 +343,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
-__all__ = ["HAND_WRITTEN", "KERNEL", "LoadedModule", "ModuleKind", "compile_module",
+__all__ = ["HAND_WRITTEN", "KERNEL", "LoadedModule", "ModuleKind", "cached_engine", "compile_module",
            "data_layout", "host_target_machine", "host_triple", "load_shared",
            "new_target_machine", "optimise_for_jit", "provide", "shared_address", "shared_function",
            "shared_modules", "target_machine", "vector_bits"]
