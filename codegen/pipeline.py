@@ -16,7 +16,10 @@ computes it):
 4. ``parallelize``: per stage, the outer loop worth a fork-join marked parallel for
    ``threads`` threads (:func:`~.schedule.parallel.parallelize_stages`); keeps results
    bit for bit, for any thread count.
-5. ``memory_order``: the top-level statements reordered, dependencies kept, where that
+5. ``scalar_temps``: a temporary read only in the iteration that writes it (a fused
+   intermediate) held in a variable instead of a buffer
+   (:func:`~.schedule.scalar_temps.scalar_temps`); keeps results bit for bit.
+6. ``memory_order``: the top-level statements reordered, dependencies kept, where that
    lowers the bytes of temporaries alive together (:func:`~.lower.memory_order.memory_order`).
 
 ``schedule="none"`` runs :data:`PLAIN_PASSES` instead: ``lower`` as written (no merged
@@ -35,7 +38,7 @@ products only when its steps say so), so the same program compiles to the same l
 >>> seen = []
 >>> compiled = compile_kernel([x], [y], threads=1, dump=lambda name, text: seen.append(name))
 >>> seen
-['computed_once', 'lower', 'auto_schedule', 'parallelize', 'memory_order']
+['computed_once', 'lower', 'auto_schedule', 'parallelize', 'scalar_temps', 'memory_order']
 >>> compiled.kernel.name, compiled.record.fused
 ('kernel', ())
 >>> compile_kernel([x], [y], threads=1, schedule="none").record is None
@@ -65,6 +68,7 @@ from tegrad.codegen.schedule.manual import override_steps
 from tegrad.codegen.schedule.parallel import parallel_steps
 from tegrad.codegen.schedule.primitives import Scheduler, naming, unrealised_mark
 from tegrad.codegen.schedule.products import check_products, product_steps
+from tegrad.codegen.schedule.scalar_temps import scalar_temps
 from tegrad.codegen.schedule.steps import Schedule, Step, holding, names_of
 from tegrad.codegen.target import Target
 
@@ -173,14 +177,18 @@ def _lower_plain(s):
     return replace(s, kernel=lower_program(s.inputs, s.outputs, name=s.name))
 
 
-#: the passes, in order: ``(name, state -> state)``
+def _scalar_temps(s):
+    return replace(s, kernel=scalar_temps(s.kernel))
+
+
 def _memory_order(s):
     return replace(s, kernel=memory_order(s.kernel))
 
 
+#: the passes, in order: ``(name, state -> state)``
 PASSES = (("computed_once", _computed_once), ("lower", _lower),
           ("auto_schedule", _auto_schedule), ("parallelize", _parallelize),
-          ("memory_order", _memory_order))
+          ("scalar_temps", _scalar_temps), ("memory_order", _memory_order))
 #: the passes of ``schedule="none"``: every stage's loops as written
 PLAIN_PASSES = (("lower", _lower_plain), ("parallelize", _parallelize),
                 ("memory_order", _memory_order))

@@ -231,7 +231,7 @@ class StmtMapper(Dispatcher):
         value, body = self.expr(s.value), self(s.body)
         if value is s.value and body is s.body:
             return s
-        return Let(s.var, value, body)
+        return Let(s.var, value, body, s.stage)
 
     def map_allocate(self, s):
         body = self(s.body)

@@ -179,11 +179,14 @@ class Accumulate(Stmt):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Let(Stmt):
-    """``var = value`` (computed once), visible in ``body``."""
+    """``var = value`` (computed once), visible in ``body``; ``stage`` names the stage
+    whose values ``var`` holds when it stands for that stage's buffer (a temporary read
+    only where it is written, :mod:`tegrad.codegen.schedule.scalar_temps`)."""
 
     var: Expr
     value: Expr
     body: Stmt
+    stage: str = ""
 
 
 @dataclass(frozen=True, eq=False, repr=False)

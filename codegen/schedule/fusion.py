@@ -237,7 +237,8 @@ def fuse_stages(kernel, *, keep=(), allowed=None):
 
 
 def stage_names(s):
-    """The names of the non-local buffers ``s`` writes, in order of first write."""
+    """The names of the non-local buffers ``s`` writes, in order of first write (and of
+    the stages whose values it holds in variables instead)."""
     nodes = list(walk_stmts(s))
     local = {n.buffer for n in nodes if type(n) is Allocate}
     out = {}
@@ -247,4 +248,6 @@ def stage_names(s):
             out.setdefault(n.buffer.name)
         elif t is MatrixProduct:
             out.setdefault(n.c.name)
+        elif t is Let and n.stage:  # a stage's values held in a variable
+            out.setdefault(n.stage)
     return tuple(out)

@@ -145,7 +145,7 @@ def _read_back(s, stored, hits, mapping=None):
         body = _read_back(s.body, stored, hits, mapping)
         if body is s.body:
             return s
-        return Allocate(s.buffer, body) if t is Allocate else Let(s.var, s.value, body)
+        return Allocate(s.buffer, body) if t is Allocate else Let(s.var, s.value, body, s.stage)
     if t is If:
         then = _read_back(s.then, stored, hits, mapping)
         other = None if s.otherwise is None else _read_back(s.otherwise, stored, hits, mapping)
