@@ -349,6 +349,14 @@ EPILOGUE_MIN_LANES = 8
 #: otherwise)
 WIDE_VECTORS = True
 
+#: unit: orders
+#: the most orders of the buffers :func:`~tegrad.codegen.llvm.kernel_buffers.plan_storage`
+#: places before keeping the smallest plan: 16 orders reach the peak of the bytes alive
+#: together in LeNet-5's, a ResNet block's, a transformer block's, a GRU's and a TCN's
+#: training steps but LeNet-5's (6.50 MB for 6.45 MB), and placing cost 30 ms at most
+#: (the GRU's 150 buffers)
+PLACEMENT_TRIES = 16
+
 # -------------------------------------------------------------------------- runtime ----
 
 #: unit: bytes

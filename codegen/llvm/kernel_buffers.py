@@ -14,17 +14,11 @@ from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
-from tegrad.codegen.tuning import SHARED_MIN_BYTES, STACK_LIMIT_BYTES
+from tegrad.codegen.tuning import PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES
 
 #: the alignment (bytes) of the storage the runtime allocates for temporaries and large
 #: local buffers, declared to LLVM
 STORAGE_ALIGNMENT = 64
-
-#: the most orders of the buffers :func:`plan_storage` places before keeping the smallest
-#: plan: 16 orders reach the peak of the bytes alive together in LeNet-5's, a ResNet
-#: block's, a transformer block's, a GRU's and a TCN's training steps but LeNet-5's (6.50
-#: MB for 6.45 MB), and placing cost 30 ms at most (the GRU's 150 buffers)
-PLACEMENT_TRIES = 16
 
 #: the name of the kernel's buffer of packing space for its matrix products (a name no
 #: tensor's buffer has: those are the tensors' names, and no tensor is named so by tegrad)

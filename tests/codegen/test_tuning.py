@@ -27,7 +27,7 @@ UNITS = {
     "flops per iteration", "iterations", "iterations per thread", "lanes",
     "LLVM instructions", "outputs per call", "points", "programs", "ratio",
     "residue classes", "rows", "spin checks", "statements", "tap loops", "tap tuples",
-    "vector steps", "vector steps per accumulator", "vectors", "chunks per thread", "pairs",
+    "vector steps", "vector steps per accumulator", "vectors", "chunks per thread", "pairs", "orders",
 }
 
 #: the stages, in pipeline order, whose sections the tuning module has
