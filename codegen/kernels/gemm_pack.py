@@ -9,7 +9,7 @@ rows are copied a vector at a time; anything else element by element.
 >>> spec, blk = GemmSpec.dense("float32", 8, 32, 16), Blocking(8, 6, 16, 256, 256)
 >>> pack = PackingEmitter(ir.Module(), spec, blk, "mm").emit_pack()
 >>> pack.name, len(pack.args)
-('tegrad.gemm.pack.kstride.nstride.float32.vl8.nr16', 8)
+('tegrad.gemm.pack.kstride.float32.vl8.nr16', 8)
 """
 from __future__ import annotations
 
@@ -26,10 +26,15 @@ class PackingEmitter(GemmEmitterBase):
         """``pack(bsrc, bp, kc, nc, koff, noff, sbk, sbn)``: strips of NR columns,
         ``bp[(s*kc + k)*NR + jj] = B[k*sbk + (s*NR + jj)*sbn]``, zero past ``nc`` columns
         (row ``k`` at ``koff[k]`` with a reduction offset table, column ``j`` at ``noff[j]``
-        with a column offset table)."""
+        when ``noff`` is not null)."""
         blk, spec = self.blk, self.spec
-        name = self.shared_name(f"pack.{'ktable' if spec.k_offsets else 'kstride'}."
-                                f"{'ntable' if spec.n_offsets else 'nstride'}")
+        # One routine for column strides and column tables (a stride's offsets are
+        # computed where a table's are loaded, once a strip): the table's paths cover
+        # every case of the stride's as fast (consecutive columns: one run; B
+        # transposed: by columns), and a second specialisation of about 90k characters of
+        # IR cost 0.3 s of LLVM a process (a 1-layer transformer step compiled three
+        # packing routines).
+        name = self.shared_name(f"pack.{'ktable' if spec.k_offsets else 'kstride'}")
         if name in self.module.globals:
             return self.module.globals[name]
         fnty = self.pack_type()
@@ -42,47 +47,53 @@ class PackingEmitter(GemmEmitterBase):
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        no_table = b.icmp_unsigned("==", b.ptrtoint(noff, I64), i64(0))
         with counted_loop(b, i64(0), ceil_div(b, nc, i64(blk.nr)), name="s") as s:
             cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
-            if spec.n_offsets is None:
-                strip_src = b.gep(src, [b.mul(s, b.mul(i64(blk.nr), sbn))], inbounds=True)
-                col_at = None
-            else:
-                strip_src = src
-                strip_noff = b.gep(noff, [b.mul(s, i64(blk.nr))], inbounds=True)
-                # this strip's column offsets, loaded once per strip (not per row)
-                col_at = [b.load(b.gep(strip_noff, [smin(b, i64(jj), b.sub(cols, i64(1)))],
-                                       inbounds=True)) for jj in range(blk.nr)]
+            col_at = self._strip_columns(b, fn, no_table, s, cols, noff, sbn)
             strip_dst = b.gep(dst, [b.mul(b.mul(s, kc), i64(blk.nr))], inbounds=True)
-            full = fn.append_basic_block("full")
-            partial = fn.append_basic_block("partial")
             joined = fn.append_basic_block("joined")
-            is_full = b.icmp_signed("==", cols, i64(blk.nr))
-            if spec.n_offsets is not None:
-                # columns at consecutive elements of B, or every other one, are copied
-                # a vector at a time
-                self._pack_regular_strip(b, fn, cols, col_at, kc, koff, sbk, strip_src,
-                                         strip_dst, joined)
+            # columns at consecutive elements of B, or every other one, are copied
+            # a vector at a time
+            self._pack_regular_strip(b, fn, cols, col_at, kc, koff, sbk, src, strip_dst,
+                                     joined)
             # columns apart and rows at consecutive elements (B the transpose of a
             # row-major matrix: a dense layer's weights): VL rows at a time, transposed
-            self._pack_by_columns(b, fn, cols, col_at, kc, koff, sbk, sbn, strip_src,
-                                  strip_dst, joined)
-            b.cbranch(is_full, full, partial)
-            for block, guarded in ((full, False), (partial, True)):
-                b.position_at_end(block)
-                if not guarded and col_at is None:
-                    self._copy_consecutive_columns(b, fn, kc, koff, sbk, sbn, strip_src,
-                                                   strip_dst, joined)
-                # element by element: vectorised, its rows would make vectors wider
-                # than the target's (aarch64: 16 floats) from its runs of NR elements
-                with counted_loop(b, i64(0), kc, name="k", vectorize=False) as k:
-                    row_src = b.gep(strip_src, [self._row_at(b, k, koff, sbk)], inbounds=True)
-                    row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
-                    self._copy_row(b, row_src, row_dst, cols, col_at, sbn, guarded)
-                b.branch(joined)
+            self._pack_by_columns(b, fn, cols, col_at, kc, koff, sbk, src, strip_dst, joined)
+            # element by element: vectorised, its rows would make vectors wider
+            # than the target's (aarch64: 16 floats) from its runs of NR elements
+            with counted_loop(b, i64(0), kc, name="k", vectorize=False) as k:
+                row_src = b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True)
+                row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
+                self._copy_row(b, row_src, row_dst, cols, col_at)
+            b.branch(joined)
             b.position_at_end(joined)
         b.ret_void()
         return fn
+
+    def _strip_columns(self, b, fn, no_table, s, cols, noff, sbn):
+        """The element offsets in B of strip ``s``'s ``NR`` columns, past its ``cols``
+        columns the last one's: ``j * sbn`` for column ``j`` without a table
+        (``no_table``), else ``noff[j]``; loaded once a strip (not a row)."""
+        nr = self.blk.nr
+        first = b.mul(s, i64(nr))
+        column = [b.add(first, smin(b, i64(jj), b.sub(cols, i64(1)))) for jj in range(nr)]
+        before = b.block
+        table, joined = fn.append_basic_block("columns.table"), fn.append_basic_block(
+            "columns")
+        strided = [b.mul(j, sbn) for j in column]
+        b.cbranch(no_table, joined, table)
+        b.position_at_end(table)
+        loaded = [b.load(b.gep(noff, [j], inbounds=True)) for j in column]
+        b.branch(joined)
+        b.position_at_end(joined)
+        col_at = []
+        for x, y in zip(strided, loaded):
+            phi = b.phi(I64)
+            phi.add_incoming(x, before)
+            phi.add_incoming(y, table)
+            col_at.append(phi)
+        return col_at
 
     def _pack_regular_strip(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
         """Copy the strip's rows a vector at a time when its ``cols`` column offsets
@@ -107,7 +118,7 @@ class PackingEmitter(GemmEmitterBase):
         b.branch(joined)
         b.position_at_end(other)
 
-    def _pack_by_columns(self, b, fn, cols, col_at, kc, koff, sbk, sbn, src, dst, joined):
+    def _pack_by_columns(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
         """When the first block of ``VL`` rows is at most two runs of consecutive
         elements in each column (``row_at(l) == row_at(0) + l``, a run's end and the
         next one's start), or every other one (a stride-2 convolution's window sums),
@@ -130,8 +141,6 @@ class PackingEmitter(GemmEmitterBase):
                     self._steps(b, first, 2))
         b.cbranch(hit, columns, other)
         b.position_at_end(columns)
-        if col_at is None:
-            col_at = [self._column_at(b, jj, cols, sbn, True) for jj in range(nr)]
         lanes = ir.VectorType(I64, vl)
         keep = [b.icmp_signed("<", ir.Constant(lanes, [h * vl + q for q in range(vl)]),
                               self._splat(b, cols, lanes)) for h in range(nr // vl)]
@@ -209,8 +218,7 @@ class PackingEmitter(GemmEmitterBase):
             copied.add_incoming(k0, partial)
             with counted_loop(b, copied, block_end, name="kr") as k:
                 self._copy_row(b, b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True),
-                               b.gep(dst, [b.mul(k, i64(nr))], inbounds=True), cols, col_at,
-                               sbn, True)
+                               b.gep(dst, [b.mul(k, i64(nr))], inbounds=True), cols, col_at)
         b.branch(joined)
         b.position_at_end(other)
 
@@ -378,45 +386,14 @@ class PackingEmitter(GemmEmitterBase):
             return b.mul(k, sbk)
         return b.load(b.gep(koff, [k], inbounds=True))
 
-    @staticmethod
-    def _column_at(b, jj, cols, sbn, guarded):
-        """The offset of column ``jj`` at stride ``sbn`` (past the last of ``cols``
-        columns, when ``guarded``, the last one's)."""
-        return b.mul(smin(b, i64(jj), b.sub(cols, i64(1))) if guarded else i64(jj), sbn)
-
-    def _copy_consecutive_columns(self, b, fn, kc, koff, sbk, sbn, src, dst, joined):
-        """When the strip's columns are consecutive elements of B (``sbn == 1``), copy
-        each row as ``NR / VL`` vectors, the target's width (LLVM would vectorise the
-        element copy across rows at a width of its choosing, wider than the target's
-        registers on aarch64). Goes to ``joined`` when taken; otherwise the builder
-        continues in a new block."""
-        vectors = fn.append_basic_block("consecutive")
-        other = fn.append_basic_block("strided")
-        b.cbranch(b.icmp_signed("==", sbn, i64(1)), vectors, other)
-        b.position_at_end(vectors)
-        with counted_loop(b, i64(0), kc, name="kv") as k:
-            row_src = b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True)
-            row_dst = b.gep(dst, [b.mul(k, i64(self.blk.nr))], inbounds=True)
-            for h in range(0, self.blk.nr, self.blk.vl):
-                value = self._load_vector(b, b.gep(row_src, [i64(h)], inbounds=True), self.vty)
-                at = b.gep(row_dst, [i64(h)], inbounds=True)
-                b.store(value, b.bitcast(at, self.vty.as_pointer()), align=self.esize)
-        b.branch(joined)
-        b.position_at_end(other)
-
-    def _copy_row(self, b, row_src, row_dst, cols, col_at, sbn, guarded):
-        """``row_dst[jj] = B[row, column jj]`` element by element; past the last of
-        ``cols`` columns (``guarded``) the last one is read (in bounds) and 0 stored.
-        The columns are at the offsets ``col_at``, or at the stride ``sbn`` when None."""
+    def _copy_row(self, b, row_src, row_dst, cols, col_at):
+        """``row_dst[jj] = B[row, column jj]`` element by element, the columns at the
+        offsets ``col_at``; past the last of ``cols`` columns the last one is read (in
+        bounds) and 0 stored."""
         for jj in range(self.blk.nr):
             target = b.gep(row_dst, [i64(jj)], inbounds=True)
-            if col_at is None:
-                col = self._column_at(b, jj, cols, sbn, guarded)
-            else:
-                col = col_at[jj]
-            value = b.load(b.gep(row_src, [col], inbounds=True), align=self.esize)
-            if guarded:
-                value = b.select(b.icmp_signed("<", i64(jj), cols), value, self.const(0.0))
+            value = b.load(b.gep(row_src, [col_at[jj]], inbounds=True), align=self.esize)
+            value = b.select(b.icmp_signed("<", i64(jj), cols), value, self.const(0.0))
             b.store(value, target)
 
     def _load_vector(self, b, at, vty):
