@@ -62,6 +62,9 @@ class DriverEmitter(GemmEmitterBase):
         raw, t_begin, t_end = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ptr = b.bitcast(raw, self.params_type().as_pointer())
+        # B's rows of a k block at a reduction stride, as a table: the packing routine
+        # reads every B's rows from a table (one routine to compile, see .gemm_pack)
+        strided_rows = b.alloca(I64, size=blk.kc)
 
         def field(f):
             return b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True)
@@ -85,6 +88,8 @@ class DriverEmitter(GemmEmitterBase):
         # with a reduction table, k0's offset is in the table, not in the base pointers
         a_k_stride = b.select(is_null(k_tables[0]), p["sa2"], i64(0))
         b_k_stride = b.select(is_null(k_tables[1]), p["sb1"], i64(0))
+        with counted_loop(b, i64(0), smin(b, i64(blk.kc), k), name="row") as row:
+            b.store(b.mul(row, p["sb1"]), b.gep(strided_rows, [row], inbounds=True))
         b_n_stride = b.select(is_null(p["n_offsets"]), p["sb2"], i64(0))
         batch_table = p["batch_offsets"]
         first = b.sdiv(t_begin, row_groups)
@@ -118,8 +123,8 @@ class DriverEmitter(GemmEmitterBase):
                 # every k block after the first adds to C; the first too for C += A B
                 accumulate = b.or_(b.icmp_signed(">", k0, i64(0)),
                                    b.icmp_signed("!=", p["accumulate"], i64(0)))
-                koff = [b.select(is_null(t), null, b.gep(t, [k0], inbounds=True))
-                        for t in k_tables]
+                koff = [b.select(is_null(t), none, b.gep(t, [k0], inbounds=True))
+                        for t, none in zip(k_tables, (null, strided_rows))]
                 with counted_loop(b, col0, col1, blk.nc, name="n0") as n0:
                     nc = smin(b, i64(blk.nc), b.sub(col1, n0))
                     src = b.gep(b_p, [b.add(b.mul(k0, b_k_stride), b.mul(n0, b_n_stride))],
@@ -155,11 +160,10 @@ class DriverEmitter(GemmEmitterBase):
                                                       b.gep(noff, [j0], inbounds=True))
                                 b.call(p["pack"], [strip_src, bp, kc,
                                                    smin(b, i64(blk.nr), b.sub(nc, j0)),
-                                                   koff[1], strip_noff, p["sb1"], p["sb2"]])
+                                                   koff[1], strip_noff, p["sb2"]])
                                 micro_call(lo, j0, bp)
                         with by_panel:
-                            b.call(p["pack"], [src, bp, kc, nc, koff[1], noff, p["sb1"],
-                                               p["sb2"]])
+                            b.call(p["pack"], [src, bp, kc, nc, koff[1], noff, p["sb2"]])
                             with counted_loop(b, lo, hi, name="rb") as rb:
                                 with counted_loop(b, i64(0), n_strips, name="s") as s_:
                                     j0 = b.mul(s_, i64(blk.nr))

@@ -58,7 +58,7 @@ class GemmEmitterBase:
 
     def pack_type(self):
         return ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, I64, I64,
-                                               I64.as_pointer(), I64.as_pointer(), I64, I64])
+                                               I64.as_pointer(), I64.as_pointer(), I64])
 
     @staticmethod
     def _splat(b, value, vty):

@@ -9,7 +9,7 @@ rows are copied a vector at a time; anything else element by element.
 >>> spec, blk = GemmSpec.dense("float32", 8, 32, 16), Blocking(8, 6, 16, 256, 256)
 >>> pack = PackingEmitter(ir.Module(), spec, blk, "mm").emit_pack()
 >>> pack.name, len(pack.args)
-('tegrad.gemm.pack.kstride.float32.vl8.nr16', 8)
+('tegrad.gemm.pack.float32.vl8.nr16', 7)
 """
 from __future__ import annotations
 
@@ -23,18 +23,20 @@ class PackingEmitter(GemmEmitterBase):
     """Emits the routine packing a gemm's ``B`` panel by panel."""
 
     def emit_pack(self):
-        """``pack(bsrc, bp, kc, nc, koff, noff, sbk, sbn)``: strips of NR columns,
-        ``bp[(s*kc + k)*NR + jj] = B[k*sbk + (s*NR + jj)*sbn]``, zero past ``nc`` columns
-        (row ``k`` at ``koff[k]`` with a reduction offset table, column ``j`` at ``noff[j]``
-        when ``noff`` is not null)."""
-        blk, spec = self.blk, self.spec
-        # One routine for column strides and column tables (a stride's offsets are
-        # computed where a table's are loaded, once a strip): the table's paths cover
-        # every case of the stride's as fast (consecutive columns: one run; B
-        # transposed: by columns), and a second specialisation of about 90k characters of
-        # IR cost 0.3 s of LLVM a process (a 1-layer transformer step compiled three
-        # packing routines).
-        name = self.shared_name(f"pack.{'ktable' if spec.k_offsets else 'kstride'}")
+        """``pack(bsrc, bp, kc, nc, koff, noff, sbn)``: strips of NR columns,
+        ``bp[(s*kc + k)*NR + jj] = B[koff[k] + (s*NR + jj)*sbn]``, zero past ``nc``
+        columns (column ``j`` at ``noff[j]`` when ``noff`` is not null). Rows are always
+        at a table's offsets: the driver makes one of a reduction stride's.
+        """
+        blk = self.blk
+        # One routine for strides and tables (a column stride's offsets are computed
+        # where a table's are loaded, once a strip; a reduction stride's are a table the
+        # driver fills once a call): the tables' paths cover every case of the strides'
+        # as fast (consecutive columns: one run; B transposed: by columns; a row offset
+        # loaded from L1 where it was multiplied), and each specialisation of about 90k
+        # characters of IR cost 0.3-0.4 s of LLVM a process (a 1-layer transformer step
+        # compiled three packing routines).
+        name = self.shared_name("pack")
         if name in self.module.globals:
             return self.module.globals[name]
         fnty = self.pack_type()
@@ -43,7 +45,7 @@ class PackingEmitter(GemmEmitterBase):
         fn = ir.Function(self.module, fnty, name=name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")
-        src, dst, kc, nc, koff, noff, sbk, sbn = fn.args
+        src, dst, kc, nc, koff, noff, sbn = fn.args
         src.add_attribute("noalias")
         dst.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -55,15 +57,15 @@ class PackingEmitter(GemmEmitterBase):
             joined = fn.append_basic_block("joined")
             # columns at consecutive elements of B, or every other one, are copied
             # a vector at a time
-            self._pack_regular_strip(b, fn, cols, col_at, kc, koff, sbk, src, strip_dst,
+            self._pack_regular_strip(b, fn, cols, col_at, kc, koff, src, strip_dst,
                                      joined)
             # columns apart and rows at consecutive elements (B the transpose of a
             # row-major matrix: a dense layer's weights): VL rows at a time, transposed
-            self._pack_by_columns(b, fn, cols, col_at, kc, koff, sbk, src, strip_dst, joined)
+            self._pack_by_columns(b, fn, cols, col_at, kc, koff, src, strip_dst, joined)
             # element by element: vectorised, its rows would make vectors wider
             # than the target's (aarch64: 16 floats) from its runs of NR elements
             with counted_loop(b, i64(0), kc, name="k", vectorize=False) as k:
-                row_src = b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True)
+                row_src = b.gep(src, [self._row_at(b, k, koff)], inbounds=True)
                 row_dst = b.gep(strip_dst, [b.mul(k, i64(blk.nr))], inbounds=True)
                 self._copy_row(b, row_src, row_dst, cols, col_at)
             b.branch(joined)
@@ -95,7 +97,7 @@ class PackingEmitter(GemmEmitterBase):
             col_at.append(phi)
         return col_at
 
-    def _pack_regular_strip(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
+    def _pack_regular_strip(self, b, fn, cols, col_at, kc, koff, src, dst, joined):
         """Copy the strip's rows a vector at a time when its ``cols`` column offsets
         form at most two runs of consecutive elements of B (a convolution's output rows
         in its padded input: one row, or the end of one and the start of the next), or,
@@ -103,7 +105,7 @@ class PackingEmitter(GemmEmitterBase):
         elements they span are loaded as two vectors and every other one kept). Either
         goes to ``joined``; otherwise the builder continues in a new block (the
         element-wise copy follows there)."""
-        self._pack_two_runs(b, fn, cols, col_at, kc, koff, sbk, src, dst, joined)
+        self._pack_two_runs(b, fn, cols, col_at, kc, koff, src, dst, joined)
         nr = self.blk.nr
         vty = ir.VectorType(self.elt, nr)
         hit = b.and_(b.icmp_signed("==", cols, i64(nr)), self._steps(b, col_at, 2))
@@ -111,14 +113,14 @@ class PackingEmitter(GemmEmitterBase):
         b.cbranch(hit, rows, other)
         b.position_at_end(rows)
         with counted_loop(b, i64(0), kc, name="k2") as k:
-            at = b.gep(src, [b.add(self._row_at(b, k, koff, sbk), col_at[0])], inbounds=True)
+            at = b.gep(src, [b.add(self._row_at(b, k, koff), col_at[0])], inbounds=True)
             row = self._load_every_other(b, at, vty)
             out = b.gep(dst, [b.mul(k, i64(nr))], inbounds=True)
             b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
         b.branch(joined)
         b.position_at_end(other)
 
-    def _pack_by_columns(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
+    def _pack_by_columns(self, b, fn, cols, col_at, kc, koff, src, dst, joined):
         """When the first block of ``VL`` rows is at most two runs of consecutive
         elements in each column (``row_at(l) == row_at(0) + l``, a run's end and the
         next one's start), or every other one (a stride-2 convolution's window sums),
@@ -136,7 +138,7 @@ class PackingEmitter(GemmEmitterBase):
         b.cbranch(b.icmp_signed(">=", kc, i64(vl)), check, other)
         b.position_at_end(check)
         # the first block decides (a B stored by rows fails here, at no cost to its copy)
-        first = [self._row_at(b, i64(l), koff, sbk) for l in range(vl)]
+        first = [self._row_at(b, i64(l), koff) for l in range(vl)]
         hit = b.or_(b.icmp_signed("<=", self._runs(b, first, i64(vl))[2], i64(1)),
                     self._steps(b, first, 2))
         b.cbranch(hit, columns, other)
@@ -153,7 +155,7 @@ class PackingEmitter(GemmEmitterBase):
             partial = b.block
             b.cbranch(b.icmp_signed("==", b.sub(block_end, k0), i64(vl)), whole, done)
             b.position_at_end(whole)
-            rows = [self._row_at(b, b.add(k0, i64(l)), koff, sbk) for l in range(vl)]
+            rows = [self._row_at(b, b.add(k0, i64(l)), koff) for l in range(vl)]
             p, second, breaks = self._runs(b, rows, i64(vl))
             is_runs = b.icmp_signed("<=", breaks, i64(1))
             vector_paths = fn.append_basic_block("kb.vectors")
@@ -217,7 +219,7 @@ class PackingEmitter(GemmEmitterBase):
             copied.add_incoming(k0, not_vectors)
             copied.add_incoming(k0, partial)
             with counted_loop(b, copied, block_end, name="kr") as k:
-                self._copy_row(b, b.gep(src, [self._row_at(b, k, koff, sbk)], inbounds=True),
+                self._copy_row(b, b.gep(src, [self._row_at(b, k, koff)], inbounds=True),
                                b.gep(dst, [b.mul(k, i64(nr))], inbounds=True), cols, col_at)
         b.branch(joined)
         b.position_at_end(other)
@@ -263,7 +265,7 @@ class PackingEmitter(GemmEmitterBase):
             w //= 2
         return rows
 
-    def _pack_two_runs(self, b, fn, cols, col_at, kc, koff, sbk, src, dst, joined):
+    def _pack_two_runs(self, b, fn, cols, col_at, kc, koff, src, dst, joined):
         """Columns ``[0, p)`` at consecutive elements from ``col_at[0]`` and ``[p, cols)``
         from ``col_at[p]`` (``p == cols``: one run): each row is two masked vector loads
         per ``VL`` columns, lanes past ``cols`` zero. Masked-off lanes touch no memory,
@@ -273,8 +275,8 @@ class PackingEmitter(GemmEmitterBase):
         runs, other = fn.append_basic_block("runs"), fn.append_basic_block("not.runs")
         b.cbranch(b.icmp_signed("<=", breaks, i64(1)), runs, other)
         b.position_at_end(runs)
-        self._pack_one_run(b, fn, cols, breaks, col_at[0], kc, koff, sbk, src, dst, joined)
-        self._pack_two_runs_in_order(b, fn, cols, p, second, col_at[0], kc, koff, sbk, src,
+        self._pack_one_run(b, fn, cols, breaks, col_at[0], kc, koff, src, dst, joined)
+        self._pack_two_runs_in_order(b, fn, cols, p, second, col_at[0], kc, koff, src,
                                      dst, joined)
         lanes = ir.VectorType(I64, blk.vl)
         end = smin(b, p, cols)
@@ -286,7 +288,7 @@ class PackingEmitter(GemmEmitterBase):
                                  b.icmp_signed("<", at, self._splat(b, cols, lanes)))))
         zero = ir.Constant(self.vty, [0.0] * blk.vl)
         with counted_loop(b, i64(0), kc, name="k1") as k:
-            row = self._row_at(b, k, koff, sbk)
+            row = self._row_at(b, k, koff)
             # the second run's base may lie before B (its lanes before p are masked off)
             bases = (b.gep(src, [b.add(row, col_at[0])]), b.gep(src, [b.add(row, second)]))
             out = b.gep(dst, [b.mul(k, i64(blk.nr))], inbounds=True)
@@ -300,7 +302,7 @@ class PackingEmitter(GemmEmitterBase):
         b.branch(joined)
         b.position_at_end(other)
 
-    def _pack_one_run(self, b, fn, cols, breaks, first, kc, koff, sbk, src, dst, joined):
+    def _pack_one_run(self, b, fn, cols, breaks, first, kc, koff, src, dst, joined):
         """A full strip whose columns are one run of consecutive elements from ``first``
         (a convolution's output row in its padded input): each row is ``NR / VL`` plain
         vector loads and stores. The two-run path's masked loads (and their masks, which
@@ -313,7 +315,7 @@ class PackingEmitter(GemmEmitterBase):
                          b.icmp_signed("==", cols, i64(blk.nr))), whole, other)
         b.position_at_end(whole)
         with counted_loop(b, i64(0), kc, name="k1") as k:
-            base = b.gep(src, [b.add(self._row_at(b, k, koff, sbk), first)], inbounds=True)
+            base = b.gep(src, [b.add(self._row_at(b, k, koff), first)], inbounds=True)
             out = b.gep(dst, [b.mul(k, i64(blk.nr))], inbounds=True)
             for v in range(blk.nr // blk.vl):
                 at = b.bitcast(b.gep(base, [i64(v * blk.vl)], inbounds=True),
@@ -324,7 +326,7 @@ class PackingEmitter(GemmEmitterBase):
         b.branch(joined)
         b.position_at_end(other)
 
-    def _pack_two_runs_in_order(self, b, fn, cols, p, second, first, kc, koff, sbk, src,
+    def _pack_two_runs_in_order(self, b, fn, cols, p, second, first, kc, koff, src,
                                 dst, joined):
         """A full strip of two runs, the second at or after the first in memory (the end
         of a convolution's output row and the start of the next, in its padded input):
@@ -351,7 +353,7 @@ class PackingEmitter(GemmEmitterBase):
                                 self._splat(b, p32, lanes))
                   for v in range(blk.nr // blk.vl)]
         with counted_loop(b, i64(0), kc, name="k1") as k:
-            row = self._row_at(b, k, koff, sbk)
+            row = self._row_at(b, k, koff)
             bases = [b.gep(src, [b.add(row, at)], inbounds=True) for at in (first, second)]
             out = b.gep(dst, [b.mul(k, i64(blk.nr))], inbounds=True)
             for v, from_first in enumerate(firsts):
@@ -380,10 +382,9 @@ class PackingEmitter(GemmEmitterBase):
             breaks = b.add(breaks, b.zext(brk, I64))
         return p, base, breaks
 
-    def _row_at(self, b, k, koff, sbk):
-        """The element offset of B's reduction row ``k`` (its stride, or its table)."""
-        if self.spec.k_offsets is None:
-            return b.mul(k, sbk)
+    @staticmethod
+    def _row_at(b, k, koff):
+        """The element offset of B's reduction row ``k``, from its table."""
         return b.load(b.gep(koff, [k], inbounds=True))
 
     def _copy_row(self, b, row_src, row_dst, cols, col_at):
