@@ -49,3 +49,31 @@ def test_any_overlap_of_an_output_is_reported_by_name(many, out_index, other):
     with pytest.raises(tg.TegradError, match="overlaps") as err:
         f(*arrays, out=outs)
     assert ys[out_index].name in str(err.value) and other_name in str(err.value)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, N_OUT - 1), st.integers(0, N_IN + N_OUT - 1)),
+                min_size=1, max_size=5))
+def test_several_overlaps_report_the_first_pair(many, aliases):
+    """With several outputs aliased at once, the pair reported is the first of
+    ``overlap_pairs`` whose arrays share memory (as a check pair by pair finds it)."""
+    xs, ys, f = many
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(8) for _ in xs]
+    outs = [np.empty(8) for _ in ys]
+    for out_index, other in aliases:
+        outs[out_index] = arrays[other] if other < N_IN else outs[other - N_IN]
+    given_arrays = arrays + outs
+    names = [x.name for x in xs] + [y.name for y in ys]
+    assert [a.name for a in f.kernel.args] == names
+    first = next(((k, m) for k, m in overlap_pairs(f.kernel.args)
+                  if np.shares_memory(given_arrays[k], given_arrays[m])), None)
+    if first is None:  # each alias was undone by a later one, or an output with itself
+        for got, want in zip(f(*arrays, out=outs), tg.evaluate(ys, dict(zip(xs, arrays)))):
+            np.testing.assert_array_equal(got, want)
+        return
+    with pytest.raises(tg.TegradError, match="overlaps") as err:
+        f(*arrays, out=outs)
+    k, m = first
+    assert f"{names[k]!r} overlaps" in str(err.value)
+    assert str(err.value).endswith(repr(names[m]))
