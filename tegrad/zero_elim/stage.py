@@ -22,6 +22,7 @@ own (:mod:`.hoist`). The result computes the same values as the stage:
 """
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 
 from tegrad.ir.expr import (Binary, Const, IterVar, Reduce, Select, TupleReduce, Var,
@@ -156,8 +157,10 @@ def _gather_body(gathers, dtype):
 
 
 def _conds_key(conds):
-    return tuple(sorted(conds, key=str))
-
+    """The conditions as a multiset, equal for the same conditions in any order: their
+    structural hashes and equality, not their printed text (sorting by it printed every
+    condition of every term again: 2.9 of 14 s of differentiating a 16-step GRU)."""
+    return frozenset(Counter(conds).items())
 
 def _split_affine(conds):
     """``(affine conditions, data-dependent conditions)``."""
