@@ -47,7 +47,7 @@ from tegrad.ir.mapper import IdentityMapper, children, walk
 from tegrad.ir.stages import compute_body, is_placeholder
 from tegrad.ir.rewrite import retarget_ids
 from tegrad.ir.tensor import compute
-from tegrad.zero_elim.inline import inline_stages
+from tegrad.zero_elim.inline import inline_reads
 
 
 def _wrapped_reduction(t):
@@ -229,7 +229,7 @@ def computed_once(outputs):
             same = seen.find(new)
             inner = _wrapped_reduction(new) if same is None else None
             if inner is not None:
-                same = seen.find(inline_stages([new], {id(inner)}, simplifier=None)[0])
+                same = seen.find(inline_reads(new, [inner]))
             if same is not None:
                 mapping[id(t)] = same
                 continue

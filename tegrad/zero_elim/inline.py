@@ -155,6 +155,24 @@ def inline_elementwise(tensors, keep=()):
     return inline_stages(tensors, _inlinable(tensors, keep), keep=keep)
 
 
+def inline_reads(t, stages):
+    """``t`` with each read of one of the compute ``stages`` replaced by that stage's body
+    at the read's indices (and so on through the reads of ``stages`` in those bodies),
+    not simplified. Only ``t``'s own expressions are visited: :func:`inline_stages` on
+    one stage would visit the whole program above it (a merge test once per wrapped
+    reduction of a training step: quadratic in its stages).
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((4,), name="x")
+    >>> h = tg.compute((4,), lambda i: x[i] * 2.0, name="h")
+    >>> y = tg.compute((4,), lambda i: h[3 - i] + 1.0, name="y")
+    >>> print(tg.format(inline_reads(y, [h])))
+    x = placeholder((4,), float32)
+    y[i] = x[3 - i] * 2.0 + 1.0
+    """
+    return map_stage(t, _Inliner({id(s): s for s in stages}))
+
+
 def inline_stages(tensors, ids, *, keep=(), simplifier=simplify_normalized):
     """The tensors with each compute stage whose id is in ``ids`` (elementwise, no
     reduction) substituted into the stages that read it: a read ``S[e]`` becomes
