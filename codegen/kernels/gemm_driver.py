@@ -102,20 +102,10 @@ class DriverEmitter(GemmEmitterBase):
             batch, col0 = b.sdiv(g, chunks), b.mul(b.srem(g, chunks), chunk)
             col1 = smin(b, n, b.add(col0, chunk))
             strided = [b.mul(batch, stride) for stride in (p["sa0"], p["sb0"], p["sc0"])]
-            before = b.block
-            read, joined = fn.append_basic_block("batch.table"), fn.append_basic_block("batch")
-            b.cbranch(is_null(batch_table), joined, read)
-            b.position_at_end(read)
-            from_table = [b.load(b.gep(batch_table, [b.add(b.mul(batch, i64(3)), i64(j))],
-                                       inbounds=True)) for j in range(3)]
-            b.branch(joined)
-            b.position_at_end(joined)
-            at = []
-            for x, y in zip(strided, from_table):
-                phi = b.phi(I64)
-                phi.add_incoming(x, before)
-                phi.add_incoming(y, read)
-                at.append(phi)
+            at = self._strided_or_loaded(
+                b, is_null(batch_table), strided,
+                lambda: [b.load(b.gep(batch_table, [b.add(b.mul(batch, i64(3)), i64(j))],
+                                      inbounds=True)) for j in range(3)], "batch")
             a_p, b_p, c_p = (b.gep(base, [off], inbounds=True)
                              for base, off in zip((p["a"], p["b"], p["c"]), at))
             with counted_loop(b, i64(0), k, blk.kc, name="k0") as k0:

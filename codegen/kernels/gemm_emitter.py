@@ -61,6 +61,26 @@ class GemmEmitterBase:
                                                I64.as_pointer(), I64.as_pointer(), I64])
 
     @staticmethod
+    def _strided_or_loaded(b, no_table, strided, load, name):
+        """The values ``strided`` (computed from strides) when ``no_table`` (i1), else
+        ``load()``'s, emitted in a block of their own (a table is read only when
+        given), joined by phis."""
+        fn, before = b.function, b.block
+        read, joined = fn.append_basic_block(f"{name}.table"), fn.append_basic_block(name)
+        b.cbranch(no_table, joined, read)
+        b.position_at_end(read)
+        loaded = load()
+        b.branch(joined)
+        b.position_at_end(joined)
+        out = []
+        for x, y in zip(strided, loaded):
+            phi = b.phi(x.type)
+            phi.add_incoming(x, before)
+            phi.add_incoming(y, read)
+            out.append(phi)
+        return out
+
+    @staticmethod
     def _splat(b, value, vty):
         """``value`` in every lane of ``vty``."""
         one = b.insert_element(ir.Constant(vty, ir.Undefined), value, i32(0))

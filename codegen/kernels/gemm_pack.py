@@ -52,7 +52,7 @@ class PackingEmitter(GemmEmitterBase):
         no_table = b.icmp_unsigned("==", b.ptrtoint(noff, I64), i64(0))
         with counted_loop(b, i64(0), ceil_div(b, nc, i64(blk.nr)), name="s") as s:
             cols = smin(b, i64(blk.nr), b.sub(nc, b.mul(s, i64(blk.nr))))
-            col_at = self._strip_columns(b, fn, no_table, s, cols, noff, sbn)
+            col_at = self._strip_columns(b, no_table, s, cols, noff, sbn)
             strip_dst = b.gep(dst, [b.mul(b.mul(s, kc), i64(blk.nr))], inbounds=True)
             joined = fn.append_basic_block("joined")
             # columns at consecutive elements of B, or every other one, are copied
@@ -73,29 +73,16 @@ class PackingEmitter(GemmEmitterBase):
         b.ret_void()
         return fn
 
-    def _strip_columns(self, b, fn, no_table, s, cols, noff, sbn):
+    def _strip_columns(self, b, no_table, s, cols, noff, sbn):
         """The element offsets in B of strip ``s``'s ``NR`` columns, past its ``cols``
         columns the last one's: ``j * sbn`` for column ``j`` without a table
         (``no_table``), else ``noff[j]``; loaded once a strip (not a row)."""
         nr = self.blk.nr
         first = b.mul(s, i64(nr))
         column = [b.add(first, smin(b, i64(jj), b.sub(cols, i64(1)))) for jj in range(nr)]
-        before = b.block
-        table, joined = fn.append_basic_block("columns.table"), fn.append_basic_block(
-            "columns")
-        strided = [b.mul(j, sbn) for j in column]
-        b.cbranch(no_table, joined, table)
-        b.position_at_end(table)
-        loaded = [b.load(b.gep(noff, [j], inbounds=True)) for j in column]
-        b.branch(joined)
-        b.position_at_end(joined)
-        col_at = []
-        for x, y in zip(strided, loaded):
-            phi = b.phi(I64)
-            phi.add_incoming(x, before)
-            phi.add_incoming(y, table)
-            col_at.append(phi)
-        return col_at
+        return self._strided_or_loaded(
+            b, no_table, [b.mul(j, sbn) for j in column],
+            lambda: [b.load(b.gep(noff, [j], inbounds=True)) for j in column], "columns")
 
     def _pack_regular_strip(self, b, fn, cols, col_at, kc, koff, src, dst, joined):
         """Copy the strip's rows a vector at a time when its ``cols`` column offsets
