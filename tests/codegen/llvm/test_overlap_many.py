@@ -1,6 +1,7 @@
-"""Overlap checks of a function with many arguments (checked by a loop over a table of
-pairs rather than code per pair): every overlap of an output with another argument is
-reported by name, and arrays that do not overlap pass."""
+"""Overlap checks of a function with many arguments (checked by loops over the outputs and
+the arguments rather than code per pair): every overlap of an output with another
+argument is reported by name, the first pair of ``overlap_pairs`` when several overlap,
+and arrays that do not overlap pass."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
