@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
+from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.llvm.emit import emit_kernel, top_statements
 from tegrad.codegen.runtime.profile import statement_flops
 
@@ -42,7 +43,10 @@ def test_random_programs_profile_every_stage_and_count_every_call(program, seed,
     inputs, outputs, feed = with_gradient(program, seed)
     f = tg.build(inputs, outputs, threads=program[2], profile=True, check_bounds=check_bounds)
     plain = tg.build(inputs, outputs, threads=program[2], check_bounds=check_bounds)
-    assert f is not plain and f.loops == plain.loops
+    # the same loops, marks included (what LLVM then vectorises of the marked loops can
+    # differ: the timers change the code around them, so f.loops may show one left scalar)
+    assert f is not plain and format_kernel(f.kernel) == format_kernel(plain.kernel)
+    assert list(f.schedule) == list(plain.schedule)
     args = [feed[t] for t in inputs]
     want = tg.evaluate(outputs, feed)
     for _ in range(calls):
