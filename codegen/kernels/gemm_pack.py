@@ -93,17 +93,22 @@ class PackingEmitter(GemmEmitterBase):
         goes to ``joined``; otherwise the builder continues in a new block (the
         element-wise copy follows there)."""
         self._pack_two_runs(b, fn, cols, col_at, kc, koff, src, dst, joined)
-        nr = self.blk.nr
-        vty = ir.VectorType(self.elt, nr)
+        nr, vl = self.blk.nr, self.blk.vl
+        # target-width vectors (a wider one would be split by the backend, and an export
+        # for a narrower machine is checked to hold none)
+        vty = ir.VectorType(self.elt, vl)
         hit = b.and_(b.icmp_signed("==", cols, i64(nr)), self._steps(b, col_at, 2))
         rows, other = fn.append_basic_block("step2"), fn.append_basic_block("gather")
         b.cbranch(hit, rows, other)
         b.position_at_end(rows)
         with counted_loop(b, i64(0), kc, name="k2") as k:
             at = b.gep(src, [b.add(self._row_at(b, k, koff), col_at[0])], inbounds=True)
-            row = self._load_every_other(b, at, vty)
             out = b.gep(dst, [b.mul(k, i64(nr))], inbounds=True)
-            b.store(row, b.bitcast(out, vty.as_pointer()), align=self.esize)
+            for h in range(nr // vl):  # columns h*VL .. (h+1)*VL - 1 of the strip
+                row = self._load_every_other(b, b.gep(at, [i64(2 * h * vl)], inbounds=True),
+                                             vty)
+                b.store(row, b.bitcast(b.gep(out, [i64(h * vl)], inbounds=True),
+                                       vty.as_pointer()), align=self.esize)
         b.branch(joined)
         b.position_at_end(other)
 
