@@ -44,6 +44,7 @@ from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, loads, stmt_exp
                                          walk_expr, walk_stmts)
 from tegrad.codegen.loops.nodes import (Accumulate, Block, For, Kernel, Let, Load,
                                         MatrixProduct, Store)
+from tegrad.codegen.schedule.common import fresh
 
 
 def _counts(body):
@@ -121,21 +122,13 @@ class _Scalarise(StmtMapper):
                 continue
             if _reads_in(rest, name, st.indices) != self.candidates[name]:
                 continue
-            var = Var(self._fresh(f"{name}_v"), st.buffer.dtype)
+            var = Var(fresh(f"{name}_v", self.taken), st.buffer.dtype)
             mapper = StmtMapper(_Replace(name, var))
             body = [mapper(r) for r in rest]
             stmts[p:] = [Let(var, st.value, body[0] if len(body) == 1 else Block(tuple(body)),
                              name)]
             self.done.add(name)
         return Block(tuple(stmts)) if len(stmts) > 1 else stmts[0]
-
-    def _fresh(self, base):
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}{k}"
-        self.taken.add(name)
-        return name
 
 
 def scalar_temps(kernel):
