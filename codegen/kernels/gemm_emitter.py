@@ -40,11 +40,12 @@ class GemmEmitterBase:
 
     def _declare_shared(self, name, fnty, define):
         """``name`` declared in this module, defined by ``define(emitter)`` in the
-        process's shared code (see :func:`.jit.shared_function`)."""
+        process's shared code (see :func:`.jit.shared_function`), compiled on the JIT's
+        background thread while the module is emitted (:func:`.jit.request_shared`)."""
         def build(module):
             # (an emitter of this one's class, which emits every routine)
             define(type(self)(module, self.spec, self.blk, self.name)).linkage = "external"
-        jit.shared_function(name, build)
+        jit.request_shared(name, build)
         return ir.Function(self.module, fnty, name=name)
 
     def shared_name(self, what):

@@ -49,7 +49,7 @@ from tegrad.codegen.loops.errors import status_error
 from tegrad.codegen.loops.mapper import walk_stmts
 from tegrad.codegen.loops.nodes import Allocate
 from tegrad.codegen.tuning import ENGINE_BYTES, IR_BYTES_PER_CHARACTER
-from tegrad.codegen.runtime.thread_pool import PARALLEL_FOR, parallel_for_address
+from tegrad.codegen.runtime.thread_pool import PARALLEL_FOR, request_parallel_for
 from tegrad.codegen.llvm.emit import RARE_BRANCH, STORAGE_ALIGNMENT, emit_kernel, overlap_pairs
 from tegrad.codegen.llvm.kernel_buffers import StoragePlan
 from tegrad.codegen.llvm.parallel import resolve_threads
@@ -274,7 +274,9 @@ class Executable:
         deferred or not."""
         km = self._emit(defer_rare)
         if PARALLEL_FOR in km.module.globals:
-            parallel_for_address()  # the JIT resolves the module's calls to the pool
+            # the JIT resolves the module's calls to the pool: compiled (once) while the
+            # module is printed
+            request_parallel_for()
         text = str(km.module)
         loaded = LoadedModule(text)
         if km.profile is not None:  # kept alive: profile() adds up every module's counters

@@ -495,12 +495,22 @@ def emit_thread_pool(module, *, triple=None, after_fork=False):
     return entry
 
 
+def _pool_module(module):
+    return emit_thread_pool(module, after_fork=True)
+
+
 def parallel_for_address():
     """The address of the process's one pool, compiled on first use (once, whichever
     threads ask) and registered so that JIT modules which :func:`declare_parallel_for`
     call it."""
-    return jit.shared_function(PARALLEL_FOR, functools.partial(emit_thread_pool,
-                                                                after_fork=True))
+    return jit.shared_function(PARALLEL_FOR, _pool_module)
+
+
+def request_parallel_for():
+    """Start compiling the process's pool (if not done) on the JIT's background thread
+    (:func:`~tegrad.codegen.target.jit.request_shared`): a module calling it links once
+    it is ready."""
+    jit.request_shared(PARALLEL_FOR, _pool_module)
 
 
 jit.provide(PARALLEL_FOR, parallel_for_address)

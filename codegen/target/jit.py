@@ -37,6 +37,7 @@ import functools
 import os
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -262,6 +263,61 @@ def load_shared(key, names, calls):
     return True
 
 
+#: name -> ``(build, future)`` of a shared function requested with
+#: :func:`request_shared` and not yet awaited (the future None in a child process forked
+#: while it was compiling: no thread of the parent runs there)
+_requested = {}
+#: the thread that compiles requested shared functions (made on first request)
+_background = None
+
+
+def request_shared(name, build):
+    """Start compiling the shared function ``name`` as :func:`shared_function` does, on
+    the JIT's background thread, and return at once: a module declaring it is emitted
+    meanwhile, and :class:`LoadedModule` waits for every request before it links one.
+    LLVM releases the interpreter while it compiles (one compile at a time: llvmlite
+    serialises its calls), so the gemm's shared routines of a first build compile while
+    the rest of its kernel is emitted, on a second core.
+
+    >>> def build(module):
+    ...     f = ir.Function(module, ir.FunctionType(ir.IntType(64), []), name="doc.eight")
+    ...     ir.IRBuilder(f.append_basic_block()).ret(ir.Constant(ir.IntType(64), 8))
+    >>> request_shared("doc.eight", build); await_requested()
+    >>> shared_address("doc.eight") is not None
+    True
+    """
+    global _background
+    with _request_lock:
+        if name in _shared or name in _requested:
+            return
+        if _background is None:
+            _background = ThreadPoolExecutor(1, thread_name_prefix="tegrad-jit")
+        _requested[name] = (build, _background.submit(shared_function, name, build))
+
+
+def await_requested():
+    """Wait until every function of :func:`request_shared` is compiled and registered
+    (raising the error of one that failed). Call without :data:`_lock` held: the
+    background thread takes it to compile."""
+    while _requested:
+        with _request_lock:
+            if not _requested:
+                return
+            name, (build, future) = next(iter(_requested.items()))
+        try:
+            if future is None:  # its compile began in the parent process
+                shared_function(name, build)
+            else:
+                future.result()
+        finally:
+            with _request_lock:
+                _requested.pop(name, None)
+
+
+#: guards :data:`_requested` and :data:`_background` (never held while compiling)
+_request_lock = threading.Lock()
+
+
 def shared_address(name):
     """The address of ``name`` if a module of :func:`shared_function` defined it (the
     pool's reset after a fork), else None."""
@@ -300,6 +356,7 @@ class LoadedModule:
     def __init__(self, ir_text, *, optimise_module=True):
         self._ir_text, self._optimise = ir_text, optimise_module
         self.key = _key(ir_text, KERNEL.level if optimise_module else "O0")
+        await_requested()  # the shared functions it may call, registered before linking
         with _lock:
             # owned by the engine, which keeps it alive; None: loaded from the cache
             self.engine, self._module = _engine(ir_text, KERNEL, self.key, optimise_module)
@@ -334,9 +391,12 @@ class LoadedModule:
 
 
 def _new_lock_in_child():
-    # a thread of the parent that held it at fork() never releases it in the child
-    global _lock
-    _lock = threading.RLock()
+    # a thread of the parent that held it at fork() never releases it in the child, and
+    # the parent's background thread does not run there: its requests compile on demand
+    global _lock, _request_lock, _background
+    _lock, _request_lock, _background = threading.RLock(), threading.Lock(), None
+    for name, (build, _) in list(_requested.items()):
+        _requested[name] = (build, None)
 
 
 if hasattr(os, "register_at_fork"):
@@ -345,5 +405,6 @@ if hasattr(os, "register_at_fork"):
 
 __all__ = ["HAND_WRITTEN", "KERNEL", "LoadedModule", "ModuleKind", "cached_engine", "compile_module",
            "data_layout", "host_target_machine", "host_triple", "load_shared",
-           "new_target_machine", "optimise_for_jit", "provide", "shared_address", "shared_function",
+           "new_target_machine", "optimise_for_jit", "provide", "request_shared",
+           "await_requested", "shared_address", "shared_function",
            "shared_modules", "target_machine", "vector_bits"]

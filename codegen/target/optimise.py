@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 import llvmlite.binding as llvm
 
@@ -46,8 +47,13 @@ def optimise(module_ref, machine, *, unroll, speed_level=3):
     options.slp_vectorization = True
     options.loop_unrolling = unroll
     builder = llvm.create_pass_builder(machine, options)
-    with _declined_vectorization_dropped():
+    with _stderr_lock, _declined_vectorization_dropped():
         builder.getModulePassManager().run(module_ref, builder)
+
+
+#: one redirection of file descriptor 2 at a time (the JIT's background thread optimises
+#: too: a second redirection inside the first would restore the first's temporary file)
+_stderr_lock = threading.Lock()
 
 
 @contextlib.contextmanager
