@@ -101,7 +101,7 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
     em = _GemmEmitter(module, spec, blk, name, shared)
     full = em.emit_micro(blk.mr)
     tail = em.emit_micro(spec.m % blk.mr) if spec.m % blk.mr else None
-    return em.emit_entry(em.emit_driver(), full, tail, em.emit_pack(), min_flops_per_thread)
+    return em.emit_entry(full, tail, em.emit_pack(), min_flops_per_thread)
 
 
 class CompiledGemm:

@@ -1,8 +1,9 @@
 """The gemm's macro-loops and entry point: the driver that every product of a dtype and
 blocking shares (:meth:`DriverEmitter.emit_driver`: a chunk of tasks, each packing its
-columns of ``B`` and calling the micro-kernels), and a product's entry
-(:meth:`DriverEmitter.emit_entry`), which fills the driver's parameters and hands its
-tasks to the thread pool.
+columns of ``B`` and calling the micro-kernels), the launch they share too
+(:meth:`DriverEmitter.emit_launch`: the tasks a thread count gives, handed to the thread
+pool), and a product's entry (:meth:`DriverEmitter.emit_entry`: its parameters, a
+constant, handed to the launch).
 
 >>> import llvmlite.ir as ir
 >>> from tegrad.codegen.kernels.gemm_spec import Blocking, GemmSpec
@@ -29,7 +30,7 @@ class DriverEmitter(GemmEmitterBase):
     PARAMS = ("a", "b", "c", "claims", "slots", "slot_bytes", "batch", "m", "n", "k",
               "sa0", "sa1", "sa2", "sb0", "sb1", "sb2", "sc0", "sc1", "sc2", "k0_offsets",
               "k1_offsets", "n_offsets", "batch_offsets", "chunk", "rows_per_task",
-              "micro_full", "micro_tail", "pack", "accumulate")
+              "micro_full", "micro_tail", "pack", "accumulate", "useful_threads")
 
     def params_type(self):
         eptr, iptr = self.eptr, I64.as_pointer()
@@ -50,8 +51,7 @@ class DriverEmitter(GemmEmitterBase):
         wide: a call packs only the columns of its tasks, into the slot of
         ``params.claims``'s space it claims (:mod:`.packspace`)."""
         blk = self.blk
-        name = f"tegrad.gemm.driver.{self.spec.dtype}.vl{blk.vl}.mr{blk.mr}.nr{blk.nr}." \
-               f"kc{blk.kc}.nc{blk.nc}"
+        name = self.blocking_name("driver")
         if name in self.module.globals:
             return self.module.globals[name]
         if self.shared:
@@ -167,46 +167,99 @@ class DriverEmitter(GemmEmitterBase):
         """An ``i64*`` to this product's constant offset table ``what``."""
         return constant_table(self.module, f"{self.name}.{what}_offsets", values)
 
-    def emit_entry(self, driver, micro_full, micro_tail, pack, min_flops_per_thread):
-        """``void NAME(A, B, C, i8 *space, i32 n_threads)``: the product's parameters,
-        handed to the driver through the thread pool."""
+    def emit_entry(self, micro_full, micro_tail, pack, min_flops_per_thread):
+        """``void NAME(A, B, C, i8 *space, i32 n_threads)``: the product's parameters, a
+        constant of the module but for ``A``, ``B`` and ``C``, copied to the stack and
+        handed to the launch every product of this dtype and blocking shares
+        (:meth:`emit_launch`), so a product adds a dozen instructions to compile."""
         spec, blk = self.spec, self.blk
         fnty = ir.FunctionType(ir.VoidType(), [self.eptr, self.eptr, self.eptr,
                                                I8.as_pointer(), I32])
         fn = ir.Function(self.module, fnty, name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        ptr = b.alloca(self.params_type())
-        null = ir.Constant(I64.as_pointer(), None)
-
-        def put(f, value):
-            b.store(value, b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True))
-
-        for f, arg in zip("abc", fn.args[:3]):
-            put(f, arg)
-        for f in ("batch", "m", "n", "k"):
-            put(f, i64(getattr(spec, f)))
+        params_ty = self.params_type()
+        # Work too small to pay for waking threads runs on fewer of them (at most 2**31 - 1:
+        # the launch compares it with an i32 thread count).
+        useful = min(max(1, spec.flops // max(1, min_flops_per_thread)), 2 ** 31 - 1)
+        value = {"batch": spec.batch, "m": spec.m, "n": spec.n, "k": spec.k,
+                 "slot_bytes": pack_slot_bytes(spec, blk),
+                 "accumulate": int(spec.accumulate), "useful_threads": useful,
+                 "micro_full": micro_full,
+                 "micro_tail": micro_full if micro_tail is None else micro_tail,
+                 "pack": pack}
         for f, strides in zip(("sa", "sb", "sc"), (spec.a_strides, spec.b_strides,
                                                    spec.c_strides)):
-            for j, v in enumerate(strides):
-                put(f"{f}{j}", i64(v))
+            value.update({f"{f}{j}": v for j, v in enumerate(strides)})
         for j in range(2):
-            put(f"k{j}_offsets", null if spec.k_offsets is None else
-                self.table(f"k{j}", [row[j] for row in spec.k_offsets]))
-        put("n_offsets", null if spec.n_offsets is None else self.table("n", spec.n_offsets))
-        put("batch_offsets", null if spec.batch_offsets is None else
-            self.table("batch", [v for row in spec.batch_offsets for v in row]))
-        put("micro_full", micro_full)
-        put("micro_tail", micro_full if micro_tail is None else micro_tail)
-        put("pack", pack)
-        put("accumulate", i64(int(spec.accumulate)))
-        # Work too small to pay for waking threads runs on fewer of them.
-        threads = fork_join.threads_worth(b, fn.args[4], spec.flops, min_flops_per_thread)
+            value[f"k{j}_offsets"] = (None if spec.k_offsets is None else
+                                      self.table(f"k{j}", [row[j] for row in spec.k_offsets]))
+        value["n_offsets"] = None if spec.n_offsets is None else self.table("n", spec.n_offsets)
+        value["batch_offsets"] = (None if spec.batch_offsets is None else self.table(
+            "batch", [v for row in spec.batch_offsets for v in row]))
+        fields = []
+        for f, ty in zip(self.PARAMS, params_ty.elements):
+            v = value.get(f)
+            if isinstance(v, int):
+                fields.append(i64(v))
+            elif v is None:  # no table, or a pointer the entry or the launch sets
+                fields.append(i64(0) if ty is I64 else ir.Constant(ty, None))
+            else:
+                fields.append(v)
+        constant = ir.GlobalVariable(self.module, params_ty, name=f"{self.name}.params")
+        constant.global_constant, constant.linkage = True, "internal"
+        constant.initializer = ir.Constant(params_ty, fields)
+        ptr = b.alloca(params_ty)
+        b.store(b.load(constant), ptr)
+        for f, arg in zip("abc", fn.args[:3]):
+            b.store(arg, b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True))
+        b.call(self.emit_launch(), [b.bitcast(ptr, VOIDPTR), fn.args[3], fn.args[4]])
+        b.ret_void()
+        return fn
+
+    def blocking_name(self, what):
+        """The name of the routine ``what`` every product of this dtype and whole
+        blocking shares."""
+        blk = self.blk
+        return f"tegrad.gemm.{what}.{self.spec.dtype}.vl{blk.vl}.mr{blk.mr}.nr{blk.nr}." \
+               f"kc{blk.kc}.nc{blk.nc}"
+
+    def launch_type(self):
+        return ir.FunctionType(ir.VoidType(), [VOIDPTR, I8.as_pointer(), I32])
+
+    def emit_launch(self):
+        """``launch(params, space, n_threads)``: the tasks of the product ``params``
+        describes handed to the thread pool, for any product of this dtype and blocking
+        (:meth:`emit_entry` fills the parameters but for those the thread count decides,
+        set here)."""
+        name = self.blocking_name("launch")
+        if name in self.module.globals:
+            return self.module.globals[name]
+        if self.shared:
+            # the driver requested first: the launch's module declares it, and links it
+            driver = self.emit_driver().name
+            return self._declare_shared(name, self.launch_type(), lambda em: em._define_launch(
+                name, ir.Function(em.module, fork_join.TASK_FN_TYPE, name=driver)))
+        return self._define_launch(name, self.emit_driver())
+
+    def _define_launch(self, name, driver):
+        """The launch (see :meth:`emit_launch`) named ``name``, calling ``driver``."""
+        blk = self.blk
+        fn = ir.Function(self.module, self.launch_type(), name=name)
+        fn.linkage = "internal"
+        raw, space, n_threads = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ptr = b.bitcast(raw, self.params_type().as_pointer())
+
+        def field(f):
+            return b.gep(ptr, [i32(0), i32(self.PARAMS.index(f))], inbounds=True)
+
+        batch, m, n = (b.load(field(f)) for f in ("batch", "m", "n"))
+        threads = smin(b, n_threads, b.trunc(b.load(field("useful_threads")), I32))
         # One slot per thread this call runs on (the pool runs no more of its tasks at
         # once), in a space sized for n_threads >= threads: see .packspace.
-        put("claims", packspace.emit_init(b, fn.args[3]))
+        b.store(packspace.emit_init(b, space), field("claims"))
         at_least_one = b.select(b.icmp_signed("<", threads, i32(1)), i32(1), threads)
-        put("slots", b.zext(smin(b, at_least_one, i32(fork_join.MAX_THREADS)), I64))
-        put("slot_bytes", i64(pack_slot_bytes(spec, blk)))
+        b.store(b.zext(smin(b, at_least_one, i32(fork_join.MAX_THREADS)), I64), field("slots"))
         # Tasks for the pool's chunks (one, serially): whole batches while there are
         # enough of them, else each batch cut into column chunks of whole strips (a task
         # packs only its columns of B), then, when those are still too few, into groups
@@ -214,20 +267,20 @@ class DriverEmitter(GemmEmitterBase):
         threads = b.zext(threads, I64)
         want = b.select(b.icmp_signed(">", threads, i64(1)),
                         b.mul(threads, i64(CHUNKS_PER_THREAD)), i64(1))
-        per_batch = ceil_div(b, want, i64(spec.batch))
-        strips = -(-spec.n // blk.nr)
-        width = b.mul(ceil_div(b, i64(strips), smin(b, per_batch, i64(strips))), i64(blk.nr))
-        chunks = ceil_div(b, i64(spec.n), width)
-        row_blocks = -(-spec.m // blk.mr)
-        few = b.icmp_signed("<", b.mul(i64(spec.batch), chunks), threads)
-        row_groups = b.select(few, smin(b, ceil_div(b, per_batch, chunks), i64(row_blocks)),
+        per_batch = ceil_div(b, want, batch)
+        strips = ceil_div(b, n, i64(blk.nr))
+        width = b.mul(ceil_div(b, strips, smin(b, per_batch, strips)), i64(blk.nr))
+        chunks = ceil_div(b, n, width)
+        row_blocks = ceil_div(b, m, i64(blk.mr))
+        few = b.icmp_signed("<", b.mul(batch, chunks), threads)
+        row_groups = b.select(few, smin(b, ceil_div(b, per_batch, chunks), row_blocks),
                               i64(1))
-        rows_per = ceil_div(b, i64(row_blocks), row_groups)
-        row_groups = ceil_div(b, i64(row_blocks), rows_per)  # none left empty
-        put("chunk", width)
-        put("rows_per_task", rows_per)
-        n_tasks = b.mul(i64(spec.batch), b.mul(chunks, row_groups))
+        rows_per = ceil_div(b, row_blocks, row_groups)
+        row_groups = ceil_div(b, row_blocks, rows_per)  # none left empty
+        b.store(width, field("chunk"))
+        b.store(rows_per, field("rows_per_task"))
+        n_tasks = b.mul(batch, b.mul(chunks, row_groups))
         parallel_for = fork_join.declare_parallel_for(self.module)
-        b.call(parallel_for, [driver, b.bitcast(ptr, VOIDPTR), n_tasks, b.trunc(threads, I32)])
+        b.call(parallel_for, [driver, raw, n_tasks, b.trunc(threads, I32)])
         b.ret_void()
         return fn
