@@ -7,8 +7,19 @@ is accessed, in both, at index exactly ``a`` (``b``) in one common dimension: it
 ``B(v)`` right after ``A(v)`` instead of after all of ``A`` reads and writes the same
 values. A statement is moved up to the loop it fuses with only past statements it shares
 no written buffer with; loops that both check indices at run time are not fused (the
-first failing check stays the same). Fusion recurses into the fused body (a row max, a row sum and an
-elementwise output over the same rows end up in one loop over rows).
+first failing check stays the same). A statement standing in the way (an accumulator's
+zero fill between the loop computing the first values it accumulates and the
+accumulation) moves up just before the loop when it shares no written buffer with the
+loop nor with the statements it moves past: statements that commute run in either
+order with the same results. Fusion recurses into the fused body (a row max, a row sum
+and an elementwise output over the same rows end up in one loop over rows).
+
+At the top level, where a temporary holds its storage from the first statement using
+it to the last, a loop does not move up to join a loop it reads nothing from (a
+sibling) when it is the first to use a temporary of :data:`SHARED_MIN_BYTES` or more
+and other statements stay between the two: fused, it would hold that temporary across
+them for no reuse (the zero fill of a recurrent network's input-projection gradient,
+fused with the forward bias add, held 0.75 MB through the whole forward pass).
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
@@ -41,7 +52,8 @@ from tegrad.ir.expr import Var
 from tegrad.codegen.loops.mapper import block, loads, stmt_exprs, substitute_stmt, walk_stmts
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel, Let,
                                         MatrixProduct, Store)
-from tegrad.codegen.tuning import FUSION_WINDOW
+from tegrad.codegen.lower.memory_order import buffer_bytes
+from tegrad.codegen.tuning import FUSION_WINDOW, SHARED_MIN_BYTES
 
 
 def statements(s):
@@ -130,9 +142,7 @@ class _FusedLoop:
         module doc): its body over this loop's variable and that body's facts; None
         when it may not."""
         a = self.loop
-        if type(b) is not For or a.kind != b.kind or a.step != b.step or self.rebinds:
-            return None
-        if not (_same(a.begin, b.begin) and _same(a.end, b.end)):
+        if self.rebinds or not _same_range(a, b):
             return None
         b_check = _has_check(b.body)
         if self.check and b_check:
@@ -171,47 +181,117 @@ def fuse_list_body(body):
     return block(stmts)
 
 
-def fuse_list(stmts, keep=frozenset(), allowed=None):
+def _first_users(summaries, temps):
+    """``starts[k]``: the buffers of ``temps`` that statement ``k`` is the first of
+    ``summaries`` (in order) to touch."""
+    seen, starts = set(), []
+    for s in summaries:
+        touched = (s.reads | s.written) & temps
+        starts.append(touched - seen)
+        seen |= touched
+    return starts
+
+
+def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
     """``(statements, groups)``: ``stmts`` with each loop fused with the later loops it can
     be (see the module doc), among the next :data:`FUSION_WINDOW`; ``groups`` lists the
     indices of the statements merged into each result statement. Statements whose index
     is in ``keep`` are left alone; with ``allowed`` (index -> indices), a statement takes
-    only the statements it maps to."""
-    summaries = {}
-
-    def summary(k):  # of statement k of ``stmts``, computed once
-        if k not in summaries:
-            summaries[k] = _Summary(_accesses(stmts[k]), _has_check(stmts[k]))
-        return summaries[k]
+    only the statements it maps to. ``temps``: the buffers whose storage is held from
+    the first statement of ``stmts`` touching them to the last (a kernel's temporaries);
+    a loop that is the first to touch one of them and reads nothing the loop it would
+    join writes is not moved up past statements that stay between the two."""
+    summaries = [_Summary(_accesses(s), _has_check(s)) for s in stmts]
+    starts = _first_users(summaries, temps) if temps else [frozenset()] * len(stmts)
 
     out, groups = [], []
     taken = [False] * len(stmts)
     for i, s in enumerate(stmts):
         if taken[i]:
             continue
-        group = [i]
+        group, hoisted = [i], []
         if i not in keep and type(s) is For:
-            loop = _FusedLoop(s)
-            # invariant: ``between`` summarises the statements after ``i`` and before
-            # ``j`` that stay where they are; a candidate moves up past exactly those
-            between = _Summary()
+            loop, done = _FusedLoop(s), _Summary()
+            done.add(summaries[i])
+            # invariant: ``stay`` lists the statements after ``i`` and before ``j`` that
+            # stay where they are (``between`` summarises them); a candidate moves up
+            # past exactly those
+            stay, between = [], _Summary()
             for j in range(i + 1, min(len(stmts), i + 1 + FUSION_WINDOW)):
                 if taken[j]:
                     continue
-                fused = None
-                if j not in keep and (allowed is None or j in allowed.get(i, ())) \
-                        and summary(j).commutes_with(between):
-                    fused = loop.fused_body(stmts[j])
+                fused, lift = None, ()
+                if j not in keep and (allowed is None or j in allowed.get(i, ())):
+                    fused, lift = _joins(loop, done, stmts, summaries, starts, keep, stay,
+                                         between, j)
                 if fused is None:
-                    between.add(summary(j))
-                else:
-                    loop.add(*fused)
-                    taken[j] = True
-                    group.append(j)
+                    stay.append(j)
+                    between.add(summaries[j])
+                    continue
+                loop.add(*fused)
+                done.add(summaries[j])
+                taken[j] = True
+                group.append(j)
+                if lift:
+                    for k in lift:
+                        taken[k] = True
+                    hoisted += lift
+                    stay = [k for k in stay if k not in lift]
+                    between = _Summary()
+                    for k in stay:
+                        between.add(summaries[k])
             s = loop.result()
+        for k in hoisted:  # each alone, in its order, just before the loop it let fuse
+            out.append(stmts[k])
+            groups.append([k])
         out.append(s)
         groups.append(group)
     return out, groups
+
+
+def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
+    """``(fused, lift)``: whether statement ``j`` joins ``loop`` (the loop's
+    :meth:`_FusedLoop.fused_body` of it, or None) and the statements of ``stay`` that
+    move up before the loop to let it, when some stand in its way. ``done``
+    summarises the loop's statements so far; ``between``, those of ``stay``.
+
+    A statement of ``stay`` that ``j`` may not move past moves up before the loop when
+    it commutes with the loop and with the statements of ``stay`` before it that stay,
+    is not in ``keep``, and every temporary it is the first to touch is one ``j``
+    touches (so in use at the loop anyway once ``j`` joins it); and only when every
+    buffer ``j`` writes is indexed at the loop's variable. (An accumulator's zero fill,
+    standing between the loop computing the first values it accumulates and that
+    accumulation.)"""
+    cand = summaries[j]
+    if starts[j] and stay and cand.reads.isdisjoint(loop.written):
+        return None, ()  # it would start its temporary earlier, past ``stay``, for no reuse
+    if cand.commutes_with(between):
+        return loop.fused_body(stmts[j]), ()
+    if not _same_range(loop.loop, stmts[j]):
+        return None, ()
+    touched = cand.reads | cand.written
+    lift, kept = [], _Summary()
+    for k in stay:
+        s = summaries[k]
+        if cand.commutes_with(s):
+            kept.add(s)
+        elif k not in keep and starts[k] <= touched and s.commutes_with(done) \
+                and s.commutes_with(kept):
+            lift.append(k)
+        else:
+            return None, ()
+    fused = loop.fused_body(stmts[j])
+    if fused is None or not all(fused[2].get(b) for b in fused[3]):
+        # only a loop each iteration of which writes elements of its own: one carrying
+        # a sum across iterations would keep the fused loop from running in parallel
+        return None, ()
+    return fused, tuple(lift)
+
+
+def _same_range(a, b):
+    """``b`` is a loop of ``a``'s kind over ``a``'s range (so it may fuse with it)."""
+    return type(b) is For and a.kind == b.kind and a.step == b.step and \
+        _same(a.begin, b.begin) and _same(a.end, b.end)
 
 
 def fusion_parts(kernel):
@@ -225,11 +305,15 @@ def fuse_stages(kernel, *, keep=(), allowed=None):
     (see the module doc); ``fused`` names, per merged statement, the stages (written
     buffers) it computes, for those merging two or more; ``groups``, the indices among
     :func:`fusion_parts` of those statements. Stages named in ``keep`` are not fused;
-    ``allowed`` (index -> indices), when given, the only statements each may take."""
+    ``allowed`` (index -> indices), when given, the only statements each may take (and
+    may take although that holds a temporary longer: a schedule asked for it)."""
     stmts = fusion_parts(kernel)
     names = [stage_names(s) for s in stmts]
     keep_idx = frozenset(k for k, n in enumerate(names) if set(n) & set(keep))
-    new, groups = fuse_list(stmts, keep_idx, allowed)
+    # a temporary under SHARED_MIN_BYTES has storage of its own whatever its live range
+    temps = frozenset(b for b in kernel.temps if buffer_bytes(b) >= SHARED_MIN_BYTES) \
+        if allowed is None else frozenset()
+    new, groups = fuse_list(stmts, keep_idx, allowed, temps)
     merged = [g for g in groups if len(g) > 1]
     fused = tuple(tuple(n for k in g for n in names[k]) for g in merged)
     return Kernel(kernel.name, kernel.args, kernel.temps, block(new)), fused, tuple(
