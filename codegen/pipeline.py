@@ -21,6 +21,10 @@ computes it):
    (:func:`~.schedule.scalar_temps.scalar_temps`); keeps results bit for bit.
 6. ``memory_order``: the top-level statements reordered, dependencies kept, where that
    lowers the bytes of temporaries alive together (:func:`~.lower.memory_order.memory_order`).
+7. ``rematerialise``: a temporary that is a cheap copy of other buffers (a padded
+   input) written again right before its late readers, where that lowers the bytes of
+   temporaries alive together (:func:`~.lower.rematerialise.rematerialise`); keeps
+   results bit for bit.
 
 ``schedule="none"`` runs :data:`PLAIN_PASSES` instead: ``lower`` as written (no merged
 stages, no gemm calls), ``parallelize`` and ``memory_order``. ``dump=`` sees the text
@@ -38,7 +42,7 @@ products only when its steps say so), so the same program compiles to the same l
 >>> seen = []
 >>> compiled = compile_kernel([x], [y], threads=1, dump=lambda name, text: seen.append(name))
 >>> seen
-['computed_once', 'lower', 'auto_schedule', 'parallelize', 'scalar_temps', 'memory_order']
+['computed_once', 'lower', 'auto_schedule', 'parallelize', 'scalar_temps', 'memory_order', 'rematerialise']
 >>> compiled.kernel.name, compiled.record.fused
 ('kernel', ())
 >>> compile_kernel([x], [y], threads=1, schedule="none").record is None
@@ -62,6 +66,7 @@ from tegrad.codegen.schedule.auto import ScheduleRecord, choose, record_of
 from tegrad.codegen.schedule.common import ScheduleError
 from tegrad.codegen.lower.dedupe import computed_once
 from tegrad.codegen.lower.memory_order import memory_order
+from tegrad.codegen.lower.rematerialise import rematerialise
 from tegrad.codegen.schedule.describe import schedule_value
 from tegrad.codegen.schedule.fusion import stage_names, statements
 from tegrad.codegen.schedule.manual import override_steps
@@ -185,10 +190,15 @@ def _memory_order(s):
     return replace(s, kernel=memory_order(s.kernel))
 
 
+def _rematerialise(s):
+    return replace(s, kernel=rematerialise(s.kernel))
+
+
 #: the passes, in order: ``(name, state -> state)``
 PASSES = (("computed_once", _computed_once), ("lower", _lower),
           ("auto_schedule", _auto_schedule), ("parallelize", _parallelize),
-          ("scalar_temps", _scalar_temps), ("memory_order", _memory_order))
+          ("scalar_temps", _scalar_temps), ("memory_order", _memory_order),
+          ("rematerialise", _rematerialise))
 #: the passes of ``schedule="none"``: every stage's loops as written
 PLAIN_PASSES = (("lower", _lower_plain), ("parallelize", _parallelize),
                 ("memory_order", _memory_order))

@@ -1,0 +1,303 @@
+"""Cheap copies computed again where they are read late, instead of kept alive between.
+
+A convolution with padding reads a zero-padded copy of its input (``x_padded``): the
+forward product reads it, and so does the weight gradient at the end of the backward
+pass, so the copy stays in the workspace for the whole step although its source (``x``)
+is there too. :func:`rematerialise` writes such a copy a second time, into a buffer of
+its own (``x_padded_again``), right before a later group of its readers, which then read
+the new buffer: the first buffer dies after its early readers, the second lives only
+from the new statement to its last reader.
+
+A temporary ``t`` qualifies when
+
+- one top-level statement ``W`` writes it, with stores only (no accumulation, no matrix
+  product), and every store of ``t`` is cheap: its value is a load of another buffer, a
+  constant, a choice between such values (a select, as the padding's
+  ``where(inside, x[...], 0)``) or a cast of one; loads, floating-point arithmetic and
+  calls appear nowhere else in it (indices, conditions and loop bounds are integer
+  arithmetic on loop variables). The new statement is ``W`` pruned to the loops and
+  conditions around the stores of ``t`` (their variables renamed), so it costs a read
+  and a write of each element of ``t``, as the first copy did;
+- the sources (the buffers those stores load) are arguments or temporaries other than
+  ``t``, none written by a statement between ``W`` and the new statement (nor an input
+  read there by a statement writing an output of its shape and dtype: an update, which
+  may be written in place over the input, :mod:`.in_place`, and no longer could with the
+  input read after it), and a source that ``W`` writes too is written there by stores
+  only and by no other top-level statement.
+
+Identity preserved: the new statement computes the same elements as ``W`` computed into
+``t``, because its stores are ``W``'s (same indices, conditions and values) and every
+source holds, where it runs, the values ``W``'s stores read: a source written before
+``W`` is not written again until then, and a source ``W`` writes holds, once ``W`` has
+run, the values of its tensor, which are what ``W``'s own later stages read (lowering and
+scheduling put every write of a stage's element before any read of it, and a source only
+stored to holds no partial sum). Readers of the new buffer therefore read what they read
+of ``t``.
+
+A copy is made, one at a time (the one whose peak is lowest, ties to the earliest
+statement), only where it lowers the peak bytes of temporaries alive together (each
+alive from the first top-level statement that uses it to the last, as
+:func:`~tegrad.codegen.llvm.kernel_buffers.live_ranges` has it); the new buffer may be
+copied again. Nothing is chosen that the kernel does not determine, so a replayed
+schedule makes the same copies (like :mod:`.memory_order`, the pass records no step).
+
+>>> from tegrad.ir.expr import Const, Var, select
+>>> from tegrad.codegen.loops.nodes import Block, Buffer, For, Kernel, Load, Store
+>>> from tegrad.codegen.loops.printer import format_stmt
+>>> i, zero = Var("i", "int64"), Const(0, "int64")
+>>> x, out = Buffer("x", (1000,), "float32", "input"), Buffer("out", (1,), "float32", "output")
+>>> p, a, b = (Buffer(n, (1000,), "float32") for n in ("p", "a", "b"))
+>>> loop = lambda dst, value: For(i, zero, Const(1000, "int64"), Store(dst, (i,), value))
+>>> body = Block((loop(p, select(i < 500, Load(x, (i,)), 0.0)),
+...               loop(a, Load(p, (i,)) * 2.0), loop(b, Load(a, (i,)) + 1.0),
+...               Store(out, (zero,), Load(b, (zero,)) + Load(p, (zero,)))))
+>>> k = rematerialise(Kernel("k", (x, out), (p, a, b), body))
+>>> [t.name for t in k.temps]
+['p', 'a', 'b', 'p_again']
+>>> print(format_stmt(k.body.stmts[3]))
+for (i_1 = 0; i_1 < 1000; i_1++) {
+  p_again[i_1] = i_1 < 500 ? x[i_1] : 0.0;
+}
+"""
+from __future__ import annotations
+
+from tegrad.ir.expr import Cast, Const, Select, Var, logical_not
+from tegrad.ir.mapper import fresh_name
+
+from tegrad.codegen.loops import nodes as _n
+from tegrad.codegen.loops.mapper import (buffers_of, loads, stmt_exprs, substitute_expr,
+                                         walk_expr, walk_stmts)
+from tegrad.codegen.lower.in_place import rename_buffer
+from tegrad.codegen.lower.memory_order import buffer_bytes, peak_bytes
+
+
+class _NotCheap(Exception):
+    """The statement's writes of the temporary are not a cheap copy."""
+
+
+def _cheap_value(e):
+    """Whether ``e`` is a cheap stored value (see the module docstring)."""
+    t = type(e)
+    if t is _n.Load:
+        return _no_loads(*e.indices)
+    if t is Const:
+        return True
+    if t is Select:
+        return _no_loads(e.cond) and _cheap_value(e.true_value) and \
+            _cheap_value(e.false_value)
+    if t is Cast:
+        return _cheap_value(e.a)
+    return False
+
+
+def _no_loads(*exprs):
+    """Whether ``exprs`` hold no load and only integer or boolean values (the index
+    arithmetic of loop variables and constants)."""
+    return all(type(n) is not _n.Load and not n.dtype.startswith("float")
+               for e in exprs for n in walk_expr(e))
+
+
+class _Copy:
+    """The statement writing ``t`` again into ``again``, cut out of a top-level
+    statement: its loops (variables renamed to names not in ``taken``), conditions and
+    stores of ``t``; :meth:`of` raises :class:`_NotCheap` when that is not a cheap copy."""
+
+    def __init__(self, t, again, taken):
+        self.t, self.again, self.taken = t, again, taken
+
+    def of(self, s, names=None):
+        """The part of ``s`` writing ``t``, as ``again`` (None if none), its variables
+        ``names`` (old name -> new variable) renamed."""
+        names = {} if names is None else names
+        method = getattr(self, "_" + type(s).__name__.lower(), None)
+        if method is None:
+            raise _NotCheap(type(s).__name__)
+        return method(s, names)
+
+    def _expr(self, e, names):
+        return substitute_expr(e, names) if names else e
+
+    def _store(self, s, names):
+        if s.buffer != self.t:
+            return None
+        if not (_no_loads(*s.indices) and _cheap_value(s.value)):
+            raise _NotCheap("value")
+        return _n.Store(self.again, tuple(self._expr(i, names) for i in s.indices),
+                        self._expr(s.value, names))
+
+    def _accumulate(self, s, names):
+        if s.buffer == self.t:
+            raise _NotCheap("accumulation")
+        return None
+
+    def _matrixproduct(self, s, names):
+        if s.c == self.t:
+            raise _NotCheap("product")
+        return None
+
+    def _check(self, s, names):
+        return None  # the first copy's checks passed, on the same sources
+
+    def _block(self, s, names):
+        kept = [c for c in (self.of(c, names) for c in s.stmts) if c is not None]
+        return None if not kept else kept[0] if len(kept) == 1 else _n.Block(tuple(kept))
+
+    def _for(self, s, names):
+        if not _no_loads(s.begin, s.end):
+            raise _NotCheap("bounds")
+        var = Var(fresh_name(s.var.name, self.taken), s.var.dtype)
+        self.taken.add(var.name)
+        body = self.of(s.body, {**names, s.var.name: var})
+        if body is None:
+            return None
+        return _n.For(var, self._expr(s.begin, names), self._expr(s.end, names), body,
+                      s.kind, s.step)
+
+    def _if(self, s, names):
+        then = self.of(s.then, names)
+        otherwise = None if s.otherwise is None else self.of(s.otherwise, names)
+        if then is None and otherwise is None:
+            return None
+        if not _no_loads(s.cond):
+            raise _NotCheap("condition")
+        cond = self._expr(s.cond, names)
+        if then is None:
+            return _n.If(logical_not(cond), otherwise)
+        return _n.If(cond, then, otherwise, s.likely)
+
+    def _let(self, s, names):
+        body = self.of(s.body, names)
+        if body is not None and any(type(n) is Var and n.name == s.var.name
+                                    for x in walk_stmts(body) for e in stmt_exprs(x)
+                                    for n in walk_expr(e)):
+            raise _NotCheap("let")  # a store of t uses a value computed in s
+        return body
+
+    def _allocate(self, s, names):
+        body = self.of(s.body, names)
+        if body is not None and s.buffer in buffers_of(body)[0]:
+            raise _NotCheap("local")
+        return body
+
+
+def _writes(stmt):
+    """``(stored, other)``: the buffers ``stmt`` writes with stores, and those it writes
+    otherwise (accumulations, matrix products)."""
+    stored, other = set(), set()
+    for node in walk_stmts(stmt):
+        t = type(node)
+        if t is _n.Store:
+            stored.add(node.buffer)
+        elif t is _n.Accumulate:
+            other.add(node.buffer)
+        elif t is _n.MatrixProduct:
+            other.add(node.c)
+    return stored, other
+
+
+def _sources(copy):
+    return {ld.buffer for node in walk_stmts(copy) for e in stmt_exprs(node)
+            for ld in loads(e)}
+
+
+def _taken(kernel):
+    """The names of the kernel's buffers and variables."""
+    names = {b.name for b in kernel.args + kernel.temps}
+    for node in walk_stmts(kernel.body):
+        if type(node) in (_n.For, _n.Let):
+            names.add(node.var.name)
+        elif type(node) is _n.Allocate:
+            names.add(node.buffer.name)
+    return names
+
+
+def _candidates(kernel, stmts, writes, taken):
+    """``(t, w, copy, again, sources)`` for each temporary written by one top-level
+    statement ``w`` as a cheap copy (``copy``: that statement's part writing it, into the
+    new buffer ``again``)."""
+    temps = set(kernel.temps)
+    for t in kernel.temps:
+        writers = [k for k, (stored, other) in enumerate(writes) if t in stored | other]
+        if len(writers) != 1:
+            continue
+        w = writers[0]
+        again = _n.Buffer(fresh_name(f"{t.name}_again", taken), t.shape, t.dtype, t.scope)
+        try:
+            copy = _Copy(t, again, set(taken) | {again.name}).of(stmts[w])
+        except _NotCheap:
+            continue
+        sources = _sources(copy)
+        if copy is None or t in sources or not sources <= temps | set(kernel.args):
+            continue
+        if any(s in writes[w][1] or any(s in writes[k][0] | writes[k][1]
+                                        for k in range(len(stmts)) if k != w)
+               for s in sources if s in writes[w][0]):
+            continue
+        yield t, w, copy, again, sources
+
+
+def _changed(kernel, stmts, writes):
+    """``changed[k]``: the buffers statement ``k`` writes, and the inputs it reads and
+    writes the next value of (an output of the input's shape and dtype: an update, which
+    may be written in place over the input, :mod:`.in_place`; a copy reading the input
+    after it would keep that from happening)."""
+    outputs = [b for b in kernel.args if b.scope == "output"]
+    twins = {o: [i for i in kernel.args if i.scope == "input"
+                 and (i.shape, i.dtype) == (o.shape, o.dtype)] for o in outputs}
+    changed = []
+    for s, (stored, other) in zip(stmts, writes):
+        used = set(buffers_of(s)[0])
+        written = stored | other
+        changed.append(written | {i for o in written & twins.keys() for i in twins[o]
+                                  if i in used})
+    return changed
+
+
+def _best_copy(kernel):
+    """``(peak, kernel')``: of the kernels with one more copy (see the module
+    docstring), the one of lowest peak, or None when none is below ``kernel``'s."""
+    stmts = list(kernel.body.stmts)
+    writes = [_writes(s) for s in stmts]
+    used = [{b.name for b in buffers_of(s)[0]} for s in stmts]
+    nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
+    used = [u & nbytes.keys() for u in used]
+    changed = _changed(kernel, stmts, writes)
+    best = (peak_bytes(range(len(stmts)), used, nbytes), None)
+    for t, w, copy, again, sources in _candidates(kernel, stmts, writes, _taken(kernel)):
+        readers = [k for k in range(w + 1, len(stmts)) if t.name in used[k]]
+        size = {**nbytes, again.name: buffer_bytes(again)}
+        for j, r in enumerate(readers):
+            if any(sources & changed[k] for k in range(w + 1, r)):
+                break  # a source changes before this reader, and so before later ones
+            late = set(readers[j:])
+            new_used = [(u - {t.name}) | {again.name} if k in late else u
+                        for k, u in enumerate(used)]
+            new_used.insert(r, {b.name for b in sources if b.name in nbytes} | {again.name})
+            peak = peak_bytes(range(len(new_used)), new_used, size)
+            if peak < best[0]:
+                best = (peak, (t, copy, again, r, late))
+    if best[1] is None:
+        return None
+    t, copy, again, r, late = best[1]
+    body = [rename_buffer(s, t, again) if k in late else s for k, s in enumerate(stmts)]
+    body.insert(r, copy)
+    return best[0], _n.Kernel(kernel.name, kernel.args, kernel.temps + (again,),
+                              _n.Block(tuple(body)))
+
+
+def rematerialise(kernel):
+    """``kernel`` with cheap copies written again before their late readers where that
+    lowers the peak bytes of temporaries alive together (see the module docstring), or
+    ``kernel`` itself when no copy does."""
+    if type(kernel.body) is not _n.Block or len(kernel.body.stmts) < 3:
+        return kernel
+    # each copy lowers the peak by at least a byte; a kernel has few temporaries
+    for _ in range(2 * len(kernel.temps)):
+        found = _best_copy(kernel)
+        if found is None:
+            break
+        kernel = found[1]
+    return kernel
+
+
+__all__ = ["rematerialise"]
