@@ -217,64 +217,78 @@ def _taken(kernel):
     return names
 
 
-def _candidates(kernel, stmts, writes, taken):
+def _candidates(kernel, stmts, writes, used, taken):
     """``(t, w, copy, again, sources)`` for each temporary written by one top-level
     statement ``w`` as a cheap copy (``copy``: that statement's part writing it, into the
-    new buffer ``again``)."""
-    temps = set(kernel.temps)
+    new buffer ``again``) and used after the statement following ``w`` (a copy right
+    after ``w`` would only add a buffer)."""
+    writers = {}
+    for k, (stored, other) in enumerate(writes):
+        for b in stored | other:
+            writers.setdefault(b, []).append(k)
+    readable = set(kernel.temps) | set(kernel.args)
     for t in kernel.temps:
-        writers = [k for k, (stored, other) in enumerate(writes) if t in stored | other]
-        if len(writers) != 1:
+        if len(writers.get(t, ())) != 1:
             continue
-        w = writers[0]
+        w = writers[t][0]
+        if not any(t.name in u for u in used[w + 2:]):
+            continue
         again = _n.Buffer(fresh_name(f"{t.name}_again", taken), t.shape, t.dtype, t.scope)
         try:
             copy = _Copy(t, again, set(taken) | {again.name}).of(stmts[w])
         except _NotCheap:
             continue
         sources = _sources(copy)
-        if copy is None or t in sources or not sources <= temps | set(kernel.args):
+        if copy is None or t in sources or not sources <= readable:
             continue
-        if any(s in writes[w][1] or any(s in writes[k][0] | writes[k][1]
-                                        for k in range(len(stmts)) if k != w)
-               for s in sources if s in writes[w][0]):
+        if any(s in writes[w][1] or writers[s] != [w] for s in sources if s in writes[w][0]):
             continue
         yield t, w, copy, again, sources
 
 
-def _changed(kernel, stmts, writes):
-    """``changed[k]``: the buffers statement ``k`` writes, and the inputs it reads and
-    writes the next value of (an output of the input's shape and dtype: an update, which
-    may be written in place over the input, :mod:`.in_place`; a copy reading the input
-    after it would keep that from happening)."""
+def _changed(kernel, writes, uses):
+    """``changed[k]``: the buffers statement ``k`` writes, and the inputs it reads
+    (``uses[k]``: the buffers it uses) and writes the next value of (an output of the
+    input's shape and dtype: an update, which may be written in place over the input,
+    :mod:`.in_place`; a copy reading the input after it would keep that from happening)."""
     outputs = [b for b in kernel.args if b.scope == "output"]
     twins = {o: [i for i in kernel.args if i.scope == "input"
                  and (i.shape, i.dtype) == (o.shape, o.dtype)] for o in outputs}
     changed = []
-    for s, (stored, other) in zip(stmts, writes):
-        used = set(buffers_of(s)[0])
+    for (stored, other), used in zip(writes, uses):
         written = stored | other
         changed.append(written | {i for o in written & twins.keys() for i in twins[o]
                                   if i in used})
     return changed
 
 
-def _best_copy(kernel):
+def _accesses(stmt, seen):
+    """``(_writes(stmt), the buffers stmt uses)``, remembered in ``seen`` (by identity:
+    the statements a copy leaves as they were are looked at again)."""
+    if id(stmt) not in seen:
+        seen[id(stmt)] = (stmt, _writes(stmt), set(buffers_of(stmt)[0]))
+    return seen[id(stmt)][1:]
+
+
+def _best_copy(kernel, seen):
     """``(peak, kernel')``: of the kernels with one more copy (see the module
-    docstring), the one of lowest peak, or None when none is below ``kernel``'s."""
+    docstring), the one of lowest peak, or None when none is below ``kernel``'s
+    (``seen``: see :func:`_accesses`)."""
     stmts = list(kernel.body.stmts)
-    writes = [_writes(s) for s in stmts]
-    used = [{b.name for b in buffers_of(s)[0]} for s in stmts]
+    writes, uses = zip(*(_accesses(s, seen) for s in stmts))
     nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
-    used = [u & nbytes.keys() for u in used]
-    changed = _changed(kernel, stmts, writes)
+    used = [{b.name for b in u} & nbytes.keys() for u in uses]
+    changed = _changed(kernel, writes, uses)
     best = (peak_bytes(range(len(stmts)), used, nbytes), None)
-    for t, w, copy, again, sources in _candidates(kernel, stmts, writes, _taken(kernel)):
+    for t, w, copy, again, sources in _candidates(kernel, stmts, writes, used,
+                                                  _taken(kernel)):
         readers = [k for k in range(w + 1, len(stmts)) if t.name in used[k]]
         size = {**nbytes, again.name: buffer_bytes(again)}
         for j, r in enumerate(readers):
             if any(sources & changed[k] for k in range(w + 1, r)):
                 break  # a source changes before this reader, and so before later ones
+            if r == w + 1:
+                continue
             late = set(readers[j:])
             new_used = [(u - {t.name}) | {again.name} if k in late else u
                         for k, u in enumerate(used)]
@@ -298,8 +312,9 @@ def rematerialise(kernel):
     if type(kernel.body) is not _n.Block or len(kernel.body.stmts) < 3:
         return kernel
     # each copy lowers the peak by at least a byte; a kernel has few temporaries
+    seen = {}
     for _ in range(2 * len(kernel.temps)):
-        found = _best_copy(kernel)
+        found = _best_copy(kernel, seen)
         if found is None:
             break
         kernel = found[1]

@@ -189,3 +189,14 @@ def test_padded_copies_are_not_alive_at_the_peak(monkeypatch):
     new = {t.name for t in with_pass.temps} - {t.name for t in without.temps}
     assert {f"{p}_again" for p in padded & alive_without} <= new <= \
         {f"{p}_again" for p in padded}
+
+
+def test_every_statement_kind_has_a_rule_for_cutting_out_a_copy():
+    """A statement kind the pass had no rule for would make no temporary a cheap copy
+    (rather than copy it wrongly); every kind of the loop IR has one."""
+    from tegrad.codegen.loops import nodes
+    from tegrad.codegen.lower.rematerialise import _Copy
+    kinds = [c for c in vars(nodes).values()
+             if isinstance(c, type) and issubclass(c, nodes.Stmt) and c is not nodes.Stmt]
+    assert len(kinds) >= 9
+    assert [k.__name__ for k in kinds if not hasattr(_Copy, f"_{k.__name__.lower()}")] == []
