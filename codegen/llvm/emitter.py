@@ -26,7 +26,8 @@ from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
 from tegrad.codegen.tuning import MIN_VECTOR_TRIP, VECTORIZE_LIMIT
 from tegrad.codegen.llvm.conversions import convert
 from tegrad.codegen.llvm.expressions import DTYPE_OPERANDS, DTYPE_RULES, EXPR_LOWERINGS
-from tegrad.codegen.llvm.kernel_buffers import large_locals, packing_space, plan_storage
+from tegrad.codegen.llvm.kernel_buffers import (in_place_kernel, large_locals, packing_space,
+                                                plan_storage)
 from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.parallel import emit_parallel_loop
 from tegrad.codegen.llvm.statements import STMT_LOWERINGS
@@ -105,6 +106,9 @@ class KernelEmitter:
         #: the arguments: those of disjoint lifetimes share memory
         self.storage = plan_storage(kernel.body, self.buffers[len(kernel.args):],
                                     self.packing)
+        # a temporary written over another in place is emitted as that one: one pointer
+        # to their memory, never two that a function would declare noalias
+        kernel = self.kernel = in_place_kernel(kernel, self.storage)
         self.errors = []
         #: the status codes the function being emitted may return
         self.codes = set()

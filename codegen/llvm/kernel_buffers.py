@@ -2,17 +2,28 @@
 :data:`STACK_LIMIT_BYTES`, larger ones (:func:`large_locals`) and the matrix products'
 packing space (:func:`packing_space`) in storage the runtime owns, passed after the
 kernel's arguments and temporaries, aligned to :data:`STORAGE_ALIGNMENT` bytes.
+
+In that storage (:func:`plan_storage`) buffers of disjoint lifetimes share memory, and a
+temporary computed elementwise from a temporary that dies with it takes that one's
+memory (:func:`in_place_temporaries`), the kernel then emitted with the second named as
+the first (:func:`in_place_kernel`). The identity the plan preserves: every element a
+statement reads holds the value last written to that element's buffer, as in separate
+memory; between two buffers placed at the same bytes, either their lifetimes are
+disjoint, or one is written over the other in place under
+:func:`~tegrad.codegen.lower.in_place.overwriting_statement`'s condition (each element of
+the old read, for its old value, only before the one store of the new one's value).
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
+from tegrad.codegen.lower.in_place import overwriting_statement, rename_buffer
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
 from tegrad.codegen.tuning import PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES
 
@@ -67,13 +78,17 @@ class StoragePlan:
     """Where the runtime's storage holds each buffer: ``offsets[b]`` the byte offset of
     buffer ``b`` in one block of ``nbytes`` bytes (each aligned to
     :data:`STORAGE_ALIGNMENT`); ``shares[b]`` the buffers whose memory overlaps ``b``'s
-    (all of them live only while ``b`` is dead); ``separate_bytes`` what the buffers
-    would take each in a place of its own."""
+    (all of them live only while ``b`` is dead, but those of ``b``'s chain of writes in
+    place); ``separate_bytes`` what the buffers would take each in a place of its own;
+    ``in_place[new]`` the temporary ``old`` whose memory ``new`` is written over (see
+    :func:`in_place_temporaries`; the kernel is emitted with ``new`` named ``old``,
+    :func:`in_place_kernel`)."""
 
     offsets: dict
     nbytes: int
     shares: dict
     separate_bytes: int
+    in_place: dict = field(default_factory=dict)
 
     def sharing(self, a, b):
         """Whether buffers ``a`` and ``b`` have overlapping memory."""
@@ -110,7 +125,9 @@ def plan_storage(body, buffers, packing=None):
     buffers, packing space included) used by the kernel body ``body``: buffers of at
     least :data:`SHARED_MIN_BYTES` whose :func:`live_ranges` do not intersect may take
     the same memory, so the block is about the peak of the buffers live together rather
-    than their sum.
+    than their sum. A chain of temporaries each written over the one before
+    (:func:`in_place_temporaries`, recorded in ``in_place``) is one buffer for placement,
+    live from its first's first statement to its last's last.
 
     Each buffer takes, in turn, an aligned offset where it overlaps no placed buffer whose
     range intersects its own: the lowest such offset, or the start of the tightest gap
@@ -125,27 +142,117 @@ def plan_storage(body, buffers, packing=None):
     >>> from tegrad.ir.expr import Var, Const
     >>> from tegrad.codegen.loops.nodes import Block, Buffer, Load, Store
     >>> a, b, c = (Buffer(n, (1024,), "float32") for n in "abc")
-    >>> zero = Const(0, "int64")
+    >>> zero, one = Const(0, "int64"), Const(1, "int64")
     >>> body = Block((Store(a, (zero,), Const(1.0, "float32")),
-    ...               Store(b, (zero,), Load(a, (zero,))),
-    ...               Store(c, (zero,), Load(b, (zero,)))))
+    ...               Store(b, (zero,), Load(a, (one,))),
+    ...               Store(c, (zero,), Load(b, (one,)))))
     >>> plan = plan_storage(body, [a, b, c])
     >>> plan.nbytes, plan.separate_bytes, plan.offsets[a] == plan.offsets[c]
     (8192, 12288, True)
     """
     ranges = live_ranges(body, buffers, packing)
-    nbytes_of = {b: _round_up(buffer_bytes(b), STORAGE_ALIGNMENT) for b in buffers}
-    everywhere = (0, max(hi for _, hi in ranges.values()) if ranges else 0)
+    in_place = in_place_temporaries(body, buffers, ranges)
+    # a chain of writes in place is one buffer for placement, named by its first
+    root = {}
     for b in buffers:
+        r = b
+        while r in in_place:
+            r = in_place[r]
+        root[b] = r
+    units = [b for b in buffers if root[b] == b]
+    nbytes_of = {b: _round_up(buffer_bytes(b), STORAGE_ALIGNMENT) for b in buffers}
+    spans = {}
+    for b in buffers:
+        lo, hi = spans.get(root[b], ranges[b])
+        spans[root[b]] = (min(lo, ranges[b][0]), max(hi, ranges[b][1]))
+    everywhere = (0, max(hi for _, hi in ranges.values()) if ranges else 0)
+    for b in units:
         if nbytes_of[b] < SHARED_MIN_BYTES:
-            ranges[b] = everywhere
-    offsets = _best_placement(buffers, ranges, nbytes_of)
+            spans[b] = everywhere
+    placed = _best_placement(units, spans, nbytes_of)
+    offsets = {b: placed[root[b]] for b in buffers}
     shares = {b: frozenset(p for p in buffers if p != b
                            and offsets[p] < offsets[b] + nbytes_of[b]
                            and offsets[b] < offsets[p] + nbytes_of[p])
               for b in buffers}
     return StoragePlan(offsets, _extent(offsets, nbytes_of),
-                       {b: s for b, s in shares.items() if s}, sum(nbytes_of.values()))
+                       {b: s for b, s in shares.items() if s}, sum(nbytes_of.values()),
+                       in_place)
+
+
+def in_place_temporaries(body, buffers, ranges=None):
+    """``{new: old}``: the temporaries of ``buffers`` (scope ``temp``) written over another
+    of them, ``old``, in the kernel body ``body``: ``new``'s first top-level statement is
+    ``old``'s last, and there ``new`` is computed elementwise, each element from ``old``'s
+    at its own indices only (the condition of
+    :func:`~tegrad.codegen.lower.in_place.overwriting_statement`). Each ``old`` takes at
+    most one ``new`` (two written over one would overwrite each other); an ``old`` may be
+    a ``new`` itself (a chain ``a <- b <- c`` takes one place). ``ranges``: the
+    :func:`live_ranges` of ``buffers`` when known.
+
+    >>> from tegrad.ir.expr import Var, Const
+    >>> from tegrad.codegen.loops.nodes import Block, Buffer, For, Load, Store
+    >>> a, b, c = (Buffer(n, (1024,), "float32") for n in "abc")
+    >>> i = Var("i", "int64")
+    >>> loop = lambda out, value: For(i, Const(0, "int64"), Const(1024, "int64"),
+    ...                               Store(out, (i,), value))
+    >>> body = Block((loop(a, Const(1.0, "float32")), loop(b, Load(a, (i,)) * 2.0),
+    ...               loop(c, Load(b, (i,)) + 1.0)))
+    >>> {n.name: o.name for n, o in in_place_temporaries(body, [a, b, c]).items()}
+    {'b': 'a', 'c': 'b'}
+    """
+    if ranges is None:
+        ranges = live_ranges(body, buffers)
+    stmts = list(body.stmts) if type(body) is _n.Block else [body]
+    temps = [b for b in buffers if b.scope == "temp"]
+    dying = {}
+    for b in temps:
+        dying.setdefault(ranges[b][1], []).append(b)
+    pairs, taken = {}, set()
+    for new in sorted(temps, key=lambda b: ranges[b][0]):
+        t = ranges[new][0]
+        for old in dying.get(t, ()):
+            if old in taken or old == new or (old.shape, old.dtype) != (new.shape, new.dtype) \
+                    or old not in buffers_of(stmts[t])[0]:  # (unused: live everywhere)
+                continue
+            if overwriting_statement(stmts, new, old) == t:
+                pairs[new] = old
+                taken.add(old)
+                break
+    return pairs
+
+
+def in_place_kernel(kernel, plan):
+    """``kernel`` with each temporary ``new`` of ``plan.in_place`` (a :class:`StoragePlan`
+    of its buffers) named as the first buffer of its chain, whose memory it takes: the
+    statement writing one over the other then reads and writes through one pointer, and
+    no function of the emitted module receives two pointers to that memory, each
+    declared ``noalias``. ``new`` stays one of the kernel's temporaries, at the same
+    offset (the runtime's table of pointers is unchanged).
+
+    >>> from tegrad.ir.expr import Var, Const
+    >>> from tegrad.codegen.loops.nodes import Block, Buffer, For, Kernel, Load, Store
+    >>> a, b = (Buffer(n, (1024,), "float32") for n in "ab")
+    >>> out = Buffer("out", (1024,), "float32", "output")
+    >>> i = Var("i", "int64")
+    >>> loop = lambda dst, value: For(i, Const(0, "int64"), Const(1024, "int64"),
+    ...                               Store(dst, (i,), value))
+    >>> k = Kernel("k", (out,), (a, b), Block((loop(a, Const(1.0, "float32")),
+    ...            loop(b, Load(a, (i,)) * 2.0), loop(out, Load(b, (i,))))))
+    >>> plan = plan_storage(k.body, [a, b])
+    >>> from tegrad.codegen.loops.mapper import buffers_of
+    >>> sorted(x.name for x in buffers_of(in_place_kernel(k, plan).body)[0])
+    ['a', 'out']
+    """
+    if not plan.in_place:
+        return kernel
+    body = kernel.body
+    for new in plan.in_place:
+        old = new
+        while old in plan.in_place:
+            old = plan.in_place[old]
+        body = rename_buffer(body, new, old)
+    return _n.Kernel(kernel.name, kernel.args, kernel.temps, body)
 
 
 def _best_placement(buffers, ranges, nbytes_of):

@@ -9,15 +9,18 @@ old value, only before the one store that writes its new value. It holds when
 - one top-level statement ``T`` writes ``new``, with a single ``Store`` (no
   accumulation) whose indices are the variables of the loops around it, each once (so
   each element is written once, by one iteration);
-- the statements before ``T`` may read ``old`` anywhere; no statement after ``T`` reads
-  it;
+- the statements before ``T`` may read ``old`` anywhere; no statement from ``T`` on
+  reads it but ``T`` itself, and none from ``T`` on writes it (a write after the store
+  would land on the new value);
 - inside ``T``, ``old`` is read only in the loop body holding the store, before it, at
   the store's very indices (the iteration that writes an element reads only that
   element of ``old``, before writing it; no other iteration reads it).
 
 Reads of ``new`` itself (a later stage reading the updated value) stay what they were:
 they read the same memory. An update that does not meet these conditions stays an
-output of its own.
+output of its own. :func:`overwriting_statement` checks the condition for any two
+buffers of a kernel body; the storage plan (:mod:`tegrad.codegen.llvm.kernel_buffers`)
+uses it to place a temporary at the memory of the temporary it is computed from.
 
 >>> from tegrad.ir.expr import Var, Const
 >>> from tegrad.codegen.loops.nodes import Buffer, For, Kernel, Load, Store
@@ -111,13 +114,24 @@ def _safe_in(stmt, new, old):
                 if ld.buffer != old:
                     continue
                 inside += 1
-                if ld.indices != store.indices:
+                if not _same_indices(ld.indices, store.indices):
                     return False
                 if seen_store and node is not store:
                     return False
     if any(type(n) is _n.MatrixProduct and old in n.reads for n in walk_stmts(stmt)):
         return False
     return inside == total
+
+
+def _same_indices(a, b):
+    """Whether index tuples ``a`` and ``b`` name one element: equal, or equal affine
+    forms (``i + 0`` is ``i``)."""
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    forms = [(to_affine(x), to_affine(y)) for x, y in zip(a, b)]
+    return all(f is not None and f == g for f, g in forms)
 
 
 def _each_element_once(store, loops):
@@ -151,22 +165,42 @@ def _each_element_once(store, loops):
     return True
 
 
-def in_place_safe(kernel, new, old):
-    """Whether the output ``new`` of ``kernel`` can be written into the input ``old`` (see
-    the module docstring)."""
-    if new not in kernel.args or old not in kernel.args or new.scope != "output" \
-            or old.scope != "input" or new.shape != old.shape or new.dtype != old.dtype:
-        return False
-    stmts = _top_level(kernel.body)
+def overwriting_statement(stmts, new, old):
+    """The position in ``stmts`` (a kernel body's top-level statements) of the statement
+    ``T`` that may write ``new`` over ``old`` (the condition of the module docstring; the
+    two of one shape and dtype), or None when it may not.
+
+    >>> from tegrad.ir.expr import Var, Const
+    >>> from tegrad.codegen.loops.nodes import Buffer, For, Load, Store
+    >>> a, b = Buffer("a", (4,), "float32"), Buffer("b", (4,), "float32")
+    >>> i = Var("i", "int64")
+    >>> loop = lambda value: For(i, Const(0, "int64"), Const(4, "int64"), Store(b, (i,), value))
+    >>> overwriting_statement([loop(Load(a, (i,)) * 2.0)], b, a)
+    0
+    >>> print(overwriting_statement([loop(Load(a, (i + 1,)) * 2.0)], b, a))
+    None
+    """
+    if new == old or new.shape != old.shape or new.dtype != old.dtype:
+        return None
     writers = [k for k, s in enumerate(stmts) if new in buffers_of(s)[0]
                and _store_path(s, new) is not None]
     touching = [k for k, s in enumerate(stmts) if _writes(s, new)]
     if len(writers) != 1 or touching != writers:
-        return False
+        return None
     t = writers[0]
-    if any(_reads(s, old) for s in stmts[t + 1:]):
+    if any(_reads(s, old) for s in stmts[t + 1:]) \
+            or any(_writes(s, old) for s in stmts[t:]):
+        return None
+    return t if _safe_in(stmts[t], new, old) else None
+
+
+def in_place_safe(kernel, new, old):
+    """Whether the output ``new`` of ``kernel`` can be written into the input ``old`` (see
+    the module docstring)."""
+    if new not in kernel.args or old not in kernel.args or new.scope != "output" \
+            or old.scope != "input":
         return False
-    return _safe_in(stmts[t], new, old)
+    return overwriting_statement(_top_level(kernel.body), new, old) is not None
 
 
 def _writes(stmt, buffer):
@@ -246,4 +280,5 @@ def rare_branch_after(kernel, buffers):
     return any(type(n) is _n.If and n.likely for s in stmts[first:] for n in walk_stmts(s))
 
 
-__all__ = ["in_place_safe", "rare_branch_after", "rename_buffer", "write_in_place"]
+__all__ = ["in_place_safe", "overwriting_statement", "rare_branch_after", "rename_buffer",
+           "write_in_place"]
