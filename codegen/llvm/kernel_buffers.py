@@ -23,7 +23,8 @@ import numpy as np
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
-from tegrad.codegen.lower.in_place import overwriting_statement, rename_buffer
+from tegrad.codegen.lower.in_place import (overwriting_statement, rename_buffer,
+                                           written_buffers)
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
 from tegrad.codegen.tuning import PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES
 
@@ -205,17 +206,28 @@ def in_place_temporaries(body, buffers, ranges=None):
         ranges = live_ranges(body, buffers)
     stmts = list(body.stmts) if type(body) is _n.Block else [body]
     temps = [b for b in buffers if b.scope == "temp"]
-    dying = {}
+    dying, facts = {}, {}
     for b in temps:
         dying.setdefault(ranges[b][1], []).append(b)
+
+    def fact(k):  # the buffers statement k uses and those it writes, once each
+        if k not in facts:
+            facts[k] = (buffers_of(stmts[k])[0], written_buffers(stmts[k]))
+        return facts[k]
+
     pairs, taken = {}, set()
     for new in sorted(temps, key=lambda b: ranges[b][0]):
-        t = ranges[new][0]
-        for old in dying.get(t, ()):
-            if old in taken or old == new or (old.shape, old.dtype) != (new.shape, new.dtype) \
-                    or old not in buffers_of(stmts[t])[0]:  # (unused: live everywhere)
-                continue
-            if overwriting_statement(stmts, new, old) == t:
+        t, last = ranges[new]
+        olds = [old for old in dying.get(t, ()) if old not in taken and old != new
+                and (old.shape, old.dtype) == (new.shape, new.dtype)
+                and old in fact(t)[0]]  # (one no statement uses is live everywhere)
+        if not olds or any(new in fact(k)[0] and new in fact(k)[1]
+                           for k in range(t + 1, last + 1)):
+            continue
+        for old in olds:
+            # new is written at T alone and old is not used after T (its range ends
+            # there): the condition on the whole body is the condition on T
+            if overwriting_statement([stmts[t]], new, old) == 0:
                 pairs[new] = old
                 taken.add(old)
                 break

@@ -102,25 +102,21 @@ def _safe_in(stmt, new, old):
     while inner > 0 and type(path[inner - 1]) not in (_n.For,):
         inner -= 1
     body = path[inner] if inner < len(path) else store
-    # every read of old in stmt must be one of those counted in that body below
-    total = sum(1 for node in walk_stmts(stmt) for e in stmt_exprs(node)
-                  for ld in loads(e) if ld.buffer == old)
-    seen_store, inside = False, 0
-    for node in walk_stmts(body):
+    within = {id(node) for node in walk_stmts(body)}
+    seen_store = False
+    for node in walk_stmts(stmt):
+        if type(node) is _n.MatrixProduct and old in node.reads:
+            return False
         if node is store:
             seen_store = True
         for e in stmt_exprs(node):
             for ld in loads(e):
-                if ld.buffer != old:
-                    continue
-                inside += 1
-                if not _same_indices(ld.indices, store.indices):
+                # every read of old: in that body, at the store's indices, not after it
+                if ld.buffer == old and (id(node) not in within
+                                         or not _same_indices(ld.indices, store.indices)
+                                         or (seen_store and node is not store)):
                     return False
-                if seen_store and node is not store:
-                    return False
-    if any(type(n) is _n.MatrixProduct and old in n.reads for n in walk_stmts(stmt)):
-        return False
-    return inside == total
+    return True
 
 
 def _same_indices(a, b):
@@ -182,8 +178,7 @@ def overwriting_statement(stmts, new, old):
     """
     if new == old or new.shape != old.shape or new.dtype != old.dtype:
         return None
-    writers = [k for k, s in enumerate(stmts) if new in buffers_of(s)[0]
-               and _store_path(s, new) is not None]
+    writers = [k for k, s in enumerate(stmts) if _store_path(s, new) is not None]
     touching = [k for k, s in enumerate(stmts) if _writes(s, new)]
     if len(writers) != 1 or touching != writers:
         return None
@@ -204,13 +199,19 @@ def in_place_safe(kernel, new, old):
 
 
 def _writes(stmt, buffer):
+    return buffer in written_buffers(stmt)
+
+
+def written_buffers(stmt):
+    """The buffers ``stmt`` writes (stores, accumulates, matrix products' results)."""
+    out = set()
     for node in walk_stmts(stmt):
         t = type(node)
-        if t in (_n.Store, _n.Accumulate) and node.buffer == buffer:
-            return True
-        if t is _n.MatrixProduct and node.c == buffer:
-            return True
-    return False
+        if t in (_n.Store, _n.Accumulate):
+            out.add(node.buffer)
+        elif t is _n.MatrixProduct:
+            out.add(node.c)
+    return out
 
 
 class _RenameLoads(ExprMapper):
@@ -281,4 +282,4 @@ def rare_branch_after(kernel, buffers):
 
 
 __all__ = ["in_place_safe", "overwriting_statement", "rare_branch_after", "rename_buffer",
-           "write_in_place"]
+           "write_in_place", "written_buffers"]
