@@ -154,12 +154,7 @@ def plan_storage(body, buffers, packing=None):
     ranges = live_ranges(body, buffers, packing)
     in_place = in_place_temporaries(body, buffers, ranges)
     # a chain of writes in place is one buffer for placement, named by its first
-    root = {}
-    for b in buffers:
-        r = b
-        while r in in_place:
-            r = in_place[r]
-        root[b] = r
+    root = {b: _chain_first(in_place, b) for b in buffers}
     units = [b for b in buffers if root[b] == b]
     nbytes_of = {b: _round_up(buffer_bytes(b), STORAGE_ALIGNMENT) for b in buffers}
     spans = {}
@@ -220,7 +215,8 @@ def in_place_temporaries(body, buffers, ranges=None):
         t, last = ranges[new]
         olds = [old for old in dying.get(t, ()) if old not in taken and old != new
                 and (old.shape, old.dtype) == (new.shape, new.dtype)
-                and old in fact(t)[0]]  # (one no statement uses is live everywhere)
+                # (used at T: a buffer no statement uses is live everywhere)
+                and old in fact(t)[0]]
         if not olds or any(new in fact(k)[0] and new in fact(k)[1]
                            for k in range(t + 1, last + 1)):
             continue
@@ -260,11 +256,15 @@ def in_place_kernel(kernel, plan):
         return kernel
     body = kernel.body
     for new in plan.in_place:
-        old = new
-        while old in plan.in_place:
-            old = plan.in_place[old]
-        body = rename_buffer(body, new, old)
+        body = rename_buffer(body, new, _chain_first(plan.in_place, new))
     return _n.Kernel(kernel.name, kernel.args, kernel.temps, body)
+
+
+def _chain_first(in_place, b):
+    """The first buffer of ``b``'s chain of writes in place (``{new: old}``)."""
+    while b in in_place:
+        b = in_place[b]
+    return b
 
 
 def _best_placement(buffers, ranges, nbytes_of):

@@ -176,32 +176,42 @@ UNARY = {"tanh": tg.tanh, "exp": lambda v: tg.exp(v * 0.1), "square": lambda v: 
 
 
 @st.composite
-def elementwise_programs(draw):
-    """``(inputs, outputs)``: a chain of elementwise stages of one shape over one or two
-    inputs, each stage a random unary function of the one before (maybe plus an
-    input), the sum of the last the loss; the outputs its gradients too."""
-    shape = tuple(draw(st.lists(st.integers(1, 40), min_size=1, max_size=2)))
-    a = tg.placeholder(shape, dtype="float64", name="a")
-    b = tg.placeholder(shape, dtype="float64", name="b")
+def layered_programs(draw):
+    """``(inputs, outputs)``: a chain of stages over ``(n, m)`` values, each a random
+    elementwise function of the one before (maybe plus the input ``b``) or its product
+    with the ``(m, m)`` weight ``w`` (a stage of its own, so the elementwise stages of
+    the gradient are top-level statements between products); the sum of the last the
+    loss, the outputs its gradients too."""
+    n, m = draw(st.integers(1, 24)), draw(st.integers(1, 24))
+    a = tg.placeholder((n, m), dtype="float64", name="a")
+    b = tg.placeholder((n, m), dtype="float64", name="b")
+    w = tg.placeholder((m, m), dtype="float64", name="w")
     h = a
     for k in range(draw(st.integers(2, 6))):
-        f = UNARY[draw(st.sampled_from(sorted(UNARY)))]
-        plus = draw(st.booleans())
-        h = tg.compute(shape, lambda *ix, h=h, f=f, plus=plus:
-                       f(h[ix]) + (b[ix] if plus else 0.0), name=f"h{k}")
-    axes = [tg.reduce_axis((0, n), name=f"r{k}") for k, n in enumerate(shape)]
-    loss = tg.compute((), lambda: tg.sum(h[tuple(axes)], axis=axes), name="loss")
-    return [a, b], [loss, *tg.differentiate(loss, [a, b])]
+        kind = draw(st.sampled_from(sorted(UNARY) + ["product"]))
+        if kind == "product":
+            r = tg.reduce_axis((0, m), name=f"p{k}")
+            h = tg.compute((n, m), lambda i, j, h=h, r=r: tg.sum(h[i, r] * w[r, j], axis=r),
+                           name=f"h{k}")
+        else:
+            f, plus = UNARY[kind], draw(st.booleans())
+            h = tg.compute((n, m), lambda i, j, h=h, f=f, plus=plus:
+                           f(h[i, j]) + (b[i, j] if plus else 0.0), name=f"h{k}")
+    r, c = tg.reduce_axis((0, n), name="r"), tg.reduce_axis((0, m), name="c")
+    loss = tg.compute((), lambda: tg.sum(h[r, c], axis=[r, c]), name="loss")
+    return [a, b, w], [loss, *tg.differentiate(loss, [a, b, w])]
 
 
-@settings(max_examples=8, deadline=None)
-@given(elementwise_programs(), st.integers(0, 2**31 - 1))
-def test_random_elementwise_gradients_equal_the_evaluator(program, seed):
+@settings(max_examples=10, deadline=None)
+@given(layered_programs(), st.integers(0, 2**31 - 1))
+def test_random_layered_gradients_equal_the_evaluator(program, seed):
     inputs, outputs = program
     rng = np.random.default_rng(seed)
     arrays = [rng.uniform(-1, 1, t.shape) for t in inputs]
     want = tg.evaluate(outputs, dict(zip(inputs, arrays)))
     for threads in (1, 2):
         f = tg.build(inputs, outputs, threads=threads)
+        plan = f._executable.storage_plan  # (about 4 programs in 10 merge a pair)
+        assert all(plan.offsets[n] == plan.offsets[o] for n, o in plan.in_place.items())
         for a, b in zip(f(*arrays), want):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
