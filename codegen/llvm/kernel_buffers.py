@@ -95,6 +95,11 @@ class StoragePlan:
         """Whether buffers ``a`` and ``b`` have overlapping memory."""
         return b in self.shares.get(a, ())
 
+    def one_chain(self, a, b):
+        """Whether buffers ``a`` and ``b`` are of one chain of writes in place (one
+        memory, the lifetimes meeting at each write)."""
+        return _chain_first(self.in_place, a) is _chain_first(self.in_place, b)
+
 
 def _round_up(n, multiple):
     return -(-n // multiple) * multiple

@@ -61,16 +61,18 @@ def test_plan_shares_memory_only_between_disjoint_lifetimes(case):
                 continue
             overlap = spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
             assert overlap == plan.sharing(a, b)
-            if overlap and _chain_root(plan, a) != _chain_root(plan, b):
+            # (a chain of writes in place: tests/codegen/llvm/test_in_place_temporaries.py)
+            if overlap and not plan.one_chain(a, b):
                 assert not _intersect(ranges[a], ranges[b]), (a, b)
                 assert min(buffer_bytes(a), buffer_bytes(b)) >= SHARED_MIN_BYTES - STORAGE_ALIGNMENT
     assert plan.nbytes <= plan.separate_bytes
     # never below the buffers alive at one statement
     n = len(body.stmts)
     for k in range(n):
-        # (a chain written in place: one buffer)
-        alive = sum(buffer_bytes(b) for b in {_chain_root(plan, b) for b in buffers
-                                                if ranges[b][0] <= k <= ranges[b][1]})
+        alive = [b for b in buffers if ranges[b][0] <= k <= ranges[b][1]]
+        # (a chain of writes in place: one buffer)
+        alive = sum(buffer_bytes(b) for n, b in enumerate(alive)
+                    if not any(plan.one_chain(b, c) for c in alive[:n]))
         assert plan.nbytes >= alive
 
 
@@ -86,14 +88,6 @@ def test_no_part_of_a_kernel_holds_two_buffers_sharing_memory(case):
     for part in parts:
         used = {b for s in part for b in buffers if b in live_users(s)}
         assert not any(plan.sharing(a, b) for a in used for b in used)
-
-
-def _chain_root(plan, b):
-    """The first buffer of ``b``'s chain of temporaries written in place (``b`` alone:
-    itself); see tests/codegen/llvm/test_in_place_temporaries.py."""
-    while b in plan.in_place:
-        b = plan.in_place[b]
-    return b
 
 
 def live_users(stmt):

@@ -78,7 +78,7 @@ def test_reordered_kernel_computes_the_same_and_peaks_no_higher(kernel, seed):
     ranges = live_ranges(reordered.body, list(kernel.temps))
     for a in kernel.temps:
         for b in kernel.temps:
-            if a is not b and plan.sharing(a, b):
+            if a is not b and plan.sharing(a, b) and not plan.one_chain(a, b):
                 assert ranges[a][1] < ranges[b][0] or ranges[b][1] < ranges[a][0]
 
 
