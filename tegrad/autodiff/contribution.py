@@ -8,8 +8,9 @@ where ``y'`` are fresh reduce axes replacing Y's axes, ``head`` is Y's adjoint a
 is the forward-mode derivative of ``body[y := y']`` with respect to the element
 ``X[x]``: each read ``X[idx]`` contributes ``(idx == x) ? 1 : 0`` (kept explicit, for
 zero elimination), multiplied by the partial derivatives of the rules, and reductions
-inside the body stay reductions (``sum(..., k)``). A body that is a reduction uses the
-read ``Y[y']`` for its value. For a scatter stage ``out[index(p)] += value(p)`` the
+inside the body stay reductions (``sum(..., k)``). Where a rule uses the value of the
+whole body (a reduction's, ``exp'(e) = exp(e)``, the condition of ``max(e, 0)``'s
+derivative) it is the read ``Y[y']``. For a scatter stage ``out[index(p)] += value(p)`` the
 contribution is ``sum(head[index(p')] * D, p' where where(p'))`` (a gather of the head),
 plus ``head[x]`` when ``X`` is the scatter's ``init``.
 
@@ -23,7 +24,7 @@ plus ``head[x]`` when ``X`` is the scatter's ``init``.
 from __future__ import annotations
 
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import REDUCTIONS, Read, Reduce
+from tegrad.ir.expr import Read, Reduce
 from tegrad.ir.mapper import rename_axes, substitute
 from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
@@ -101,7 +102,11 @@ def _pointwise_contribution(Y, body, X, head, xs, prefix, taken):
     mapping = {ax.name: new.var for ax, new in zip(out_axes, axes) if ax.name != new.name}
     body = substitute(body, mapping) if mapping else body
     ys = tuple(ax.var for ax in axes)
-    answers = {id(body): Read(Y, ys, Y.dtype)} if type(body) in REDUCTIONS else {}
+    # the rules that use the value of a node (exp' = exp, d(a / b) = da / b - (a / b)
+    # db / b, the condition of relu' = max(x, 0)') read the stage for its whole body, as
+    # a hand-written gradient would: no reduction or exp is computed again, and the
+    # stage's input need not be kept for the gradient when the stage's value is
+    answers = {id(body): Read(Y, ys, Y.dtype)}
     fd = ForwardDiff(element_seed(X, xs), answers, taken | {a.name for a in axes})
     d = fd.tangent(body)
     term = mul(head(prefix, ys), d)

@@ -15,8 +15,11 @@ Conventions (documented choices at points where the derivative does not exist):
 - ``floor``, ``ceil``, ``round``, ``trunc`` and ``sign`` have zero derivative;
   ``abs'(0) = 0``;
 - binary ``max(a, b)``/``min(a, b)`` at a tie ``a == b`` give half of the tangent to
-  each operand (like ``torch.maximum``), so ``relu(x) = max(x, 0)`` has ``relu'(0) =
-  0.5``; a relu written as ``x > 0 ? x : 0`` follows the select and has ``relu'(0) = 0``;
+  each operand (like ``torch.maximum``); against a constant, ``max(x, c)`` passes
+  ``dx`` only where its result is not ``c`` (``x > c`` or NaN), so ``relu(x) = max(x,
+  0)`` has ``relu'(0) = 0`` like ``torch.relu``, and its gradient can read the relu's
+  output instead of its input (see ``_against_constant``); a relu written as
+  ``x > 0 ? x : 0`` follows the select and also has ``relu'(0) = 0``;
 - ``select(c, a, b)`` differentiates each branch where it is taken (``c`` is constant);
 - max/min *reductions* split the tangent equally among all tied positions (like JAX
   and ``torch.amax``), see :mod:`tegrad.autodiff.reduce_rules`.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
-                            Select, TupleReduce, Var, call)
+                            Select, TupleReduce, Var, call, compare)
 from tegrad.ir.mapper import NodeMemo, bottom_up
 from tegrad.autodiff.intrinsic_rules import DERIVATIVES
 from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
@@ -212,18 +215,40 @@ def _floormod(fd, e, da, db):
     return sub(da, mul(call("floor", e.a / e.b), db))
 
 
-def _extremum(pick_a):
+def _extremum(pick_a, clamped):
     def fn(fd, e, da, db):
         if da is ZERO and db is ZERO:
             return ZERO
+        if type(e.a) is Const or type(e.b) is Const:
+            return _against_constant(fd, e, da, db, clamped)
         half = mul(add(da, db), Const(0.5, e.dtype))
         return choose(pick_a(e.a, e.b), da,
                       choose(e.a == e.b, half, db, e.dtype), e.dtype)
     return fn
 
 
-BINARY_RULES["max"] = _extremum(lambda a, b: a > b)
-BINARY_RULES["min"] = _extremum(lambda a, b: a < b)
+def _against_constant(fd, e, da, db, clamped):
+    """The tangent of ``max(x, c)`` (``min(x, c)``) with ``c`` a constant: ``dx`` except
+    where the result is the constant, ``x <= c`` (``x >= c``), the tie included (relu's
+    derivative at 0 is 0, like ``torch.relu``, ``jax.nn.relu`` and ``tf.nn.relu``); a NaN
+    ``x`` passes ``dx`` (its result is NaN, not ``c``: torch's threshold_backward).
+
+    The condition reads the value ``r`` of the extremum where the driver has one (the
+    read ``Y[y]`` of the stage whose whole body it is), so that a relu's gradient keeps
+    the relu's output, not its input, alive: ``r <= c`` equals ``x <= c`` for every
+    ``x``, with numpy's maximum (the evaluator's and the compiled code's: a NaN operand
+    gives NaN), ``c`` on either side: ``x > c`` gives ``r = x > c``; ``x <= c`` gives
+    ``r = c`` (up to the sign of a zero, which ``<=`` does not see); a NaN ``x`` gives a
+    NaN ``r``, and both comparisons are false (likewise ``>=`` for min).
+    """
+    x, c, dx = (e.b, e.a, db) if type(e.a) is Const else (e.a, e.b, da)
+    value = fd.answer(e)
+    at_bound = compare(clamped, x if value is e else value, c)
+    return choose(at_bound, ZERO, dx, e.dtype)
+
+
+BINARY_RULES["max"] = _extremum(lambda a, b: a > b, "le")
+BINARY_RULES["min"] = _extremum(lambda a, b: a < b, "ge")
 
 
 __all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "TANGENT_OPERANDS", "rule"]

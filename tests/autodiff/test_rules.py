@@ -159,11 +159,18 @@ def test_binary_extremum_splits_ties_half_half(op):
     assert gz.tolist() == [1 - g for g in big]
 
 
-def test_relu_as_max_has_half_derivative_at_zero():
-    x = tg.placeholder((3,), dtype=F64, name="x")
-    y = tg.compute((3,), lambda i: tg.max(x[i], tg.const(0.0, F64)), name="y")
+@pytest.mark.parametrize("whole_body", [True, False])
+def test_relu_as_max_has_zero_derivative_at_zero(whole_body):
+    # against a constant the tie goes to the constant (torch.relu), whether the driver
+    # has the stage's value (the whole body) or not (the max inside a product)
+    x = tg.placeholder((4,), dtype=F64, name="x")
+    if whole_body:
+        y = tg.compute((4,), lambda i: tg.max(x[i], tg.const(0.0, F64)), name="y")
+    else:
+        y = tg.compute((4,), lambda i: tg.max(tg.const(0.0, F64), x[i]) * 3.0, name="y")
     (dx,) = tg.differentiate(y, [x])
-    assert tg.evaluate(dx, {x: np.array([-1.0, 0.0, 2.0])}).tolist() == [0.0, 0.5, 1.0]
+    out = tg.evaluate(dx, {x: np.array([-1.0, 0.0, 2.0, np.nan])}).tolist()
+    assert out == ([0.0, 0.0, 1.0, 1.0] if whole_body else [0.0, 0.0, 3.0, 3.0])
 
 
 # ---------------------------------------------------------------------------------------
