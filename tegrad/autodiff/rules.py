@@ -19,7 +19,8 @@ Conventions (documented choices at points where the derivative does not exist):
   ``dx`` only where its result is not ``c`` (``x > c`` or NaN), so ``relu(x) = max(x,
   0)`` has ``relu'(0) = 0`` like ``torch.relu``, and its gradient can read the relu's
   output instead of its input (see ``_against_constant``); a relu written as
-  ``x > 0 ? x : 0`` follows the select and also has ``relu'(0) = 0``;
+  ``x > 0 ? x : 0`` follows the select and also has ``relu'(0) = 0`` (its gradient, and
+  a leaky relu's, also reads the output: see ``_select_condition``);
 - ``select(c, a, b)`` differentiates each branch where it is taken (``c`` is constant);
 - max/min *reductions* split the tangent equally among all tied positions (like JAX
   and ``torch.amax``), see :mod:`tegrad.autodiff.reduce_rules`.
@@ -33,7 +34,8 @@ from __future__ import annotations
 
 from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or, Read, Reduce,
-                            Select, TupleReduce, Var, call, compare)
+                            Select, TupleReduce, Var, call, compare,
+                            structural_equal)
 from tegrad.ir.mapper import NodeMemo, bottom_up
 from tegrad.autodiff.intrinsic_rules import DERIVATIVES
 from tegrad.autodiff.algebra import (ZERO, add, cast_to, choose, differentiable, div, mul, neg,
@@ -144,7 +146,47 @@ def _neg(fd, e):
 
 @rule(Select)
 def _select(fd, e):
-    return choose(e.cond, fd.tangent(e.true_value), fd.tangent(e.false_value), e.dtype)
+    return choose(_select_condition(fd, e), fd.tangent(e.true_value),
+                  fd.tangent(e.false_value), e.dtype)
+
+
+def _select_condition(fd, e):
+    """The condition of ``e = select(a op c, a, f)`` (``c`` a constant) tested on the value
+    ``r`` of ``e`` where the driver has one and :data:`STAYS_OUT` says that ``f`` fails
+    the test wherever ``a`` does: then ``r op c`` equals ``a op c`` (where it holds,
+    ``r = a``; where not, ``r = f`` fails it too), so a leaky relu's gradient reads its
+    output, not its input; else ``e``'s own condition."""
+    cond, value = e.cond, fd.answer(e)
+    if (value is e or type(cond) is not Compare or type(cond.b) is not Const
+            or not structural_equal(e.true_value, cond.a)):
+        return cond
+    stays_out = STAYS_OUT.get(cond.op)
+    if stays_out is None or not stays_out(e.false_value, cond.a, cond.b.value):
+        return cond
+    return Compare(cond.op, value, cond.b)
+
+
+def _constant(f, test):
+    return type(f) is Const and not isinstance(f.value, bool) and test(f.value)
+
+
+def _scaled(f, a):
+    """Whether ``f`` is ``a * k`` or ``k * a`` with ``k`` a constant >= 0 (not NaN)."""
+    if type(f) is not Binary or f.op != "mul":
+        return False
+    k = f.b if structural_equal(f.a, a) else f.a if structural_equal(f.b, a) else None
+    return k is not None and _constant(k, lambda v: v >= 0)
+
+
+#: ``op -> stays_out(f, a, c)``: whether ``f op c`` is false wherever ``a op c`` is (``a``
+#: at or below ``c`` for ``gt``, or NaN). ``a * k`` with ``k >= 0`` keeps the sign of
+#: ``a`` or is NaN (0 * inf), but may round to 0, so it serves the strict tests against 0
+STAYS_OUT = {
+    "gt": lambda f, a, c: _constant(f, lambda v: v <= c) or (c == 0 and _scaled(f, a)),
+    "lt": lambda f, a, c: _constant(f, lambda v: v >= c) or (c == 0 and _scaled(f, a)),
+    "ge": lambda f, a, c: _constant(f, lambda v: v < c),
+    "le": lambda f, a, c: _constant(f, lambda v: v > c),
+}
 
 
 @rule(Cast)
@@ -251,4 +293,4 @@ BINARY_RULES["max"] = _extremum(lambda a, b: a > b, "le")
 BINARY_RULES["min"] = _extremum(lambda a, b: a < b, "ge")
 
 
-__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "TANGENT_OPERANDS", "rule"]
+__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "TANGENT_OPERANDS", "STAYS_OUT", "rule"]

@@ -1,7 +1,11 @@
-"""``max(x, c)`` / ``min(x, c)`` against a constant: the derivative passes ``dx`` except
+"""Gradients that test a stage's own value instead of its input.
+
+``max(x, c)`` / ``min(x, c)`` against a constant: the derivative passes ``dx`` except
 where the result is ``c`` (``x <= c`` for max, ``x >= c`` for min; NaN passes), and a
 stage whose whole body is such an extremum (a relu) answers the condition with its own
-value, so its gradient reads the relu's output and not the pre-activation.
+value, so its gradient reads the relu's output and not the pre-activation. Likewise a
+stage ``select(a op c, a, f)`` whose ``f`` fails the test wherever ``a`` does (a leaky
+relu, a relu written as a select) tests its own value.
 
 Random programs (hypothesis: shapes, where the extremum sits, its side and bound, float32
 and float64, inputs exactly at the bound and NaN) are compared with the same condition
@@ -202,3 +206,87 @@ def test_exp_gradient_reads_the_stage_not_its_input():
     xv, hv = np.linspace(-1, 1, 12).reshape(4, 3), np.ones((4, 3))
     np.testing.assert_allclose(tg.evaluate(dx, {x: xv, head: hv}), 2 * np.exp(2 * xv),
                                rtol=1e-12)
+
+
+#: false branches of ``select(a op c, a, f)``: a constant at some offset from ``c``, or
+#: ``a * k`` (whose value stays out of the test only against 0 with ``k >= 0``)
+FALSE_BRANCHES = [("const", -1.0), ("const", 0.0), ("const", 1.0), ("scaled", 0.0),
+                  ("scaled", 0.01), ("scaled", 2.0), ("scaled", -0.5)]
+
+
+def _select_program(shape, dtype, op, c, branch, whole):
+    x = tg.placeholder(shape, dtype=dtype, name="x")
+    pre = tg.compute(shape, lambda *i: x[i] * 1.5, name="pre")
+    kind, k = branch
+    test = {"gt": lambda a: a > c, "lt": lambda a: a < c, "ge": lambda a: a >= c,
+            "le": lambda a: a <= c}[op]
+
+    def body(*i):
+        a = pre[i]
+        f = tg.const(c + k, dtype) if kind == "const" else a * k
+        s = tg.if_then_else(test(a), a, f)
+        return s if whole else s * 2.0
+    return x, pre, tg.compute(shape, body, name="y")
+
+
+@st.composite
+def _select_cases(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+    dtype = draw(st.sampled_from(["float32", "float64"]))
+    op = draw(st.sampled_from(["gt", "lt", "ge", "le"]))
+    c = draw(st.sampled_from([0.0, 0.75]))
+    branch = draw(st.sampled_from(FALSE_BRANCHES))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    n = int(np.prod(shape))
+    v = rng.uniform(-2, 2, n)
+    v[rng.random(n) < 0.3] = c / 1.5  # pre = 1.5 x lands exactly on the bound
+    v[rng.random(n) < 0.1] = np.nan
+    v[rng.random(n) < 0.1] = 1e-300 if dtype == "float64" else 1e-40  # a * k underflows
+    v[rng.random(n) < 0.1] = -1e-300 if dtype == "float64" else -1e-40
+    arrays = [a.reshape(shape).astype(dtype) for a in (v, rng.uniform(-1, 1, n))]
+    return shape, dtype, op, c, branch, arrays
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(case=_select_cases(), whole=st.booleans())
+def test_select_gradient_tests_the_value(case, whole):
+    shape, dtype, op, c, branch, (xv, hv) = case
+    x, pre, y = _select_program(shape, dtype, op, c, branch, whole)
+    head = tg.placeholder(shape, dtype=dtype, name="head")
+    (dx,) = tg.differentiate(y, [x], head=head)
+    got, pv = tg.evaluate([dx, pre], {x: xv, head: hv})
+    test = {"gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal}[op]
+    kind, k = branch
+    # the derivative of select(a op c, a, f) written on the pre-activation a = 1.5 x
+    d_false = np.zeros_like(pv) if kind == "const" else np.full_like(pv, k)
+    scale = 1.0 if whole else 2.0
+    want = (hv * scale) * np.where(test(pv, c), 1.0, d_false).astype(dtype) * 1.5
+    np.testing.assert_allclose(got, want, rtol=2e-7 if dtype == "float32" else 1e-15,
+                               atol=0)
+    assert np.array_equal(got == 0, want == 0)
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(case=_select_cases())
+def test_compiled_select_gradient_equals_the_evaluator(case):
+    shape, dtype, op, c, branch, (xv, hv) = case
+    x, _, y = _select_program(shape, dtype, op, c, branch, True)
+    head = tg.placeholder(shape, dtype=dtype, name="head")
+    (dx,) = tg.differentiate(y, [x], head=head)
+    want = tg.evaluate(dx, {x: xv, head: hv})
+    for threads in (1, 2):
+        (got,) = tg.build([x, head], [dx], threads=threads)(xv, hv)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("alpha, reads_output", [(0.01, True), (0.0, True), (-0.2, False)])
+def test_leaky_relu_gradient_reads_the_output_when_alpha_keeps_the_sign(alpha, reads_output):
+    x = tg.placeholder((8, 6), name="x")
+    w = tg.placeholder((5, 6), name="w")
+    pre = nn.dense(x, w)
+    y = nn.leaky_relu(pre, alpha=alpha)
+    head = tg.placeholder(y.shape, name="head")
+    grads = tg.differentiate(y, [x, w], head=head)
+    stages = _gradient_stages(grads)
+    assert any(pre.name in _reads(t) for t in stages) is not reads_output
+    assert any(y.name in _reads(t) for t in stages) is reads_output
