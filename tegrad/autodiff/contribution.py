@@ -30,7 +30,7 @@ from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
 from tegrad.autodiff.names import names_in
 from tegrad.analysis.kronecker import kronecker
-from tegrad.autodiff.rules import ForwardDiff
+from tegrad.autodiff.rules import ForwardDiff, bound_tests
 
 
 def element_seed(X, xs):
@@ -105,9 +105,11 @@ def _pointwise_contribution(Y, body, X, head, xs, prefix, taken):
     # the rules that use the value of a node (exp' = exp, d(a / b) = da / b - (a / b)
     # db / b, the condition of relu' = max(x, 0)') read the stage for its whole body, as
     # a hand-written gradient would: no reduction or exp is computed again, and the
-    # stage's input need not be kept for the gradient when the stage's value is
-    answers = {id(body): Read(Y, ys, Y.dtype)}
-    fd = ForwardDiff(element_seed(X, xs), answers, taken | {a.name for a in axes})
+    # stage's input need not be kept for the gradient when the stage's value is (a
+    # clip's inner bound is tested on the value too: bound_tests)
+    value = Read(Y, ys, Y.dtype)
+    fd = ForwardDiff(element_seed(X, xs), {id(body): value}, taken | {a.name for a in axes},
+                     bound_tests(body, value))
     d = fd.tangent(body)
     term = mul(head(prefix, ys), d)
     return cast_to(_sum_over(axes, term, None, Y.dtype), X.dtype)

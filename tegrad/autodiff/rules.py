@@ -51,15 +51,24 @@ class ForwardDiff:
     holds variable names of the enclosing context that new reduce axes must avoid.
     """
 
-    def __init__(self, seed, answers=None, reserved=()):
+    def __init__(self, seed, answers=None, reserved=(), tests=None):
         self.seed = seed
         self.answers = answers or {}
+        #: id(node) -> an expression on the same side of the node's constant bound as the
+        #: node at every point (see :func:`bound_tests`)
+        self.tests = tests or {}
         self.reserved = frozenset(reserved)
         self._memo = NodeMemo()
 
     def answer(self, e):
         """The value of ``e``: its replacement in ``answers``, or ``e`` itself."""
         return self.answers.get(id(e), e)
+
+    def tested(self, e):
+        """What a comparison of ``e`` with its constant bound may test: its entry in
+        ``tests``, else its value."""
+        found = self.tests.get(id(e))
+        return self.answer(e) if found is None else found
 
     def tangent(self, e):
         """The tangent of ``e`` (an expression or ZERO).
@@ -284,13 +293,47 @@ def _against_constant(fd, e, da, db, clamped):
     NaN ``r``, and both comparisons are false (likewise ``>=`` for min).
     """
     x, c, dx = (e.b, e.a, db) if type(e.a) is Const else (e.a, e.b, da)
-    value = fd.answer(e)
+    value = fd.tested(e)
     at_bound = compare(clamped, x if value is e else value, c)
     return choose(at_bound, ZERO, dx, e.dtype)
+
+
+def _bound(e):
+    """``(x, c)`` for ``e = max(x, c)`` or ``min(x, c)`` (``c`` a constant on either side),
+    else None."""
+    if type(e) is not Binary or e.op not in ("max", "min") or (type(e.a) is Const) == (
+            type(e.b) is Const):
+        return None
+    return (e.b, e.a) if type(e.a) is Const else (e.a, e.b)
+
+
+def bound_tests(body, value):
+    """``{id(node): value}`` for the extremum a clip nests in ``body`` (``value``: the
+    stage's value at the same point), so that its test too reads the stage's value.
+
+    For ``r = min(max(x, lo), hi)`` with ``lo < hi``, ``r <= lo`` equals ``max(x, lo) <=
+    lo``: ``x <= lo`` gives ``r = min(lo, hi) = lo``; ``x > lo`` gives ``r = min(x, hi) >
+    lo``; a NaN ``x`` a NaN ``r``. Likewise ``r >= hi`` for ``max(min(x, hi), lo)``. (The
+    outer extremum is the whole body: its test reads its value.)
+
+    >>> import tegrad as tg
+    >>> x = tg.placeholder((3,), name="x")
+    >>> r = tg.placeholder((3,), name="r")
+    >>> len(bound_tests(tg.min(tg.max(x[0], 0.0), 6.0), r[0]))
+    1
+    """
+    outer = _bound(body)
+    inner = None if outer is None else _bound(outer[0])
+    if inner is None or outer[0].op == body.op:
+        return {}
+    c, bound = inner[1].value, outer[1].value
+    inside = c < bound if body.op == "min" else c > bound
+    return {id(outer[0]): value} if inside else {}
 
 
 BINARY_RULES["max"] = _extremum(lambda a, b: a > b, "le")
 BINARY_RULES["min"] = _extremum(lambda a, b: a < b, "ge")
 
 
-__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "TANGENT_OPERANDS", "STAYS_OUT", "rule"]
+__all__ = ["ForwardDiff", "RULES", "BINARY_RULES", "TANGENT_OPERANDS", "STAYS_OUT", "bound_tests",
+           "rule"]

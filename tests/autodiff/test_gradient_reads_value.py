@@ -5,7 +5,7 @@ where the result is ``c`` (``x <= c`` for max, ``x >= c`` for min; NaN passes), 
 stage whose whole body is such an extremum (a relu) answers the condition with its own
 value, so its gradient reads the relu's output and not the pre-activation. Likewise a
 stage ``select(a op c, a, f)`` whose ``f`` fails the test wherever ``a`` does (a leaky
-relu, a relu written as a select) tests its own value.
+relu, a relu written as a select) tests its own value, and so does a clip's inner bound.
 
 Random programs (hypothesis: shapes, where the extremum sits, its side and bound, float32
 and float64, inputs exactly at the bound and NaN) are compared with the same condition
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
-from tegrad import nn
+from tegrad import nn, ops
 from tegrad.ir.stages import is_placeholder
 from tegrad.testing import check_grad
 
@@ -290,3 +290,38 @@ def test_leaky_relu_gradient_reads_the_output_when_alpha_keeps_the_sign(alpha, r
     stages = _gradient_stages(grads)
     assert any(pre.name in _reads(t) for t in stages) is not reads_output
     assert any(y.name in _reads(t) for t in stages) is reads_output
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple),
+       dtype=st.sampled_from(["float32", "float64"]),
+       bounds=st.sampled_from([(0.0, 6.0), (-1.0, 1.0), (0.5, 0.5), (None, 2.0),
+                               (-2.0, None)]),
+       seed=st.integers(0, 2**16))
+def test_clip_gradient_equals_torch_hardtanh_and_reads_only_the_output(shape, dtype, bounds,
+                                                                      seed):
+    lo, hi = bounds
+    rng = np.random.default_rng(seed)
+    v = rng.uniform(-3, 7, shape)
+    for bound in bounds:
+        if bound is not None:
+            v[rng.random(shape) < 0.2] = bound / 2  # pre = 2 x lands on the bound
+    v[rng.random(shape) < 0.1] = np.nan
+    v, hv = v.astype(dtype), rng.uniform(-1, 1, shape).astype(dtype)
+    x = tg.placeholder(shape, dtype=dtype, name="x")
+    pre = tg.compute(shape, lambda *i: x[i] * 2.0, name="pre")
+    y = ops.clip(pre, lo, hi)
+    head = tg.placeholder(shape, dtype=dtype, name="head")
+    grads = tg.differentiate(y, [x], head=head)
+    got = tg.evaluate(grads[0], {x: v, head: hv})
+    xt = torch.tensor(v, requires_grad=True)
+    low, high = (-np.inf if lo is None else lo), (np.inf if hi is None else hi)
+    torch.nn.functional.hardtanh(xt * 2.0, low, high).backward(torch.tensor(hv))
+    # torch's hardtanh passes a NaN's gradient in its scalar loop only (0 from its vector
+    # loop, 16 elements at a time): at NaN the convention of relu (pass) is checked
+    nan = np.isnan(v)
+    np.testing.assert_array_equal(got[~nan], xt.grad.numpy()[~nan])
+    np.testing.assert_array_equal(got[nan], (hv * 2)[nan])
+    # the value decides both bounds unless they coincide (then the clip is constant)
+    readers = {name for t in _gradient_stages(grads) for name in _reads(t)}
+    assert ("pre" in readers) is (lo == hi)
