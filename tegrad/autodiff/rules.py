@@ -48,14 +48,14 @@ class ForwardDiff:
     ``seed(leaf)`` gives the tangent of a ``Read`` or ``Var`` leaf (or ZERO);
     ``answers`` maps ``id(node)`` to an expression to use for the node's value
     (e.g. the read ``Y[y]`` of the stage whose whole body is the node); ``reserved``
-    holds variable names of the enclosing context that new reduce axes must avoid.
+    holds variable names of the enclosing context that new reduce axes must avoid;
+    ``tests`` maps ``id(node)`` of an extremum against a constant to an expression its
+    comparison with that constant may test instead (:func:`bound_tests`).
     """
 
     def __init__(self, seed, answers=None, reserved=(), tests=None):
         self.seed = seed
         self.answers = answers or {}
-        #: id(node) -> an expression on the same side of the node's constant bound as the
-        #: node at every point (see :func:`bound_tests`)
         self.tests = tests or {}
         self.reserved = frozenset(reserved)
         self._memo = NodeMemo()
@@ -270,7 +270,7 @@ def _extremum(pick_a, clamped):
     def fn(fd, e, da, db):
         if da is ZERO and db is ZERO:
             return ZERO
-        if type(e.a) is Const or type(e.b) is Const:
+        if _bound(e) is not None:
             return _against_constant(fd, e, da, db, clamped)
         half = mul(add(da, db), Const(0.5, e.dtype))
         return choose(pick_a(e.a, e.b), da,
@@ -292,7 +292,8 @@ def _against_constant(fd, e, da, db, clamped):
     ``r = c`` (up to the sign of a zero, which ``<=`` does not see); a NaN ``x`` gives a
     NaN ``r``, and both comparisons are false (likewise ``>=`` for min).
     """
-    x, c, dx = (e.b, e.a, db) if type(e.a) is Const else (e.a, e.b, da)
+    x, c = _bound(e)
+    dx = da if x is e.a else db
     value = fd.tested(e)
     at_bound = compare(clamped, x if value is e else value, c)
     return choose(at_bound, ZERO, dx, e.dtype)
