@@ -1,4 +1,5 @@
-"""Guarded accumulations become unguarded ones of a selected value.
+"""Guarded accumulations become unguarded ones of a selected value, and the arms of a
+stored select that load are computed ahead of it.
 
 ``if (c) acc op= v`` becomes ``acc op= c ? v : e`` where ``e`` leaves every value
 unchanged under ``op`` (``-0.0`` for a float sum, since ``x + -0.0 == x`` also for
@@ -10,6 +11,14 @@ integers by nonzero constants only. A value that loads is bound by a ``let`` ahe
 the accumulation (a select's arm that loads is emitted as a branch, since that is what
 keeps an unproven load from running). The loop then runs without a branch (a vector
 loop needs no masked memory access).
+
+Likewise ``buf[i] = c ? a : b`` (and the selects its arms are, in turn) binds each arm
+that loads with a ``let`` ahead of the store when evaluating it cannot fail (the same
+test; a load of the condition guards the top-level arms), so the select is a choice of
+two values, not a branch (a relu's gradient reading its output, ``r <= 0 ? 0 : g``,
+whose ``g`` loads, branched on every element). The stored values are the same: only
+where they are computed changes, and an arm computed where it is not chosen cannot
+fail.
 
 >>> from tegrad.ir.expr import Compare, Const, Var
 >>> from tegrad.ir.reduction import sum as tg_sum
@@ -29,7 +38,7 @@ from tegrad.ir import dtypes, reduction
 from tegrad.ir.expr import Const, Select, Var, may_divide_by_zero
 
 from tegrad.codegen.loops.mapper import loads, to_affine, walk_expr
-from tegrad.codegen.loops.nodes import Accumulate, Let
+from tegrad.codegen.loops.nodes import Accumulate, Let, Store
 from tegrad.codegen.schedule.common import RangedStmtMapper, fresh, names_in_stmt, run_noting
 
 #: the reducers whose neutral element is known exactly
@@ -83,6 +92,49 @@ class _IfConvert(RangedStmtMapper):
             return Let(var, value, Accumulate(a.buffer, a.indices, chosen, a.reducer))
         chosen = Select(s.cond, value, _neutral(a.reducer, dtype), dtype)
         return Accumulate(a.buffer, a.indices, chosen, a.reducer)
+
+
+    def map_store(self, s):
+        s = super().map_store(s)
+        if type(s.value) is not Select or not self.allowed(s.buffer.name):
+            return s
+        guarded = {(ld.buffer, ld.indices) for ld in loads(s.value.cond)}
+        lets = []
+        value = self._arms_bound(s.value, guarded, s.buffer.name, lets)
+        if not lets or self._loading_arm(value):
+            return s
+        self.changed.append(s.buffer.name)
+        out = Store(s.buffer, s.indices, value)
+        for var, arm in reversed(lets):
+            out = Let(var, arm, out)
+        return out
+
+    def _arms_bound(self, e, guarded, name, lets):
+        """``e`` with the arms of its selects (``e`` one, and those its arms are, in
+        turn) that load and whose evaluation cannot fail bound by ``lets`` (appended,
+        inner ones first) to new variables; ``guarded``: loads the select's condition
+        makes, valid for its arms."""
+        if type(e) is not Select:
+            return e
+        arms = []
+        for arm in (e.true_value, e.false_value):
+            inner = []
+            bound = self._arms_bound(arm, frozenset(), name, inner)
+            if loads(bound) and evaluation_cannot_fail(bound, self.ranges, guarded):
+                var = Var(fresh(f"{name}_arm", self.taken), bound.dtype)
+                lets.extend(inner)
+                lets.append((var, bound))
+                arms.append(var)
+            else:
+                arms.append(arm)
+        return Select(e.cond, arms[0], arms[1], e.dtype)
+
+    @staticmethod
+    def _loading_arm(e):
+        """Whether a select of ``e`` (``e`` one, or one of its arms) has an arm that
+        loads: emitted as a branch still."""
+        return type(e) is Select and any(
+            loads(arm) or _IfConvert._loading_arm(arm) for arm in (e.true_value, e.false_value))
 
 
 def if_convert(s, *, taken=None, changed=None, only=None):

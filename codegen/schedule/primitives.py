@@ -243,7 +243,7 @@ PRIMITIVES = {
     "guards_to_bounds": Primitive("statement", "(loop, ...)", _each("guards made bounds"),
                                   _noting(innermost_guards_to_bounds)),
     "if_convert": Primitive("statement", "(buffer, ...)", _each(
-        "guarded accumulation made unguarded"), _noting(if_convert, taken="taken")),
+        "guarded accumulation or select made unguarded"), _noting(if_convert, taken="taken")),
     "accumulators": Primitive("statement", "((loop, lanes), ...)", lambda a: [
         f"{v}: vector accumulators ({n} lanes)" for v, n in a], _accumulators),
     "vector_loops": Primitive("statement", "(loop, ...)", _each("vectorized"),
