@@ -105,9 +105,10 @@ class KernelEmitter:
         #: where the runtime's storage (or an export's workspace) holds the buffers after
         #: the arguments: those of disjoint lifetimes share memory
         self.storage = plan_storage(kernel.body, self.buffers[len(kernel.args):],
-                                    self.packing)
+                                    self.packing, in_place=not check_bounds)
         # a temporary written over another in place is emitted as that one: one pointer
-        # to their memory, never two that a function would declare noalias
+        # to their memory, never two that a function would declare noalias (none when
+        # every index is checked: a check names the buffer it reads)
         kernel = self.kernel = in_place_kernel(kernel, self.storage)
         self.errors = []
         #: the status codes the function being emitted may return

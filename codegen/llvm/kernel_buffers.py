@@ -22,7 +22,7 @@ import numpy as np
 
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
+from tegrad.codegen.loops.mapper import buffers_of, loads, stmt_exprs, walk_expr, walk_stmts
 from tegrad.codegen.lower.in_place import (overwriting_statement, rename_buffer,
                                            written_buffers)
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
@@ -126,14 +126,15 @@ def live_ranges(body, buffers, packing=None):
     return {b: ranges.get(b, everywhere) for b in buffers}
 
 
-def plan_storage(body, buffers, packing=None):
+def plan_storage(body, buffers, packing=None, in_place=True):
     """A :class:`StoragePlan` for ``buffers`` (a kernel's temporaries and large local
     buffers, packing space included) used by the kernel body ``body``: buffers of at
     least :data:`SHARED_MIN_BYTES` whose :func:`live_ranges` do not intersect may take
     the same memory, so the block is about the peak of the buffers live together rather
     than their sum. A chain of temporaries each written over the one before
-    (:func:`in_place_temporaries`, recorded in ``in_place``) is one buffer for placement,
-    live from its first's first statement to its last's last.
+    (:func:`in_place_temporaries`, recorded in ``in_place``; none when ``in_place`` is
+    false) is one buffer for placement, live from its first's first statement to its
+    last's last.
 
     Each buffer takes, in turn, an aligned offset where it overlaps no placed buffer whose
     range intersects its own: the lowest such offset, or the start of the tightest gap
@@ -157,7 +158,7 @@ def plan_storage(body, buffers, packing=None):
     (8192, 12288, True)
     """
     ranges = live_ranges(body, buffers, packing)
-    in_place = in_place_temporaries(body, buffers, ranges)
+    in_place = in_place_temporaries(body, buffers, ranges) if in_place else {}
     # a chain of writes in place is one buffer for placement, named by its first
     root = {b: _chain_first(in_place, b) for b in buffers}
     units = [b for b in buffers if root[b] == b]
@@ -228,11 +229,21 @@ def in_place_temporaries(body, buffers, ranges=None):
         for old in olds:
             # new is written at T alone and old is not used after T (its range ends
             # there): the condition on the whole body is the condition on T
-            if overwriting_statement([stmts[t]], new, old) == 0:
+            if overwriting_statement([stmts[t]], new, old) == 0 \
+                    and not _read_by_data(stmts[t:last + 1], new):
                 pairs[new] = old
                 taken.add(old)
                 break
     return pairs
+
+
+def _read_by_data(stmts, buffer):
+    """Whether one of ``stmts`` reads ``buffer`` at an index computed from loaded data:
+    the check of that index names the buffer, which must stay ``buffer``'s own name."""
+    return any(ld.buffer == buffer and any(type(n) is _n.Load for i in ld.indices
+                                           for n in walk_expr(i))
+               for s in stmts for node in walk_stmts(s) for e in stmt_exprs(node)
+               for ld in loads(e))
 
 
 def in_place_kernel(kernel, plan):

@@ -114,16 +114,26 @@ def test_random_chains_merge_exactly_the_pairs_meeting_the_condition(case, seed)
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-def test_a_chain_takes_one_place():
-    """``t1 <- t0`` and ``t2 <- t1``: the three at one offset, the block one buffer."""
-    n = 1024
+def _loop(n, dst, value):
+    return For(I, _c(0), _c(n), Store(dst, (I,), value))
+
+
+def _chain_kernel(n):
+    """``t0 = x + 1``, ``t1 = 2 t0``, ``t2 = t1 - 3``, ``out = t2 x``."""
     x = Buffer("x", (n,), "float64", "input")
     out = Buffer("out", (n,), "float64", "output")
     t = [Buffer(f"t{k}", (n,), "float64") for k in range(3)]
-    loop = lambda dst, value: For(I, _c(0), _c(n), Store(dst, (I,), value))  # noqa: E731
-    kernel = Kernel("k", (x, out), tuple(t), Block((
-        loop(t[0], Load(x, (I,)) + 1.0), loop(t[1], Load(t[0], (I,)) * 2.0),
-        loop(t[2], Load(t[1], (I,)) - 3.0), loop(out, Load(t[2], (I,)) * Load(x, (I,))))))
+    return Kernel("k", (x, out), tuple(t), Block((
+        _loop(n, t[0], Load(x, (I,)) + 1.0), _loop(n, t[1], Load(t[0], (I,)) * 2.0),
+        _loop(n, t[2], Load(t[1], (I,)) - 3.0),
+        _loop(n, out, Load(t[2], (I,)) * Load(x, (I,))))))
+
+
+def test_a_chain_takes_one_place():
+    """``t1 <- t0`` and ``t2 <- t1``: the three at one offset, the block one buffer."""
+    n = 1024
+    kernel = _chain_kernel(n)
+    t = kernel.temps
     exe = Executable(kernel, threads=1)
     plan = exe.storage_plan
     assert plan.in_place == {t[1]: t[0], t[2]: t[1]}
@@ -132,6 +142,37 @@ def test_a_chain_takes_one_place():
     got = np.empty(n)
     exe.run([data, got])
     np.testing.assert_array_equal(got, ((data + 1.0) * 2.0 - 3.0) * data)
+
+
+def _gather_kernel(n):
+    """``t1 = t0 + 1`` elementwise from ``t0 = 2 x``; the output reads ``t1`` at indices
+    loaded from ``idx``."""
+    x = Buffer("x", (n,), "float64", "input")
+    idx = Buffer("idx", (n,), "int64", "input")
+    out = Buffer("out", (n,), "float64", "output")
+    t0, t1 = Buffer("t0", (n,), "float64"), Buffer("t1", (n,), "float64")
+    return Kernel("gather", (x, idx, out), (t0, t1), Block((
+        _loop(n, t0, Load(x, (I,)) * 2.0), _loop(n, t1, Load(t0, (I,)) + 1.0),
+        _loop(n, out, Load(t1, (Load(idx, (I,)),))))))
+
+
+def test_a_temporary_read_at_loaded_indices_keeps_its_memory_and_name():
+    """A check of a loaded index names the buffer read: ``t1`` is not written over
+    ``t0`` (its accesses would name ``t0``), and a bad index names ``t1``."""
+    n = 8
+    exe = Executable(_gather_kernel(n), threads=1)
+    assert exe.storage_plan.in_place == {}
+    x, out = np.arange(n, dtype=np.float64), np.empty(n)
+    exe.run([x, np.arange(n)[::-1].copy(), out])
+    np.testing.assert_array_equal(out, (2 * x + 1)[::-1])
+    with pytest.raises(tg.TegradError, match="t1"):
+        exe.run([x, np.full(n, n), out])
+
+
+def test_no_temporary_is_written_in_place_when_every_index_is_checked():
+    kernel = _chain_kernel(64)
+    assert Executable(kernel, threads=1).storage_plan.in_place
+    assert Executable(kernel, threads=1, check_bounds=True).storage_plan.in_place == {}
 
 
 def _mlp(batch, d, hidden, dtype):
