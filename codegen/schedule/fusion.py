@@ -7,10 +7,10 @@ is accessed, in both, at index exactly ``a`` (``b``) in one common dimension: it
 ``B(v)`` right after ``A(v)`` instead of after all of ``A`` reads and writes the same
 values. A statement is moved up to the loop it fuses with only past statements it shares
 no written buffer with; loops that both check indices at run time are not fused (the
-first failing check stays the same). A statement standing in the way (an accumulator's
-zero fill between the loop computing the first values it accumulates and the
-accumulation) moves up just before the loop when it shares no written buffer with the
-loop nor with the statements it moves past: statements that commute run in either
+first failing check stays the same). An initialisation standing in the way (an
+accumulator's zero fill between the loop computing the first values it accumulates and
+the accumulation) moves up just before the loop when it shares no written buffer with
+the loop nor with the statements it moves past: statements that commute run in either
 order with the same results. Fusion recurses into the fused body (a row max, a row sum
 and an elementwise output over the same rows end up in one loop over rows).
 
@@ -47,7 +47,7 @@ kernel kernel(float64 A[4][3], float64 B[4][3]) {
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Var
+from tegrad.ir.expr import Binary, Const, Var
 
 from tegrad.codegen.loops.mapper import block, loads, stmt_exprs, substitute_stmt, walk_stmts
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel, Let,
@@ -256,12 +256,16 @@ def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
     summarises the loop's statements so far; ``between``, those of ``stay``.
 
     A statement of ``stay`` that ``j`` may not move past moves up before the loop when
-    it commutes with the loop and with the statements of ``stay`` before it that stay,
-    is not in ``keep``, and every temporary it is the first to touch is one ``j``
-    touches (so in use at the loop anyway once ``j`` joins it); and only when every
-    buffer ``j`` writes is indexed at the loop's variable. (An accumulator's zero fill,
-    standing between the loop computing the first values it accumulates and that
-    accumulation.)"""
+    it is an initialisation (reads no buffer: an accumulator's zero fill, standing
+    between the loop computing the first values it accumulates and that accumulation),
+    commutes with the loop and with the statements of ``stay`` before it that stay, is
+    not in ``keep``, and every temporary it is the first to touch is one ``j`` touches
+    (so in use at the loop anyway once ``j`` joins it); and only when each iteration of
+    ``j`` writes elements of its own (at the loop's variable, or it plus a constant: a
+    sum carried across iterations, or a window's overlapping updates, would keep the
+    fused loop from running in parallel or in vectors). (Moving a statement that reads
+    up past a loop could keep it from reading a value the loop stores instead of
+    computing it again.)"""
     cand = summaries[j]
     if starts[j] and stay and cand.reads.isdisjoint(loop.written):
         return None, ()  # it would start its temporary earlier, past ``stay``, for no reuse
@@ -275,17 +279,39 @@ def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
         s = summaries[k]
         if cand.commutes_with(s):
             kept.add(s)
-        elif k not in keep and starts[k] <= touched and s.commutes_with(done) \
-                and s.commutes_with(kept):
+        elif k not in keep and not s.reads and starts[k] <= touched \
+                and s.commutes_with(done) and s.commutes_with(kept):
             lift.append(k)
         else:
             return None, ()
     fused = loop.fused_body(stmts[j])
-    if fused is None or not all(fused[2].get(b) for b in fused[3]):
-        # only a loop each iteration of which writes elements of its own: one carrying
-        # a sum across iterations would keep the fused loop from running in parallel
+    if fused is None or not _writes_vary(fused[0], loop.name):
         return None, ()
     return fused, tuple(lift)
+
+
+def _writes_vary(body, name):
+    """Every element ``body`` writes (outside its own buffers) is at an index that is
+    the loop variable ``name`` or it plus a constant: each iteration writes elements of
+    its own."""
+    local = {n.buffer for n in walk_stmts(body) if type(n) is Allocate}
+    for n in walk_stmts(body):
+        if type(n) is MatrixProduct:
+            return False
+        if type(n) in (Store, Accumulate) and n.buffer not in local and \
+                not any(_is_shifted(i, name) for i in n.indices):
+            return False
+    return True
+
+
+def _is_shifted(e, name):
+    """``e`` is the variable ``name``, or it plus (or minus) a constant."""
+    if type(e) is Var:
+        return e.name == name
+    if type(e) is Binary and e.op in ("add", "sub"):
+        return (_is_shifted(e.a, name) and type(e.b) is Const) or \
+            (e.op == "add" and type(e.a) is Const and _is_shifted(e.b, name))
+    return False
 
 
 def _same_range(a, b):
