@@ -25,3 +25,31 @@ def check_build(inputs, outputs, arrays, rtol, threads=2):
     for g, e, t in zip(got, expected, flat):
         np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * 10, err_msg=t.name)
     return f
+
+
+def same_in_interpreter(kernel, transform, seed):
+    """``transform(kernel)``, checked to give the same bits as ``kernel`` in the loop
+    interpreter on uniform inputs drawn from ``seed`` (a pass over loop-IR kernels)."""
+    from tegrad.codegen.loops.interpret import run
+    rng = np.random.default_rng(seed)
+    inputs = [rng.uniform(-1, 1, b.shape) for b in kernel.args if b.scope == "input"]
+    changed = transform(kernel)
+    want, _ = run(kernel, inputs)
+    got, _ = run(changed, inputs)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    return changed
+
+
+def built_twice_equals_evaluator(inputs, outputs, seed, dtype, threads):
+    """``tg.build`` of the program on ``threads`` threads equals ``tg.evaluate`` on
+    uniform arrays drawn from ``seed``, called twice (the second call finds the shared
+    storage holding the first call's values)."""
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-1, 1, t.shape).astype(dtype) for t in inputs]
+    f = tg.build(inputs, outputs, threads=threads)
+    want = tg.evaluate(outputs, dict(zip(inputs, arrays)))
+    tol = 1e-10 if dtype == "float64" else 2e-4
+    for _ in range(2):
+        for a, b in zip(f(*arrays), want):
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)

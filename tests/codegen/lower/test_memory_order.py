@@ -7,19 +7,19 @@ statement. On compiled programs (a chain of products differentiated with respect
 every weight, whose activation gradients the reordering frees early): values equal to
 ``tg.evaluate`` on 1 and 2 threads, and a smaller workspace than in the original order.
 """
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tegrad as tg
 from tegrad.ir.expr import Const, Var
-from tegrad.codegen.loops.interpret import run
 from tegrad.codegen.loops.mapper import buffers_of
 from tegrad.codegen.loops.nodes import Block, Buffer, For, Kernel, Load, Store
 from tegrad.codegen.llvm.kernel_buffers import buffer_bytes, live_ranges, plan_storage
 from tegrad.codegen.lower.memory_order import memory_order, peak_bytes
 from tegrad.codegen.lower.program import lower_program
+
+from support.compare import built_twice_equals_evaluator, same_in_interpreter
 
 I = Var("i", "int64")
 
@@ -54,13 +54,7 @@ def kernels(draw):
 @settings(max_examples=80, deadline=None)
 @given(kernels(), st.integers(0, 2 ** 31))
 def test_reordered_kernel_computes_the_same_and_peaks_no_higher(kernel, seed):
-    rng = np.random.default_rng(seed)
-    inputs = [rng.uniform(-1, 1, b.shape) for b in kernel.args if b.scope == "input"]
-    reordered = memory_order(kernel)
-    want, _ = run(kernel, inputs)
-    got, _ = run(reordered, inputs)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
+    reordered = same_in_interpreter(kernel, memory_order, seed)
     stmts = kernel.body.stmts
     assert sorted(map(id, reordered.body.stmts)) == sorted(map(id, stmts))
     nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
@@ -115,14 +109,7 @@ def test_compiled_reordered_step_equals_the_evaluator_in_less_workspace(
     reordered = memory_order(kernel)
     temps = list(kernel.temps)
     assert plan_storage(reordered.body, temps).nbytes <= plan_storage(kernel.body, temps).nbytes
-    rng = np.random.default_rng(depth * 1000 + size)
-    arrays = [rng.uniform(-1, 1, t.shape).astype(dtype) for t in inputs]
-    f = tg.build(inputs, outputs, threads=threads)
-    want = tg.evaluate(outputs, dict(zip(inputs, arrays)))
-    tol = 1e-10 if dtype == "float64" else 2e-4
-    for _ in range(2):  # again: the shared storage holds the last call's values
-        for a, b in zip(f(*arrays), want):
-            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    built_twice_equals_evaluator(inputs, outputs, depth * 1000 + size, dtype, threads)
 
 
 def test_weight_gradients_move_next_to_their_activation_gradients():

@@ -29,6 +29,8 @@ from tegrad.codegen.llvm.kernel_buffers import buffer_bytes, live_ranges
 from tegrad.codegen.lower.memory_order import peak_bytes
 from tegrad.codegen.lower.rematerialise import rematerialise
 
+from support.compare import built_twice_equals_evaluator, same_in_interpreter
+
 I = Var("i", "int64")
 N = 6
 
@@ -113,13 +115,7 @@ def _stores(stmt):
 @settings(max_examples=150, deadline=None)
 @given(kernels(), st.integers(0, 2 ** 31))
 def test_rematerialised_kernel_computes_the_same_in_a_lower_peak(kernel, seed):
-    rng = np.random.default_rng(seed)
-    inputs = [rng.uniform(-1, 1, b.shape) for b in kernel.args if b.scope == "input"]
-    again = rematerialise(kernel)
-    want, _ = run(kernel, inputs)
-    got, _ = run(again, inputs)
-    for a, b in zip(got, want):
-        np.testing.assert_array_equal(a, b)
+    again = same_in_interpreter(kernel, rematerialise, seed)
     if again is kernel:
         return
     assert _peak(again) < _peak(kernel)
@@ -159,14 +155,8 @@ def _two_convs(dims, batch, channels, size, kernel, padding, dtype):
 def test_compiled_gradients_of_padded_convolutions_equal_the_evaluator(
         threads, dims, batch, channels, size, kernel, padding, dtype):
     inputs, outputs = _two_convs(dims, batch, channels, size, kernel, padding, dtype)
-    rng = np.random.default_rng(size * 100 + channels * 10 + kernel)
-    arrays = [rng.uniform(-1, 1, t.shape).astype(dtype) for t in inputs]
-    f = tg.build(inputs, outputs, threads=threads)
-    want = tg.evaluate(outputs, dict(zip(inputs, arrays)))
-    tol = 1e-10 if dtype == "float64" else 2e-4
-    for _ in range(2):  # again: the shared storage holds the last call's values
-        for a, b in zip(f(*arrays), want):
-            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    built_twice_equals_evaluator(inputs, outputs, size * 100 + channels * 10 + kernel, dtype,
+                                 threads)
 
 
 def _alive_at_peak(kernel):
