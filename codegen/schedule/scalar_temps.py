@@ -76,7 +76,7 @@ def _reads_in(stmts, name, indices):
     """The number of loads of ``name`` in the expressions of ``stmts`` (stores and
     accumulations), or None if one of them reads another element."""
     n = 0
-    for s in stmts:
+    for s in (node for st in stmts for node in walk_stmts(st)):
         for e in stmt_exprs(s):
             for ld in loads(e):
                 if ld.buffer.name == name:
@@ -85,6 +85,14 @@ def _reads_in(stmts, name, indices):
                         return None
                     n += 1
     return n
+
+
+def _writes_once(s):
+    """``s`` is a store or an accumulation, with the values it reads bound ahead of it
+    or not (``let``s of :mod:`.ifconvert`): it runs once, where it stands."""
+    while type(s) is Let:
+        s = s.body
+    return type(s) in (Store, Accumulate)
 
 
 class _Replace(ExprMapper):
@@ -115,7 +123,7 @@ class _Scalarise(StmtMapper):
             if type(st) is not Store or st.buffer.name not in self.candidates:
                 continue
             rest = stmts[p + 1:]
-            if not rest or not all(type(r) in (Store, Accumulate) for r in rest):
+            if not rest or not all(_writes_once(r) for r in rest):
                 continue
             name = st.buffer.name
             if not all(_plain_index(i) for i in st.indices):

@@ -33,12 +33,13 @@ def test_random_fused_kernels_give_the_same_bits(program, seed):
 
 
 def _chain(n, m, dtype):
-    """A gradient whose fused backward loop writes ``dr`` (the relu's adjoint) and reads
-    it back twice in the same iteration, and nowhere else."""
+    """A gradient whose fused loop writes ``dr`` (the relu's adjoint) and reads it back
+    twice in the same iteration, and nowhere else (``w`` elementwise: a weight shared by
+    the rows has its gradient summed in a loop of its own, after its zero fill)."""
     x = tg.placeholder((n, m), dtype=dtype, name="x")
-    w = tg.placeholder((m,), dtype=dtype, name="w")
+    w = tg.placeholder((n, m), dtype=dtype, name="w")
     head = tg.placeholder((n, m), dtype=dtype, name="head")
-    r = tg.compute((n, m), lambda i, j: tg.max(x[i, j] * w[j], 0.0), name="r")
+    r = tg.compute((n, m), lambda i, j: tg.max(x[i, j] * w[i, j], 0.0), name="r")
     s = tg.compute((n, m), lambda i, j: tg.tanh(r[i, j]) * r[i, j], name="s")
     loss = tg.compute((n, m), lambda i, j: s[i, j] * head[i, j], name="loss")
     return [x, w, head], [loss, *tg.differentiate(tg.ops.sum(loss), [x, w])]
