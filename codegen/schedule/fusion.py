@@ -271,7 +271,10 @@ def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
         return None, ()  # it would start its temporary earlier, past ``stay``, for no reuse
     if cand.commutes_with(between):
         return loop.fused_body(stmts[j]), ()
-    if not _same_range(loop.loop, stmts[j]):
+    # (the cheap tests first, a model's backward holding hundreds of candidates: some
+    # initialisation must stand in the way, and every statement in the way is checked,
+    # before the ranges are compared and the body is fused)
+    if all(summaries[k].reads for k in stay):
         return None, ()
     touched = cand.reads | cand.written
     lift, kept = [], _Summary()
@@ -284,6 +287,8 @@ def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
             lift.append(k)
         else:
             return None, ()
+    if not _same_range(loop.loop, stmts[j]):
+        return None, ()
     fused = loop.fused_body(stmts[j])
     if fused is None or not _writes_vary(fused[0], loop.name):
         return None, ()
