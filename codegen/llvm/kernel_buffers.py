@@ -23,7 +23,7 @@ import numpy as np
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, loads, stmt_exprs, walk_expr, walk_stmts
-from tegrad.codegen.lower.in_place import (overwriting_statement, rename_buffer,
+from tegrad.codegen.lower.in_place import (overwriting_statement, rename_buffers,
                                            written_buffers)
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
 from tegrad.codegen.tuning import PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES
@@ -270,9 +270,8 @@ def in_place_kernel(kernel, plan):
     """
     if not plan.in_place:
         return kernel
-    body = kernel.body
-    for new in plan.in_place:
-        body = rename_buffer(body, new, _chain_first(plan.in_place, new))
+    body = rename_buffers(kernel.body, {new: _chain_first(plan.in_place, new)
+                                        for new in plan.in_place})
     return _n.Kernel(kernel.name, kernel.args, kernel.temps, body)
 
 

@@ -215,36 +215,38 @@ def written_buffers(stmt):
 
 
 class _RenameLoads(ExprMapper):
-    """Loads of one buffer become loads of another."""
+    """Loads of some buffers become loads of others (``renamed``: buffer -> buffer)."""
 
-    def __init__(self, new, old):
+    def __init__(self, renamed):
         super().__init__()
-        self.new, self.old = new, old
+        self.renamed = renamed
 
     def map_load(self, e, *args):
         e = super().map_load(e, *args)
-        return _n.Load(self.old, e.indices, e.dtype) if e.buffer == self.new else e
+        old = self.renamed.get(e.buffer)
+        return e if old is None else _n.Load(old, e.indices, e.dtype)
 
 
 class _Rename(StmtMapper):
-    """Every load and store of one buffer becomes one of another."""
+    """Every load and store of some buffers becomes one of others (``renamed``)."""
 
-    def __init__(self, new, old):
-        super().__init__(_RenameLoads(new, old))
-        self.new, self.old = new, old
+    def __init__(self, renamed):
+        super().__init__(_RenameLoads(renamed))
+        self.renamed = renamed
 
     def map_store(self, s):
         s = super().map_store(s)
-        return _n.Store(self.old, s.indices, s.value) if s.buffer == self.new else s
+        old = self.renamed.get(s.buffer)
+        return s if old is None else _n.Store(old, s.indices, s.value)
 
     def map_accumulate(self, s):
         s = super().map_accumulate(s)
-        if s.buffer != self.new:
-            return s
-        return _n.Accumulate(self.old, s.indices, s.value, s.reducer)
+        old = self.renamed.get(s.buffer)
+        return s if old is None else _n.Accumulate(old, s.indices, s.value, s.reducer)
 
     def map_matrix_product(self, s):
-        named = {f: self.old for f in ("a", "b", "c") if getattr(s, f) == self.new}
+        named = {f: self.renamed[getattr(s, f)] for f in ("a", "b", "c")
+                 if getattr(s, f) in self.renamed}
         return dataclasses.replace(s, **named) if named else s
 
 
@@ -266,7 +268,13 @@ def write_in_place(kernel, updates):
 
 def rename_buffer(body, new, old):
     """``body`` with every load and store of ``new`` made of ``old``."""
-    return _Rename(new, old)(body)
+    return rename_buffers(body, {new: old})
+
+
+def rename_buffers(body, renamed):
+    """``body`` with every load and store of each buffer of ``renamed`` (buffer ->
+    buffer) made of the buffer it maps to, in one pass."""
+    return _Rename(renamed)(body) if renamed else body
 
 
 def rare_branch_after(kernel, buffers):
@@ -282,4 +290,5 @@ def rare_branch_after(kernel, buffers):
 
 
 __all__ = ["in_place_safe", "overwriting_statement", "rare_branch_after", "rename_buffer",
+           "rename_buffers",
            "write_in_place", "written_buffers"]
