@@ -32,11 +32,17 @@ TASK_FN_TYPE = ir.FunctionType(ir.VoidType(), [VOIDPTR, I64, I64])
 PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [TASK_FN_TYPE.as_pointer(), VOIDPTR, I64, I32])
 
 
+def useful_threads(work, least_work):
+    """``max(1, work // least_work)``, the threads ``work`` pays for at ``least_work``
+    each, at most ``2**31 - 1`` (no ``i32`` thread count is larger)."""
+    return min(max(1, work // max(1, least_work)), 2 ** 31 - 1)
+
+
 def threads_worth(b, threads, work, least_work):
-    """``min(threads, max(1, work // least_work))`` (an ``i32``): no more threads than
-    the ``work`` (a Python int, known when compiling) pays for at ``least_work`` each."""
-    useful = max(1, work // max(1, least_work))
-    return threads if useful >= 2 ** 31 else smin(b, threads, ir.Constant(I32, useful))
+    """``min(threads, useful_threads(work, least_work))`` (an ``i32``): no more threads
+    than the ``work`` (a Python int, known when compiling) pays for."""
+    useful = useful_threads(work, least_work)
+    return threads if useful == 2 ** 31 - 1 else smin(b, threads, ir.Constant(I32, useful))
 
 
 def declare_parallel_for(module):
@@ -45,4 +51,4 @@ def declare_parallel_for(module):
 
 
 __all__ = ["MAX_THREADS", "PARALLEL_FOR", "PARALLEL_FOR_TYPE", "TASK_FN_TYPE",
-           "declare_parallel_for", "threads_worth"]
+           "declare_parallel_for", "threads_worth", "useful_threads"]

@@ -178,9 +178,8 @@ class DriverEmitter(GemmEmitterBase):
         fn = ir.Function(self.module, fnty, name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         params_ty = self.params_type()
-        # Work too small to pay for waking threads runs on fewer of them (at most 2**31 - 1:
-        # the launch compares it with an i32 thread count).
-        useful = min(max(1, spec.flops // max(1, min_flops_per_thread)), 2 ** 31 - 1)
+        # Work too small to pay for waking threads runs on fewer of them.
+        useful = fork_join.useful_threads(spec.flops, min_flops_per_thread)
         value = {"batch": spec.batch, "m": spec.m, "n": spec.n, "k": spec.k,
                  "slot_bytes": pack_slot_bytes(spec, blk),
                  "accumulate": int(spec.accumulate), "useful_threads": useful,
@@ -196,15 +195,9 @@ class DriverEmitter(GemmEmitterBase):
         value["n_offsets"] = None if spec.n_offsets is None else self.table("n", spec.n_offsets)
         value["batch_offsets"] = (None if spec.batch_offsets is None else self.table(
             "batch", [v for row in spec.batch_offsets for v in row]))
-        fields = []
-        for f, ty in zip(self.PARAMS, params_ty.elements):
-            v = value.get(f)
-            if isinstance(v, int):
-                fields.append(i64(v))
-            elif v is None:  # no table, or a pointer the entry or the launch sets
-                fields.append(i64(0) if ty is I64 else ir.Constant(ty, None))
-            else:
-                fields.append(v)
+        # (a field not given: no table, or one the entry or the launch sets, is zero)
+        fields = [ir.Constant(ty, value.get(f)) if isinstance(value.get(f), (int, type(None)))
+                  else value[f] for f, ty in zip(self.PARAMS, params_ty.elements)]
         constant = ir.GlobalVariable(self.module, params_ty, name=f"{self.name}.params")
         constant.global_constant, constant.linkage = True, "internal"
         constant.initializer = ir.Constant(params_ty, fields)

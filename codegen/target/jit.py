@@ -269,6 +269,8 @@ def load_shared(key, names, calls):
 _requested = {}
 #: the thread that compiles requested shared functions (made on first request)
 _background = None
+#: guards :data:`_requested` and :data:`_background` (never held while compiling)
+_request_lock = threading.Lock()
 
 
 def request_shared(name, build):
@@ -312,10 +314,6 @@ def await_requested():
         finally:
             with _request_lock:
                 _requested.pop(name, None)
-
-
-#: guards :data:`_requested` and :data:`_background` (never held while compiling)
-_request_lock = threading.Lock()
 
 
 def shared_address(name):
