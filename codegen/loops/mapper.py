@@ -305,6 +305,23 @@ def free_variables(s):
     return out
 
 
+def bound_names(s):
+    """Variables bound inside ``s`` (its loops and lets) and buffers it allocates."""
+    names, local = set(), set()
+    for n in walk_stmts(s):
+        if type(n) in (For, Let):
+            names.add(n.var.name)
+        elif type(n) is Allocate:
+            local.add(n.buffer)
+    return names, local
+
+
+def names_in(kernel):
+    """Every loop, let and buffer name of ``kernel`` (fresh names avoid them)."""
+    bound, local = bound_names(kernel.body)
+    return {b.name for b in kernel.args + kernel.temps + tuple(local)} | bound
+
+
 def block(stmts):
     """A block of ``stmts`` (nested blocks flattened); one statement stands alone."""
     flat = []

@@ -204,14 +204,23 @@ def _writes(stmt, buffer):
 
 def written_buffers(stmt):
     """The buffers ``stmt`` writes (stores, accumulates, matrix products' results)."""
-    out = set()
+    stored, updated = stored_and_updated(stmt)
+    return stored | updated
+
+
+def stored_and_updated(stmt):
+    """``(stored, updated)``: the buffers ``stmt`` writes with stores, and those it
+    writes otherwise (accumulations, matrix products' results)."""
+    stored, updated = set(), set()
     for node in walk_stmts(stmt):
         t = type(node)
-        if t in (_n.Store, _n.Accumulate):
-            out.add(node.buffer)
+        if t is _n.Store:
+            stored.add(node.buffer)
+        elif t is _n.Accumulate:
+            updated.add(node.buffer)
         elif t is _n.MatrixProduct:
-            out.add(node.c)
-    return out
+            updated.add(node.c)
+    return stored, updated
 
 
 class _RenameLoads(ExprMapper):
@@ -290,5 +299,4 @@ def rare_branch_after(kernel, buffers):
 
 
 __all__ = ["in_place_safe", "overwriting_statement", "rare_branch_after", "rename_buffer",
-           "rename_buffers",
-           "write_in_place", "written_buffers"]
+           "rename_buffers", "stored_and_updated", "write_in_place", "written_buffers"]

@@ -72,9 +72,9 @@ from tegrad.ir.expr import Cast, Const, Select, Var, logical_not
 from tegrad.ir.mapper import fresh_name
 
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import (buffers_of, loads, stmt_exprs, substitute_expr,
-                                         walk_expr, walk_stmts)
-from tegrad.codegen.lower.in_place import rename_buffer
+from tegrad.codegen.loops.mapper import (buffers_of, loads, names_in, stmt_exprs,
+                                         substitute_expr, walk_expr, walk_stmts)
+from tegrad.codegen.lower.in_place import rename_buffer, stored_and_updated
 from tegrad.codegen.lower.memory_order import buffer_bytes, peak_bytes
 
 
@@ -188,35 +188,9 @@ class _Copy:
         return body
 
 
-def _writes(stmt):
-    """``(stored, other)``: the buffers ``stmt`` writes with stores, and those it writes
-    otherwise (accumulations, matrix products)."""
-    stored, other = set(), set()
-    for node in walk_stmts(stmt):
-        t = type(node)
-        if t is _n.Store:
-            stored.add(node.buffer)
-        elif t is _n.Accumulate:
-            other.add(node.buffer)
-        elif t is _n.MatrixProduct:
-            other.add(node.c)
-    return stored, other
-
-
 def _sources(copy):
     return {ld.buffer for node in walk_stmts(copy) for e in stmt_exprs(node)
             for ld in loads(e)}
-
-
-def _taken(kernel):
-    """The names of the kernel's buffers and variables."""
-    names = {b.name for b in kernel.args + kernel.temps}
-    for node in walk_stmts(kernel.body):
-        if type(node) in (_n.For, _n.Let):
-            names.add(node.var.name)
-        elif type(node) is _n.Allocate:
-            names.add(node.buffer.name)
-    return names
 
 
 def _candidates(kernel, stmts, writes, used, taken):
@@ -266,10 +240,10 @@ def _changed(kernel, writes, uses):
 
 
 def _accesses(stmt, seen):
-    """``(_writes(stmt), the buffers stmt uses)``, remembered in ``seen`` (by identity:
-    the statements a copy leaves as they were are looked at again)."""
+    """``(stored_and_updated(stmt), the buffers stmt uses)``, remembered in ``seen`` (by
+    identity: the statements a copy leaves as they were are looked at again)."""
     if id(stmt) not in seen:
-        seen[id(stmt)] = (stmt, _writes(stmt), set(buffers_of(stmt)[0]))
+        seen[id(stmt)] = (stmt, stored_and_updated(stmt), set(buffers_of(stmt)[0]))
     return seen[id(stmt)][1:]
 
 
@@ -284,7 +258,7 @@ def _best_copy(kernel, seen):
     changed = _changed(kernel, writes, uses)
     best = (peak_bytes(range(len(stmts)), used, nbytes), None)
     for t, w, copy, again, sources in _candidates(kernel, stmts, writes, used,
-                                                  _taken(kernel)):
+                                                  names_in(kernel)):
         readers = [k for k in range(w + 1, len(stmts)) if t.name in used[k]]
         size = {**nbytes, again.name: buffer_bytes(again)}
         # an update of an input W reads and writes counts too (W's own writes do not)

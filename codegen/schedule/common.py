@@ -6,9 +6,10 @@ from tegrad.ir.errors import TegradError
 from tegrad.ir.expr import Binary, Const, Var
 from tegrad.ir.mapper import fresh_name
 
-from tegrad.codegen.loops.mapper import (StmtMapper, buffers_of, free_variables, stmt_exprs,
-                                         to_affine, walk_expr, walk_stmts)
-from tegrad.codegen.loops.nodes import Accumulate, Allocate, For, Kernel, Let, Load, Store
+from tegrad.codegen.loops.mapper import (  # noqa: F401  (bound_names, names_in: the passes')
+    StmtMapper, bound_names, buffers_of, free_variables, names_in, stmt_exprs, to_affine,
+    walk_expr, walk_stmts)
+from tegrad.codegen.loops.nodes import Accumulate, For, Kernel, Load, Store
 from tegrad.codegen.loops.printer import format_expr
 
 
@@ -139,12 +140,6 @@ def writes(s):
     return [n for n in walk_stmts(s) if type(n) in (Store, Accumulate)]
 
 
-def names_in(kernel):
-    """Every loop, let and buffer name of ``kernel`` (fresh names avoid them)."""
-    bound, local = bound_names(kernel.body)
-    return {b.name for b in kernel.args + kernel.temps + tuple(local)} | bound
-
-
 def names_in_stmt(s):
     """The names of ``s``'s loops, lets and allocated buffers, and of the variables and
     buffers it uses from outside."""
@@ -158,17 +153,6 @@ def fresh(base, taken):
     name = fresh_name(base, taken)
     taken.add(name)
     return name
-
-
-def bound_names(s):
-    """Variables bound inside ``s`` (its loops and lets) and buffers it allocates."""
-    names, local = set(), set()
-    for n in walk_stmts(s):
-        if type(n) in (For, Let):
-            names.add(n.var.name)
-        elif type(n) is Allocate:
-            local.add(n.buffer)
-    return names, local
 
 
 def _pins(indices, name, inner, spans):

@@ -47,9 +47,10 @@ kernel kernel(float64 A[4][3], float64 B[4][3]) {
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Binary, Const, Var
+from tegrad.ir.expr import Var
 
-from tegrad.codegen.loops.mapper import block, loads, stmt_exprs, substitute_stmt, walk_stmts
+from tegrad.codegen.loops.mapper import (block, loads, stmt_exprs, substitute_stmt, to_affine,
+                                         walk_stmts)
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel, Let,
                                         MatrixProduct, Store)
 from tegrad.codegen.lower.memory_order import buffer_bytes
@@ -311,12 +312,8 @@ def _writes_vary(body, name):
 
 def _is_shifted(e, name):
     """``e`` is the variable ``name``, or it plus (or minus) a constant."""
-    if type(e) is Var:
-        return e.name == name
-    if type(e) is Binary and e.op in ("add", "sub"):
-        return (_is_shifted(e.a, name) and type(e.b) is Const) or \
-            (e.op == "add" and type(e.a) is Const and _is_shifted(e.b, name))
-    return False
+    form = to_affine(e)
+    return form is not None and form.terms == ((name, 1),)
 
 
 def _same_range(a, b):
