@@ -26,7 +26,8 @@ from tegrad.codegen.loops.mapper import buffers_of, loads, stmt_exprs, walk_expr
 from tegrad.codegen.lower.in_place import (overwriting_statement, rename_buffers,
                                            written_buffers)
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
-from tegrad.codegen.tuning import PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES
+from tegrad.codegen.tuning import (
+    PLACEMENT_SLACK, PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES)
 
 #: the alignment (bytes) of the storage the runtime allocates for temporaries and large
 #: local buffers, declared to LLVM
@@ -141,10 +142,11 @@ def plan_storage(body, buffers, packing=None, in_place=True):
     that holds it. The buffers are taken largest first, by first use, longest-lived
     first, last to die first, then (up to :data:`PLACEMENT_TRIES` orders) largest first
     with each size scaled by a random factor in [0.5, 1.5) (a fixed seed: the same plan
-    each time); the first plan whose block is the peak of the bytes alive at one
-    statement (no plan is smaller) is kept, else the smallest. (Largest first at the
-    lowest offset alone left 1.0 MB of a ResNet block's 11.05 MB training-step workspace
-    unused, and 0.49 MB of a TCN's 4.70 MB; the random orders reach the peak in both.)
+    each time); the first plan whose block is within :data:`PLACEMENT_SLACK` of the peak
+    of the bytes alive at one statement (no plan is smaller than that peak) is kept, else
+    the smallest. (Largest first at the lowest offset alone left 1.0 MB of a ResNet
+    block's 11.05 MB training-step workspace unused, and 0.49 MB of a TCN's 4.70 MB; the
+    random orders reach the peak in both.)
 
     >>> from tegrad.ir.expr import Var, Const
     >>> from tegrad.codegen.loops.nodes import Block, Buffer, Load, Store
@@ -301,7 +303,7 @@ def _best_placement(buffers, ranges, nbytes_of):
             extent = _extent(offsets, nbytes_of)
             if best is None or extent < best[0]:
                 best = (extent, offsets)
-            if extent <= floor:
+            if extent <= floor * (1 + PLACEMENT_SLACK):
                 return offsets
     return best[1] if best is not None else {}
 

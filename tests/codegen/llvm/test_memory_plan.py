@@ -6,6 +6,8 @@ emitted module holds two buffers sharing memory), and on compiled chains of prod
 whose temporaries die one after another (values equal ``tg.evaluate``, on 1 and 2
 threads, with the workspace below the sum of the temporaries).
 """
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,11 +17,13 @@ import tegrad as tg
 from tegrad.ir.expr import Const
 from tegrad.codegen.loops.mapper import buffers_of
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load, Store
+from tegrad.codegen.llvm import kernel_buffers as kb
 from tegrad.codegen.llvm.emit import kernel_parts
 from tegrad.codegen.llvm.kernel_buffers import (PACKING_SPACE, SHARED_MIN_BYTES,
                                                 STORAGE_ALIGNMENT,
                                                 buffer_bytes, in_place_kernel, live_ranges,
                                                 plan_storage)
+from tegrad.codegen.tuning import PLACEMENT_SLACK
 
 ZERO = Const(0, "int64")
 
@@ -88,6 +92,31 @@ def test_no_part_of_a_kernel_holds_two_buffers_sharing_memory(case):
     for part in parts:
         used = {b for s in part for b in buffers if b in live_users(s)}
         assert not any(plan.sharing(a, b) for a in used for b in used)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 8), st.integers(1, 40)),
+                min_size=1, max_size=40))
+def test_the_placement_kept_is_near_the_peak_or_the_best_of_all_orders(spans):
+    # buffers of (first statement, statements more, 64-byte lines), placed as plan_storage
+    # places the units of a kernel's temporaries
+    names = [f"b{k}" for k in range(len(spans))]
+    ranges = {n: (lo, lo + more) for n, (lo, more, _) in zip(names, spans)}
+    nbytes_of = {n: lines * STORAGE_ALIGNMENT for n, (_, _, lines) in zip(names, spans)}
+    offsets = kb._best_placement(names, ranges, nbytes_of)
+    for a in names:
+        for b in names:
+            if a < b and _intersect(ranges[a], ranges[b]):
+                assert (offsets[a] + nbytes_of[a] <= offsets[b]
+                        or offsets[b] + nbytes_of[b] <= offsets[a]), (a, b)
+    extent = kb._extent(offsets, nbytes_of)
+    floor = kb._peak_alive(ranges, nbytes_of)
+    assert extent >= floor
+    if extent > floor * (1 + PLACEMENT_SLACK):
+        # no early stop: the smallest block of every order the search tries
+        with mock.patch.object(kb, "PLACEMENT_SLACK", -1.0):
+            assert extent == kb._extent(kb._best_placement(names, ranges, nbytes_of),
+                                        nbytes_of)
 
 
 def live_users(stmt):
