@@ -47,10 +47,10 @@ kernel kernel(float64 A[4][3], float64 B[4][3]) {
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Var
+from tegrad.ir.expr import Var, structural_equal
 
-from tegrad.codegen.loops.mapper import (block, loads, stmt_exprs, substitute_stmt, to_affine,
-                                         walk_stmts)
+from tegrad.codegen.loops.mapper import (block, bound_names, loads, stmt_exprs,
+                                         substitute_stmt, to_affine, walk_stmts)
 from tegrad.codegen.loops.nodes import (Accumulate, Allocate, Block, Check, For, Kernel, Let,
                                         MatrixProduct, Store)
 from tegrad.codegen.lower.memory_order import buffer_bytes
@@ -88,8 +88,8 @@ def _rebinds(s, name):
     return any(type(n) in (For, Let) and n.var.name == name for n in walk_stmts(s))
 
 
-def _pinned_dims(indices, var):
-    return {d for d, i in enumerate(indices or ()) if type(i) is Var and i.name == var}
+def _pinned_dims(indices, names):
+    return {d for d, i in enumerate(indices or ()) if type(i) is Var and i.name in names}
 
 
 class _Summary:
@@ -114,16 +114,29 @@ class _Summary:
                 and self.reads.isdisjoint(other.written) and not (self.check and other.check))
 
 
-def _pinned_and_written(accesses, name):
+def _pinned_and_written(accesses, names):
     """``(pinned, written)``: per buffer of ``accesses``, the dimensions where every
-    access indexes at exactly the loop variable ``name``; and the buffers written."""
+    access indexes at exactly the loop variable (named one of ``names``); and the
+    buffers written."""
     pinned, written = {}, set()
     for buf, indices, w in accesses:
-        dims = _pinned_dims(indices, name)
+        dims = _pinned_dims(indices, names)
         pinned[buf] = dims & pinned[buf] if buf in pinned else dims
         if w:
             written.add(buf)
     return pinned, written
+
+
+class _LoopFacts:
+    """What fusion asks of a loop's body, found once however many loops it is tried
+    with: its accesses, the names its loops and lets bind, whether it checks indices."""
+
+    __slots__ = ("accesses", "binders", "check")
+
+    def __init__(self, loop):
+        self.accesses = _accesses(loop.body)
+        self.binders = bound_names(loop.body)[0]
+        self.check = _has_check(loop.body)
 
 
 class _FusedLoop:
@@ -131,35 +144,40 @@ class _FusedLoop:
     with, per buffer they touch, the dimensions every access indexes at exactly the
     loop variable (kept up to date, so testing a candidate costs the candidate's size)."""
 
-    def __init__(self, loop):
+    def __init__(self, loop, facts):
         self.loop, self.bodies = loop, [loop.body]
         self.name = loop.var.name
-        self.check = _has_check(loop.body)
-        self.rebinds = _rebinds(loop.body, self.name)
-        self.pinned, self.written = _pinned_and_written(_accesses(loop.body), self.name)
+        self.check = facts.check
+        self.rebinds = self.name in facts.binders
+        self.pinned, self.written = _pinned_and_written(facts.accesses, {self.name})
 
-    def fused_body(self, b):
-        """What :meth:`add` takes to run ``b`` (a loop) fused into this loop (see the
-        module doc): its body over this loop's variable and that body's facts; None
-        when it may not."""
+    def fused_body(self, b, facts):
+        """What :meth:`add` takes to run ``b`` (a loop whose :class:`_LoopFacts` are
+        ``facts``) fused into this loop (see the module doc): ``b``, whether it checks
+        indices, and its accesses pinned at this loop's variable; None when it may not.
+        (The facts of ``b``'s body over its own variable are those of the body over this
+        loop's once it is renamed: the renaming binds nothing, and an access at either
+        name is at this loop's variable after it.)"""
         a = self.loop
         if self.rebinds or not _same_range(a, b):
             return None
-        b_check = _has_check(b.body)
-        if self.check and b_check:
+        if self.check and facts.check:
             return None  # the first check to fail, and the error, would change
-        body = b.body if b.var.name == self.name else \
-            substitute_stmt(b.body, {b.var.name: a.var})
-        if _rebinds(body, self.name):
+        if self.name in facts.binders:
             return None
-        pinned, written = _pinned_and_written(_accesses(body), self.name)
+        pinned, written = _pinned_and_written(facts.accesses, {self.name, b.var.name})
         for buf in pinned.keys() & self.pinned.keys() & (written | self.written):
             if not pinned[buf] & self.pinned[buf]:
                 return None
-        return body, b_check, pinned, written
+        return b, facts.check, pinned, written
 
-    def add(self, body, check, pinned, written):
-        self.bodies.append(body)
+    def body_of(self, b):
+        """``b``'s body over this loop's variable."""
+        return b.body if b.var.name == self.name else \
+            substitute_stmt(b.body, {b.var.name: self.loop.var})
+
+    def add(self, b, check, pinned, written):
+        self.bodies.append(self.body_of(b))
         self.check = self.check or check
         for buf, dims in pinned.items():
             self.pinned[buf] = dims & self.pinned[buf] if buf in self.pinned else dims
@@ -174,7 +192,7 @@ class _FusedLoop:
 
 
 def _same(a, b):
-    return bool(a == b)
+    return a is b or (hash(a) == hash(b) and structural_equal(a, b))
 
 
 def fuse_list_body(body):
@@ -205,6 +223,13 @@ def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
     summaries = [_Summary(_accesses(s), _has_check(s)) for s in stmts]
     starts = _first_users(summaries, temps) if temps else [frozenset()] * len(stmts)
 
+    facts = {}  # index -> the _LoopFacts of a loop, once asked for
+
+    def facts_of(k):
+        if k not in facts:
+            facts[k] = _LoopFacts(stmts[k])
+        return facts[k]
+
     out, groups = [], []
     taken = [False] * len(stmts)
     for i, s in enumerate(stmts):
@@ -212,7 +237,7 @@ def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
             continue
         group, hoisted = [i], []
         if i not in keep and type(s) is For:
-            loop, done = _FusedLoop(s), _Summary()
+            loop, done = _FusedLoop(s, facts_of(i)), _Summary()
             done.add(summaries[i])
             # invariant: ``stay`` lists the statements after ``i`` and before ``j`` that
             # stay where they are (``between`` summarises them); a candidate moves up
@@ -224,7 +249,7 @@ def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
                 fused, lift = None, ()
                 if j not in keep and (allowed is None or j in allowed.get(i, ())):
                     fused, lift = _joins(loop, done, stmts, summaries, starts, keep, stay,
-                                         between, j)
+                                         between, j, facts_of)
                 if fused is None:
                     stay.append(j)
                     between.add(summaries[j])
@@ -250,11 +275,12 @@ def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
     return out, groups
 
 
-def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
+def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j, facts_of):
     """``(fused, lift)``: whether statement ``j`` joins ``loop`` (the loop's
     :meth:`_FusedLoop.fused_body` of it, or None) and the statements of ``stay`` that
     move up before the loop to let it, when some stand in its way. ``done``
-    summarises the loop's statements so far; ``between``, those of ``stay``.
+    summarises the loop's statements so far; ``between``, those of ``stay``;
+    ``facts_of(k)``, the :class:`_LoopFacts` of loop ``k``.
 
     A statement of ``stay`` that ``j`` may not move past moves up before the loop when
     it is an initialisation (reads no buffer: an accumulator's zero fill, standing
@@ -267,15 +293,17 @@ def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
     fused loop from running in parallel or in vectors). (Moving a statement that reads
     up past a loop could keep it from reading a value the loop stores instead of
     computing it again.)"""
+    if type(stmts[j]) is not For:
+        return None, ()
     cand = summaries[j]
     if starts[j] and stay and cand.reads.isdisjoint(loop.written):
         return None, ()  # it would start its temporary earlier, past ``stay``, for no reuse
     if cand.commutes_with(between):
-        return loop.fused_body(stmts[j]), ()
+        return loop.fused_body(stmts[j], facts_of(j)), ()
     # (the cheap tests first, a model's backward holding hundreds of candidates: some
-    # initialisation must stand in the way, and every statement in the way is checked,
-    # before the ranges are compared and the body is fused)
-    if all(summaries[k].reads for k in stay):
+    # initialisation must stand in the way before every statement in the way is checked
+    # and the body is fused)
+    if all(summaries[k].reads for k in stay) or not _same_range(loop.loop, stmts[j]):
         return None, ()
     touched = cand.reads | cand.written
     lift, kept = [], _Summary()
@@ -288,32 +316,31 @@ def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j):
             lift.append(k)
         else:
             return None, ()
-    if not _same_range(loop.loop, stmts[j]):
-        return None, ()
-    fused = loop.fused_body(stmts[j])
-    if fused is None or not _writes_vary(fused[0], loop.name):
+    fused = loop.fused_body(stmts[j], facts_of(j))
+    if fused is None or not _writes_vary(stmts[j].body, {loop.name, stmts[j].var.name}):
         return None, ()
     return fused, tuple(lift)
 
 
-def _writes_vary(body, name):
+def _writes_vary(body, names):
     """Every element ``body`` writes (outside its own buffers) is at an index that is
-    the loop variable ``name`` or it plus a constant: each iteration writes elements of
-    its own."""
+    the loop variable (named one of ``names``) or it plus a constant: each iteration
+    writes elements of its own."""
     local = {n.buffer for n in walk_stmts(body) if type(n) is Allocate}
     for n in walk_stmts(body):
         if type(n) is MatrixProduct:
             return False
         if type(n) in (Store, Accumulate) and n.buffer not in local and \
-                not any(_is_shifted(i, name) for i in n.indices):
+                not any(_is_shifted(i, names) for i in n.indices):
             return False
     return True
 
 
-def _is_shifted(e, name):
-    """``e`` is the variable ``name``, or it plus (or minus) a constant."""
+def _is_shifted(e, names):
+    """``e`` is a variable named one of ``names``, or it plus (or minus) a constant."""
     form = to_affine(e)
-    return form is not None and form.terms == ((name, 1),)
+    return form is not None and len(form.terms) == 1 and form.terms[0][1] == 1 \
+        and form.terms[0][0] in names
 
 
 def _same_range(a, b):
