@@ -175,13 +175,25 @@ def plan_storage(body, buffers, packing=None, in_place=True):
             spans[b] = everywhere
     placed = _best_placement(units, spans, nbytes_of)
     offsets = {b: placed[root[b]] for b in buffers}
-    shares = {b: frozenset(p for p in buffers if p != b
-                           and offsets[p] < offsets[b] + nbytes_of[b]
-                           and offsets[b] < offsets[p] + nbytes_of[p])
-              for b in buffers}
-    return StoragePlan(offsets, _extent(offsets, nbytes_of),
-                       {b: s for b, s in shares.items() if s}, sum(nbytes_of.values()),
-                       in_place)
+    return StoragePlan(offsets, _extent(offsets, nbytes_of), _overlapping(offsets, nbytes_of),
+                       sum(nbytes_of.values()), in_place)
+
+
+def _overlapping(offsets, nbytes_of):
+    """``{b: the buffers whose bytes overlap b's}`` (for those overlapping some other):
+    taken by offset, a buffer meets, among those at or after its own offset, only the
+    ones starting before it ends."""
+    shares = {}
+    order = sorted(offsets, key=offsets.get)
+    for k, b in enumerate(order):
+        end = offsets[b] + nbytes_of[b]
+        for p in order[k + 1:]:
+            if offsets[p] >= end:
+                break  # (and so do all after p)
+            if offsets[b] < offsets[p] + nbytes_of[p]:
+                shares.setdefault(b, set()).add(p)
+                shares.setdefault(p, set()).add(b)
+    return {b: frozenset(s) for b, s in shares.items()}
 
 
 def in_place_temporaries(body, buffers, ranges=None):
