@@ -215,13 +215,17 @@ class PlaceholderOp(_Frozen):
 class ComputeOp(_Frozen):
     """``output[axes] = body``: the body is an expression of the axes' variables."""
 
-    __slots__ = ("name", "axes", "body")
+    __slots__ = ("name", "axes", "body", "_inputs")
 
     def __init__(self, name, axes, body):
         self._init(name=name, axes=tuple(axes), body=body)
 
     def input_tensors(self):
-        return tensors_read(self.body) + [t for ax in self.axes for t in tensors_read(ax.extent)]
+        # found once (the op never changes): a program's passes ask again and again
+        if not hasattr(self, "_inputs"):
+            object.__setattr__(self, "_inputs", tuple(
+                tensors_read(self.body) + [t for ax in self.axes for t in tensors_read(ax.extent)]))
+        return list(self._inputs)
 
 
 class ScatterTarget(_Frozen):
