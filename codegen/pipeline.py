@@ -25,6 +25,9 @@ computes it):
    input) written again right before its late readers, where that lowers the bytes of
    temporaries alive together (:func:`~.lower.rematerialise.rematerialise`); keeps
    results bit for bit.
+8. ``sum_in_place``: a sum of a product and a temporary computed in the sum's memory,
+   the product adding onto the temporary's values (:func:`~.lower.sum_in_place.sums_in_place`);
+   keeps results up to the order of the sum's additions.
 
 ``schedule="none"`` runs :data:`PLAIN_PASSES` instead: ``lower`` as written (no merged
 stages, no gemm calls), ``parallelize`` and ``memory_order``. ``dump=`` sees the text
@@ -42,7 +45,7 @@ products only when its steps say so), so the same program compiles to the same l
 >>> seen = []
 >>> compiled = compile_kernel([x], [y], threads=1, dump=lambda name, text: seen.append(name))
 >>> seen
-['computed_once', 'lower', 'auto_schedule', 'parallelize', 'scalar_temps', 'memory_order', 'rematerialise']
+['computed_once', 'lower', 'auto_schedule', 'parallelize', 'scalar_temps', 'memory_order', 'rematerialise', 'sum_in_place']
 >>> compiled.kernel.name, compiled.record.fused
 ('kernel', ())
 >>> compile_kernel([x], [y], threads=1, schedule="none").record is None
@@ -67,6 +70,7 @@ from tegrad.codegen.schedule.common import ScheduleError
 from tegrad.codegen.lower.dedupe import computed_once
 from tegrad.codegen.lower.memory_order import memory_order
 from tegrad.codegen.lower.rematerialise import rematerialise
+from tegrad.codegen.lower.sum_in_place import sums_in_place
 from tegrad.codegen.schedule.describe import schedule_value
 from tegrad.codegen.schedule.fusion import stage_names, statements
 from tegrad.codegen.schedule.manual import override_steps
@@ -194,11 +198,15 @@ def _rematerialise(s):
     return replace(s, kernel=rematerialise(s.kernel))
 
 
+def _sum_in_place(s):
+    return replace(s, kernel=sums_in_place(s.kernel))
+
+
 #: the passes, in order: ``(name, state -> state)``
 PASSES = (("computed_once", _computed_once), ("lower", _lower),
           ("auto_schedule", _auto_schedule), ("parallelize", _parallelize),
           ("scalar_temps", _scalar_temps), ("memory_order", _memory_order),
-          ("rematerialise", _rematerialise))
+          ("rematerialise", _rematerialise), ("sum_in_place", _sum_in_place))
 #: the passes of ``schedule="none"``: every stage's loops as written
 PLAIN_PASSES = (("lower", _lower_plain), ("parallelize", _parallelize),
                 ("memory_order", _memory_order))

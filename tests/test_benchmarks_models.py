@@ -45,6 +45,32 @@ def test_compiled_model_matches_pytorch(models):
     assert info["build_s"] > 0
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_resnet_block_holds_the_skip_gradient_in_the_input_gradient(models, threads):
+    # dx = (the first convolution's transposed product) + (the skip's gradient): the
+    # skip's gradient is computed in dx's memory and the product adds onto it
+    from tegrad.codegen.loops.mapper import walk_stmts
+    from tegrad.codegen.loops.nodes import MatrixProduct
+    model = models.resnet_block(**models.TINY["resnet"], dtype="float64")
+    arrays = model.arrays(np.random.default_rng(4))
+    placeholders, outputs, _ = model.program()
+    f = tg.build(placeholders, outputs, threads=threads)
+    results = f(*model.tegrad_args(arrays))
+    assert models.max_difference(models.torch_reference(model, arrays), results) < 1e-9
+    onto = [s.c.name for s in walk_stmts(f.kernel.body)
+            if type(s) is MatrixProduct and s.spec.accumulate]
+    assert "dx" in onto, f.loops
+    # a weight that is not finite: the products' loops run instead, adding the skip's
+    # gradient where it is (dx's memory)
+    args = model.tegrad_args(arrays)
+    w1 = [i.name for i in model.inputs].index("w1")
+    args[w1] = args[w1].copy()
+    args[w1].flat[5] = np.inf
+    want = tg.evaluate(outputs, dict(zip(placeholders, args)))
+    for got, expected in zip(f(*args), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
 def test_numpy_adam_is_torch_adam(models):
     rng = np.random.default_rng(2)
     p = rng.standard_normal((3, 4))

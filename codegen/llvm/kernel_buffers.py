@@ -22,9 +22,9 @@ import numpy as np
 
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import buffers_of, loads, stmt_exprs, walk_expr, walk_stmts
-from tegrad.codegen.lower.in_place import (overwriting_statement, rename_buffers,
-                                           written_buffers)
+from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
+from tegrad.codegen.lower.in_place import (overwriting_statement, read_at_loaded_index,
+                                           rename_buffers, written_buffers)
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
 from tegrad.codegen.tuning import (
     PLACEMENT_SLACK, PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES)
@@ -244,20 +244,11 @@ def in_place_temporaries(body, buffers, ranges=None):
             # new is written at T alone and old is not used after T (its range ends
             # there): the condition on the whole body is the condition on T
             if overwriting_statement([stmts[t]], new, old) == 0 \
-                    and not _read_by_data(stmts[t:last + 1], new):
+                    and not read_at_loaded_index(stmts[t:last + 1], new):
                 pairs[new] = old
                 taken.add(old)
                 break
     return pairs
-
-
-def _read_by_data(stmts, buffer):
-    """Whether one of ``stmts`` reads ``buffer`` at an index computed from loaded data:
-    the check of that index names the buffer, which must stay ``buffer``'s own name."""
-    return any(ld.buffer == buffer and any(type(n) is _n.Load for i in ld.indices
-                                           for n in walk_expr(i))
-               for s in stmts for node in walk_stmts(s) for e in stmt_exprs(node)
-               for ld in loads(e))
 
 
 def in_place_kernel(kernel, plan):

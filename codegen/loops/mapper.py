@@ -219,13 +219,13 @@ class StmtMapper(Dispatcher):
         indices, value = tuple(self.expr(i) for i in s.indices), self.expr(s.value)
         if value is s.value and all(a is b for a, b in zip(indices, s.indices)):
             return s
-        return Store(s.buffer, indices, value)
+        return Store(s.buffer, indices, value, s.stage)
 
     def map_accumulate(self, s):
         indices, value = tuple(self.expr(i) for i in s.indices), self.expr(s.value)
         if value is s.value and all(a is b for a, b in zip(indices, s.indices)):
             return s
-        return Accumulate(s.buffer, indices, value, s.reducer)
+        return Accumulate(s.buffer, indices, value, s.reducer, s.stage)
 
     def map_let(self, s):
         value, body = self.expr(s.value), self(s.body)

@@ -150,11 +150,14 @@ class If(Stmt):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Store(Stmt):
-    """``buffer[indices] = value``."""
+    """``buffer[indices] = value``. ``stage``: the stage whose values it stores when not
+    ``buffer``'s own (a temporary computed in another buffer's memory,
+    :mod:`tegrad.codegen.lower.sum_in_place`)."""
 
     buffer: Buffer
     indices: tuple
     value: Expr
+    stage: str = ""
 
     def __post_init__(self):
         _check_rank(self.buffer, self.indices)
@@ -166,12 +169,14 @@ class Accumulate(Stmt):
 
     Kept distinct from a Store so that schedules know the update is a commutative,
     associative combination (``reducer`` is a :class:`tegrad.ir.reduction.Reducer`).
+    ``stage``: as a :class:`Store`'s.
     """
 
     buffer: Buffer
     indices: tuple
     value: Expr
     reducer: object
+    stage: str = ""
 
     def __post_init__(self):
         _check_rank(self.buffer, self.indices)
@@ -262,6 +267,7 @@ class MatrixProduct(Stmt):
     c_offset: int = 0
     a_offset: int = 0
     b_offset: int = 0
+    stage: str = ""  # as a Store's
 
     def __post_init__(self):
         (alo, ahi), (blo, bhi), (clo, chi) = self.spec.spans()

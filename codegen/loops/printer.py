@@ -60,6 +60,11 @@ def _access(p, buf, indices):
     return f"{buf.name}[{', '.join(p.text(i) for i in indices)}]" if indices else buf.name
 
 
+def _stage_note(s):
+    """A write's note naming the stage it computes in another buffer's memory."""
+    return f"  // {s.stage}" if s.stage else ""
+
+
 def _lines(s, p, depth, out):
     pad = _INDENT * depth
     t = type(s)
@@ -81,11 +86,13 @@ def _lines(s, p, depth, out):
             _lines(s.otherwise, p, depth + 1, out)
         out.append(f"{pad}}}")
     elif t is Store:
-        out.append(f"{pad}{_access(p, s.buffer, s.indices)} = {p.text(s.value)};")
+        out.append(f"{pad}{_access(p, s.buffer, s.indices)} = {p.text(s.value)};"
+                   + _stage_note(s))
     elif t is Accumulate:
         op = {"sum": "+=", "prod": "*=", "max": "max=", "min": "min="}.get(
             s.reducer.name, f"{s.reducer.name}=")
-        out.append(f"{pad}{_access(p, s.buffer, s.indices)} {op} {p.text(s.value)};")
+        out.append(f"{pad}{_access(p, s.buffer, s.indices)} {op} {p.text(s.value)};"
+                   + _stage_note(s))
     elif t is Let:
         out.append(f"{pad}{s.var.dtype} {p.text(s.var)} = {p.text(s.value)};")
         _lines(s.body, p, depth, out)
@@ -96,7 +103,7 @@ def _lines(s, p, depth, out):
         where = "".join(f", {n!r}" for n in (s.indexed, s.stage) if n)
         out.append(f"{pad}check({p.text(s.cond)}, {s.error}, {s.tensor!r}{where});")
     elif t is MatrixProduct:
-        out.append(f"{pad}{format_matrix_product(s)};")
+        out.append(f"{pad}{format_matrix_product(s)};" + _stage_note(s))
     else:
         raise TypeError(f"cannot print the statement {s!r}")
 

@@ -41,14 +41,14 @@ import dataclasses
 from tegrad.codegen.loops import nodes as _n
 from tegrad.solver import Affine
 from tegrad.codegen.loops.mapper import (ExprMapper, StmtMapper, buffers_of, loads,
-                                         stmt_exprs, to_affine, walk_stmts)
+                                         stmt_exprs, to_affine, walk_expr, walk_stmts)
 
 
 def _top_level(body):
     return list(body.stmts) if type(body) is _n.Block else [body]
 
 
-def _reads(stmt, buffer):
+def reads_buffer(stmt, buffer):
     """Whether ``stmt`` reads ``buffer`` (a load, or a matrix product's operand)."""
     used, _ = buffers_of(stmt)
     if buffer not in used:
@@ -88,14 +88,14 @@ def _store_path(stmt, new):
     return found[0]
 
 
-def _safe_in(stmt, new, old):
+def safe_in(stmt, new, old):
     """Whether, inside the top-level statement ``stmt`` that writes ``new``, every read
     of ``old`` comes before the store, in its loop body, at its indices."""
     found = _store_path(stmt, new)
     if found is None:
         return False
     path, store = found
-    if not _each_element_once(store, [s for s in path if type(s) is _n.For]):
+    if not each_element_once(store, [s for s in path if type(s) is _n.For]):
         return False
     # the innermost block holding the store (or the store alone)
     inner = len(path) - 1
@@ -130,7 +130,7 @@ def _same_indices(a, b):
     return all(f is not None and f == g for f, g in forms)
 
 
-def _each_element_once(store, loops):
+def each_element_once(store, loops):
     """Whether the ``loops`` around ``store`` (outermost first) run it at most once per
     element: its flat offset is an affine form of their variables in which, taken by
     increasing coefficient (per trip of each loop), every coefficient exceeds the most
@@ -183,10 +183,20 @@ def overwriting_statement(stmts, new, old):
     if len(writers) != 1 or touching != writers:
         return None
     t = writers[0]
-    if any(_reads(s, old) for s in stmts[t + 1:]) \
+    if any(reads_buffer(s, old) for s in stmts[t + 1:]) \
             or any(_writes(s, old) for s in stmts[t:]):
         return None
-    return t if _safe_in(stmts[t], new, old) else None
+    return t if safe_in(stmts[t], new, old) else None
+
+
+def read_at_loaded_index(stmts, buffer):
+    """Whether one of ``stmts`` reads ``buffer`` at an index computed from loaded data:
+    the check of that index names the buffer, which must then stay ``buffer``'s own
+    name (its memory is not taken by another)."""
+    return any(ld.buffer == buffer and any(type(n) is _n.Load for i in ld.indices
+                                           for n in walk_expr(i))
+               for s in stmts for node in walk_stmts(s) for e in stmt_exprs(node)
+               for ld in loads(e))
 
 
 def in_place_safe(kernel, new, old):
@@ -237,25 +247,32 @@ class _RenameLoads(ExprMapper):
 
 
 class _Rename(StmtMapper):
-    """Every load and store of some buffers becomes one of others (``renamed``)."""
+    """Every load and store of some buffers becomes one of others (``renamed``); with
+    ``labelled``, a renamed write keeps the name of the stage it writes (``stage``)."""
 
-    def __init__(self, renamed):
+    def __init__(self, renamed, labelled=False):
         super().__init__(_RenameLoads(renamed))
-        self.renamed = renamed
+        self.renamed, self.labelled = renamed, labelled
+
+    def _stage(self, s, buffer):
+        return (s.stage or buffer.name) if self.labelled else s.stage
 
     def map_store(self, s):
         s = super().map_store(s)
         old = self.renamed.get(s.buffer)
-        return s if old is None else _n.Store(old, s.indices, s.value)
+        return s if old is None else _n.Store(old, s.indices, s.value, self._stage(s, s.buffer))
 
     def map_accumulate(self, s):
         s = super().map_accumulate(s)
         old = self.renamed.get(s.buffer)
-        return s if old is None else _n.Accumulate(old, s.indices, s.value, s.reducer)
+        return s if old is None else _n.Accumulate(old, s.indices, s.value, s.reducer,
+                                                   self._stage(s, s.buffer))
 
     def map_matrix_product(self, s):
         named = {f: self.renamed[getattr(s, f)] for f in ("a", "b", "c")
                  if getattr(s, f) in self.renamed}
+        if "c" in named:
+            named["stage"] = self._stage(s, s.c)
         return dataclasses.replace(s, **named) if named else s
 
 
@@ -280,10 +297,11 @@ def rename_buffer(body, new, old):
     return rename_buffers(body, {new: old})
 
 
-def rename_buffers(body, renamed):
+def rename_buffers(body, renamed, labelled=False):
     """``body`` with every load and store of each buffer of ``renamed`` (buffer ->
-    buffer) made of the buffer it maps to, in one pass."""
-    return _Rename(renamed)(body) if renamed else body
+    buffer) made of the buffer it maps to, in one pass; with ``labelled``, each write
+    renamed still names the stage it computes (``stage``: the old buffer's name)."""
+    return _Rename(renamed, labelled)(body) if renamed else body
 
 
 def rare_branch_after(kernel, buffers):

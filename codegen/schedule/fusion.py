@@ -384,9 +384,9 @@ def stage_names(s):
     for n in nodes:
         t = type(n)
         if (t is Store or t is Accumulate) and n.buffer not in local:
-            out.setdefault(n.buffer.name)
+            out.setdefault(n.stage or n.buffer.name)
         elif t is MatrixProduct:
-            out.setdefault(n.c.name)
+            out.setdefault(n.stage or n.c.name)
         elif t is Let and n.stage:  # a stage's values held in a variable
             out.setdefault(n.stage)
     return tuple(out)

@@ -32,7 +32,8 @@ def same_in_interpreter(kernel, transform, seed):
     interpreter on uniform inputs drawn from ``seed`` (a pass over loop-IR kernels)."""
     from tegrad.codegen.loops.interpret import run
     rng = np.random.default_rng(seed)
-    inputs = [rng.uniform(-1, 1, b.shape) for b in kernel.args if b.scope == "input"]
+    inputs = [rng.uniform(-1, 1, b.shape).astype(b.dtype) for b in kernel.args
+              if b.scope == "input"]
     changed = transform(kernel)
     want, _ = run(kernel, inputs)
     got, _ = run(changed, inputs)
