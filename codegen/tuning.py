@@ -358,8 +358,9 @@ WIDE_VECTORS = True
 #: (the GRU's 150 buffers)
 PLACEMENT_TRIES = 16
 
-#: unit: fraction of the peak of the bytes alive together
-#: a placement whose block is within this of that peak (a bound no placement beats) ends
+#: unit: ratio
+#: a placement whose block is within this fraction of the peak of the bytes alive
+#: together (a bound no placement beats) ends
 #: the search. Chains of temporaries written in place make the peak unreachable in
 #: transformer steps (the first order ends 64 kB above it, 0.15% of an 8-layer step's
 #: 43.6 MB, and no later order does better) so every order was tried: 36 placements of

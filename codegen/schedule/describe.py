@@ -127,6 +127,7 @@ def describe_schedule(kernel, record=None, steps=None, declined=()):
              for s in stmts]
     at, program, others = _placed(steps, names)
     lines = []
+    held_in = {}  # buffer -> the stage written in its memory (a sum's term, sum_in_place)
     for k, s in enumerate(stmts):
         label = ", ".join(names[k]) or f"statement {k}"
         tags = []
@@ -142,6 +143,7 @@ def describe_schedule(kernel, record=None, steps=None, declined=()):
             lines.append(f"  {type(s).__name__} (not a loop nest)")
         else:
             lines.append(f"  loops: {nest_text(s) or 'none'}")
+        lines.extend(_sum_in_place_lines(s, held_in))
         # (a statement that is one product shows its kernel above: not again)
         lines.extend(f"  {line}" for step in at.get(k, ()) for line in _lines(step, scalar[k])
                      if not (type(s) is MatrixProduct and step.primitive == "product"))
@@ -152,6 +154,25 @@ def describe_schedule(kernel, record=None, steps=None, declined=()):
         lines.append("program")
         lines.extend(f"  {line}" for step in program for line in step_lines(step))
     return "\n".join(lines)
+
+
+def _sum_in_place_lines(s, held_in):
+    """The lines saying that statement ``s`` writes a stage in another buffer's memory,
+    or adds a product onto such a stage (``held_in``: buffer -> that stage, from the
+    statements before, updated)."""
+    lines = []
+    for node in walk_stmts(s):
+        t = type(node)
+        buffer = node.c if t is MatrixProduct else \
+            node.buffer if t in (Store, Accumulate) else None
+        if buffer is None:
+            continue
+        if node.stage and held_in.get(buffer) != node.stage:
+            held_in[buffer] = node.stage
+            lines.append(f"  {node.stage}: computed in {buffer.name}'s memory (a sum's term)")
+        elif t is MatrixProduct and node.spec.accumulate and buffer in held_in:
+            lines.append(f"  {buffer.name}: the product adds onto {held_in.pop(buffer)}")
+    return lines
 
 
 def _scalar_names(stmts, declined):

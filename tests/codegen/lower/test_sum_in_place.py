@@ -135,6 +135,10 @@ def test_a_product_plus_a_product_takes_no_storage_for_the_second(r_kind, kind, 
     np.testing.assert_allclose(f(*arrays)[0], want[0], rtol=1e-12, atol=1e-12)
     assert _accumulating_into(f.kernel, "r") and "t" not in {b.name for b in f.kernel.temps}, \
         f.loops
+    # the schedule says so; the stage's statements keep its name
+    text = str(f.schedule)
+    assert "t: computed in r's memory" in text and "r: the product adds onto t" in text, text
+    assert "stage t\n" in text
     with mock.patch.object(pipeline, "PASSES", pipeline.PASSES[:-1]):
         kept = pipeline.compile_kernel(inputs, outputs, threads=threads).kernel
     assert "t" in {b.name for b in kept.temps} and not _accumulating_into(kept, "r")
