@@ -203,7 +203,15 @@ def _piece_body(bodies):
 
 
 def _plain_nest(axes, statements):
-    """Loops straight from the bounds, conditions tested at each point."""
+    """Loops straight from the bounds, conditions tested at each point; those of one
+    statement alone that name none of the loops' variables (``i * 3 % 2 == 0`` of an
+    outer ``i``) tested once, around the loops: they hold at every point or at none."""
+    names = {v.name for v, _, _ in axes}
+    outside = []
+    if len(statements) == 1:
+        conds, body = statements[0]
+        outside = [c for c in conds if not c.variables() & names]
+        statements = [([c for c in conds if c.variables() & names], body)]
     parts = []
     for conds, body in statements:
         stmt = body()
@@ -213,5 +221,7 @@ def _plain_nest(axes, statements):
     stmt = block(parts)
     for v, lo, end in reversed(axes):
         stmt = For(v, lo, end, stmt)
+    if outside:
+        stmt = If(conjunction([from_constraint(c, INDEX) for c in outside]), stmt)
     return stmt
 

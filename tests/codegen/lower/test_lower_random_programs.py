@@ -82,3 +82,27 @@ def test_lowered_random_program_matches_evaluator_and_cost(program, seed):
         assert iterations <= counted
         _, opened = run(open_data_guards(kernel), [feed[t] for t in inputs])
         assert opened == counted
+
+
+def test_a_condition_of_outer_values_is_tested_around_loops_without_affine_bounds():
+    # the gradient of a read at (-2 i - 2 j) % 4: a sum over j and t (t's bounds need
+    # floor divisions, so its loops come straight from them) under i0 * 3 % 2 == 0,
+    # which names neither: tested once around the loops, the points visited are those
+    # the cost counts
+    x = tg.placeholder((4, 3), dtype="float64", name="x")
+    s1 = tg.compute((3, 4), lambda i, j: x[(i * -2 + j * -2) % 4, (i * -2 + 2) % 3], name="s1")
+    head = tg.placeholder((3, 4), dtype="float64", name="head")
+    r = [tg.reduce_axis((0, 3)), tg.reduce_axis((0, 4))]
+    loss = tg.compute((), lambda: tg.sum(s1[r[0], r[1]] * head[r[0], r[1]], axis=r),
+                      name="loss")
+    dx, = tg.differentiate(loss, [x])
+    kernel = lower_program([x, head], [dx])
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(t.shape) for t in (x, head)]
+    got, iterations = run(kernel, arrays)
+    np.testing.assert_allclose(got[0], tg.evaluate([dx], dict(zip((x, head), arrays)))[0],
+                               rtol=1e-12, atol=1e-12)
+    assert iterations <= tg.cost(prepare([dx])).iterations
+    loops = [s for s in walk_stmts(kernel.body) if type(s) is For]
+    assert not any(type(s) is If for loop in loops[2:] for s in walk_stmts(loop.body)), \
+        "the condition is tested inside the reduction's loops"
