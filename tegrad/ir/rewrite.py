@@ -88,7 +88,8 @@ def retarget(t, mapping):
 def retarget_ids(t, ids):
     """:func:`retarget` for a mapping ``{id(s): new}`` (which may be large: it is not
     scanned)."""
-    if not ids:
+    # (a stage reading no remapped tensor is itself: its body is not walked and rebuilt)
+    if not ids or all(ids.get(id(s), s) is s for s in t.op.input_tensors()):
         return t
     return map_stage(t, _Retarget(ids), lambda init: ids.get(id(init), init))
 
