@@ -72,7 +72,7 @@ from tegrad.codegen.loops.mapper import (block, buffers_of, loads, stmt_exprs, t
                                          walk_stmts)
 from tegrad.codegen.lower.in_place import (each_element_once, read_at_loaded_index,
                                            reads_buffer, rename_buffers, safe_in,
-                                           stored_and_updated)
+                                           written_buffers)
 
 
 def sums_in_place(kernel):
@@ -120,21 +120,12 @@ def _fits(stmts, at, end, r, t):
     conditions on the whole body)."""
     if (tuple(t.shape), t.dtype) != (tuple(r.shape), r.dtype) or t.scope != "temp":
         return False
-    if any(r in _touched(s) for s in stmts[:at]):
+    # (a temporary or an output is never allocated inside a statement: used is touched)
+    if any(r in buffers_of(s)[0] for s in stmts[:at]):
         return False
-    if any(t in _touched(s) or r in _written(s) for s in stmts[end:]):
+    if any(t in buffers_of(s)[0] or r in written_buffers(s) for s in stmts[end:]):
         return False
     return not read_at_loaded_index(stmts, t)
-
-
-def _touched(stmt):
-    used, allocated = buffers_of(stmt)
-    return set(used) | set(allocated)
-
-
-def _written(stmt):
-    stored, updated = stored_and_updated(stmt)
-    return stored | updated
 
 
 def _product_sum(stmt):
@@ -209,7 +200,7 @@ def _added(nest, r):
     if not after:
         return t, None
     rest = block(after)
-    if {r, t} & _written(rest) or reads_buffer(rest, t) or any(
+    if {r, t} & written_buffers(rest) or reads_buffer(rest, t) or any(
             ld.buffer == r and ld.indices != s.indices
             for node in walk_stmts(rest) for e in stmt_exprs(node) for ld in loads(e)):
         return None

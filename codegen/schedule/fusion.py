@@ -82,12 +82,6 @@ def _has_check(s):
     return any(type(n) is Check for n in walk_stmts(s))
 
 
-def _rebinds(s, name):
-    """A loop or let inside ``s`` binds ``name`` (an access at ``name`` there would not
-    be at the enclosing loop's value)."""
-    return any(type(n) in (For, Let) and n.var.name == name for n in walk_stmts(s))
-
-
 def _pinned_dims(indices, names):
     return {d for d, i in enumerate(indices or ()) if type(i) is Var and i.name in names}
 
