@@ -72,7 +72,7 @@ from tegrad.codegen.kernels.gemm_spec import (  # noqa: F401  (the dot kernel's 
     ELEMENT as _ELEMENT, ITEMSIZE as _ITEMSIZE)
 
 __all__ = ["Blocking", "CompiledGemm", "GemmSpec", "compile_gemm", "default_blocking",
-           "emit_gemm", "pack_slot_bytes", "pack_space_bytes"]
+           "emit_gemm", "pack_slot_bytes", "pack_space_bytes", "request_shared_routines"]
 
 
 class _GemmEmitter(MicroKernelEmitter, PackingEmitter, DriverEmitter):
@@ -102,6 +102,28 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
     full = em.emit_micro(blk.mr)
     tail = em.emit_micro(spec.m % blk.mr) if spec.m % blk.mr else None
     return em.emit_entry(full, tail, em.emit_pack(), min_flops_per_thread)
+
+
+def request_shared_routines(dtype):
+    """Start compiling, on the JIT's background thread, the host's shared routines that
+    every gemm of ``dtype`` calls whatever its spec (its packing routine, driver and
+    launch, and the thread pool the launch calls), as a module emitted with ``shared``
+    later declares them (:func:`.jit.request_shared`); returns at once. A caller that
+    knows a program will run products of ``dtype`` calls it before lowering: a first
+    build then no longer waits for these after emitting. (The micro-kernels depend on
+    the spec: each is requested as a module declares it.)
+
+    >>> request_shared_routines("float64"); jit.await_requested()
+    >>> blk = default_blocking("float64")
+    >>> jit.shared_address(f"tegrad.gemm.pack.float64.vl{blk.vl}.nr{blk.nr}") is not None
+    True
+    """
+    blk = default_blocking(dtype)
+    # (these routines depend on the dtype and the blocking alone: any spec declares them)
+    em = _GemmEmitter(ir.Module(name="requests"), GemmSpec.dense(dtype, blk.mr, blk.nr, 1),
+                      blk, "requests", shared=True)
+    em.emit_pack()
+    em.emit_launch()
 
 
 class CompiledGemm:

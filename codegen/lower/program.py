@@ -28,6 +28,7 @@ from tegrad.ir.mapper import tensors_read
 from tegrad.ir.stages import StageMapper, is_placeholder, stage_exprs, tuple_group
 from tegrad.ir.tensor import Tensor
 
+from tegrad.codegen.kernels.gemm_spec import ELEMENT
 from tegrad.codegen.loops.nodes import Block, Buffer, Kernel, Load
 from tegrad.codegen.lower.contraction import (contraction_plan, lower_contraction,
                                               runs_as_products)
@@ -63,6 +64,28 @@ def prepare(outputs, contractions=False, plain=frozenset()):
     if contractions:
         prepared = read_through_copies(prepared, lambda t: runs_as_products(plan_of(t)))
     return prepared
+
+
+def product_dtypes(outputs, plain=frozenset()):
+    """The dtypes of the products :func:`lower_program` with ``contractions`` runs for
+    ``outputs`` (a stage with a plan that runs as products, found in the program as
+    written, before :func:`prepare` rewrites it), but for the stages named in ``plain``;
+    the stages are searched in order, only until each dtype a product computes in is
+    found.
+
+    >>> import tegrad as tg
+    >>> a = tg.placeholder((64, 64), name="a")
+    >>> product_dtypes([tg.ops.matmul(a, a) + 1.0])
+    ['float32']
+    """
+    found = []
+    for t in topological_order(_tensor_list(outputs, "outputs")):
+        if (not is_placeholder(t) and t.dtype in ELEMENT and t.dtype not in found
+                and t.name not in plain and runs_as_products(contraction_plan(t))):
+            found.append(t.dtype)
+            if len(found) == len(ELEMENT):
+                break
+    return found
 
 
 def lower_program(inputs, outputs, *, name="kernel", contractions=False, plain=()):
@@ -193,4 +216,4 @@ class _ScatterInit(StageMapper):
 _INIT = _ScatterInit()
 
 
-__all__ = ["lower_program", "prepare"]
+__all__ = ["lower_program", "prepare", "product_dtypes"]

@@ -33,7 +33,9 @@ from tegrad.ir.stages import is_placeholder
 from tegrad.ir.tensor import Tensor
 from tegrad.codegen.loops.printer import format_kernel
 from tegrad.codegen.tuning import CACHE_BYTES, CACHE_SIZE
+from tegrad.codegen.kernels.gemm import request_shared_routines
 from tegrad.codegen.lower.in_place import rare_branch_after, write_in_place
+from tegrad.codegen.lower.program import product_dtypes
 from tegrad.codegen.pipeline import check_schedule, compile_kernel
 from tegrad.codegen.runtime import program_cache
 from tegrad.codegen.runtime.compiled import CompiledFunction
@@ -189,6 +191,11 @@ def _built(key, inputs, outputs, *, threads, schedule, name, check_bounds, profi
         built = program_cache.load(disk_key, threads=threads, check_bounds=check_bounds)
         if built is not None:
             return built
+    if schedule != "none":
+        # the shared routines of its products compile on the JIT's background thread
+        # while the program is lowered and emitted, not after
+        for dtype in product_dtypes(outputs):
+            request_shared_routines(dtype)
     compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule, name=name)
     kernel, defer_rare = compiled.kernel, True
     if updates is not None:

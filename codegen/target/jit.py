@@ -36,6 +36,7 @@ import ctypes
 import functools
 import os
 import re
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ import llvmlite.ir as ir
 from tegrad.codegen import object_cache
 from tegrad.codegen.target.machine import Target
 from tegrad.codegen.target.optimise import optimise
+from tegrad.codegen.tuning import BACKGROUND_SWITCH_INTERVAL
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,37 @@ def request_shared(name, build):
             return
         if _background is None:
             _background = ThreadPoolExecutor(1, thread_name_prefix="tegrad-jit")
-        _requested[name] = (build, _background.submit(shared_function, name, build))
+        _quick_switches(+1)
+        _requested[name] = (build, _background.submit(_compile_requested, name, build))
+
+
+def _compile_requested(name, build):
+    try:
+        shared_function(name, build)
+    finally:
+        with _request_lock:
+            _quick_switches(-1)
+
+
+#: requests being compiled, and the switch interval the interpreter had before the first
+#: (:func:`_quick_switches`)
+_switching = [0, None]
+
+
+def _quick_switches(change):
+    """Count a request started (+1) or done (-1): while any is pending, the interpreter
+    switches threads after :data:`BACKGROUND_SWITCH_INTERVAL` instead of its own interval
+    (5 ms by default), which is restored once none is. Between two calls into LLVM the
+    background thread runs Python (a few lines, or a routine's IR to emit) and waits for
+    the interpreter's lock, which the thread lowering the program holds: a switch a
+    request. Call with :data:`_request_lock` held."""
+    if change > 0 and _switching[0] == 0:
+        _switching[1] = sys.getswitchinterval()
+        sys.setswitchinterval(min(_switching[1], BACKGROUND_SWITCH_INTERVAL))
+    _switching[0] += change
+    if change < 0 and _switching[0] == 0:
+        if sys.getswitchinterval() == min(_switching[1], BACKGROUND_SWITCH_INTERVAL):
+            sys.setswitchinterval(_switching[1])  # (unless the program set its own)
 
 
 def await_requested():
@@ -393,6 +425,9 @@ def _new_lock_in_child():
     # the parent's background thread does not run there: its requests compile on demand
     global _lock, _request_lock, _background
     _lock, _request_lock, _background = threading.RLock(), threading.Lock(), None
+    if _switching[0]:  # no thread compiles here: the interpreter's own interval back
+        _switching[0] = 0
+        sys.setswitchinterval(_switching[1])
     for name, (build, _) in list(_requested.items()):
         _requested[name] = (build, None)
 

@@ -1,7 +1,10 @@
 """The JIT's background compiles of shared functions (``request_shared``): a module that
 declares one links after it, a failure surfaces at the wait, each is compiled once
-whichever threads ask, and a child forked while one compiles still links it."""
+whichever threads ask, and a child forked while one compiles still links it; the
+interpreter switches threads quickly while one compiles, and its own interval is back
+after (or the one the program set meanwhile kept)."""
 import ctypes
+import sys
 import itertools
 import os
 import threading
@@ -90,11 +93,12 @@ def test_each_requested_function_is_compiled_once_whichever_threads_ask():
         assert _run(jit.LoadedModule(_caller_text(n))) == k + 1
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-def test_a_child_forked_while_a_request_compiles_links_it_itself():
+def _held_request(value):
+    """``(name, release)``: a request of ``int64 name()`` returning ``value``, whose
+    compile has begun and waits until the event ``release`` is set."""
     name = _fresh_name()
     compiling, release = threading.Event(), threading.Event()
-    build = _constant_function(name, 41)
+    build = _constant_function(name, value)
 
     def slow(module):
         compiling.set()
@@ -102,6 +106,12 @@ def test_a_child_forked_while_a_request_compiles_links_it_itself():
         build(module)
     jit.request_shared(name, slow)
     assert compiling.wait(30)
+    return name, release
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_child_forked_while_a_request_compiles_links_it_itself():
+    name, release = _held_request(41)
     pid = os.fork()
     if pid == 0:  # the child: the parent's background thread does not run here
         code = 1
@@ -114,3 +124,48 @@ def test_a_child_forked_while_a_request_compiles_links_it_itself():
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert _run(jit.LoadedModule(_caller_text(name))) == 42
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_the_switch_interval_is_quick_while_requests_compile_and_restored_after():
+    before = sys.getswitchinterval()
+    _, release = _held_request(3)
+    assert sys.getswitchinterval() == min(before, jit.BACKGROUND_SWITCH_INTERVAL)
+    pid = os.fork()
+    if pid == 0:  # a child: nothing compiles there in the background
+        os._exit(0 if sys.getswitchinterval() == before else 1)
+    release.set()
+    jit.await_requested()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert sys.getswitchinterval() == before
+    # a failed request restores it too
+    bad = _fresh_name()
+
+    def broken(module):
+        raise RuntimeError("no routine")
+    jit.request_shared(bad, broken)
+    with pytest.raises(RuntimeError):
+        jit.await_requested()
+    assert sys.getswitchinterval() == before
+
+
+def test_an_interval_the_program_sets_meanwhile_is_kept():
+    before = sys.getswitchinterval()
+    name = _fresh_name()
+    release = threading.Event()
+    build = _constant_function(name, 4)
+
+    def slow(module):
+        release.wait(30)
+        build(module)
+    try:
+        jit.request_shared(name, slow)
+        sys.setswitchinterval(0.002)
+        release.set()
+        jit.await_requested()
+        assert sys.getswitchinterval() == 0.002
+    finally:
+        release.set()
+        jit.await_requested()
+        sys.setswitchinterval(before)
