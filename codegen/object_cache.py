@@ -5,7 +5,8 @@ The same directory holds a second kind of entry, a built program
 (:mod:`tegrad.codegen.runtime.program_cache`): every kind is a file of its own suffix
 (:data:`KINDS`) with the same format, checks and bound.
 
-An entry is the object code LLVM made for one module, keyed by the SHA-256 of everything
+An entry is the object code LLVM made for one module (one object file, or one per part
+of a module compiled in parts: :func:`pack_objects`), keyed by the SHA-256 of everything
 the code depends on: the module's IR text (which holds the program, the schedule and
 every decision made for it), the target (triple, CPU, features), whether it was
 optimised, and the versions of tegrad, llvmlite and LLVM. A file holds a magic line, the
@@ -50,7 +51,7 @@ from tegrad.codegen.tuning import OBJECT_CACHE_BYTES
 
 #: kind of entry -> (its file's suffix, its first line); a new format gets a new first
 #: line: old entries then fail to check and are made again
-KINDS = {"object": (".o", b"tegrad object code 1\n"),
+KINDS = {"object": (".o", b"tegrad object code 2\n"),
          "program": (".program", b"tegrad program 1\n")}
 
 #: the first line of an object-code entry
@@ -202,18 +203,55 @@ def store(key, payload, kind="object"):
     return True
 
 
+def pack_objects(objects):
+    """One payload holding the object files ``objects`` (a list of bytes): each its
+    length (8 bytes, little-endian) and its bytes. A module compiled in parts
+    (:mod:`tegrad.codegen.target.split`) is several.
+
+    >>> unpack_objects(pack_objects([b"ab", b"", b"cde"]))
+    [b'ab', b'', b'cde']
+    """
+    return b"".join(len(o).to_bytes(8, "little") + o for o in objects)
+
+
+def unpack_objects(payload):
+    """The object files of :func:`pack_objects`'s ``payload``; None when it does not
+    parse (lengths past its end)."""
+    objects, at = [], 0
+    while at < len(payload):
+        size = int.from_bytes(payload[at:at + 8], "little")
+        if at + 8 + size > len(payload):
+            return None
+        objects.append(payload[at + 8:at + 8 + size])
+        at += 8 + size
+    return objects
+
+
+def load_objects(key):
+    """The object files stored under ``key`` (a list), or None; counted as a hit or a
+    miss in :data:`STATS`."""
+    data = load(key)
+    objects = None if data is None else unpack_objects(data)
+    STATS["misses" if objects is None else "hits"] += 1
+    return objects
+
+
+def engine_of(objects, target_machine):
+    """An MCJIT engine (on ``target_machine``, which it owns) holding the object files
+    ``objects``, linked together (their symbols resolve to each other's) and
+    finalised."""
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine)
+    for data in objects:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+    engine.finalize_object()
+    return engine
+
+
 def loaded_engine(key, target_machine):
     """An MCJIT engine (on ``target_machine``, which it owns) holding the object code
     stored under ``key``, finalised; None when there is none."""
-    data = load(key)
-    if data is None:
-        STATS["misses"] += 1
-        return None
-    STATS["hits"] += 1
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(data))
-    engine.finalize_object()
-    return engine
+    objects = load_objects(key)
+    return None if objects is None else engine_of(objects, target_machine)
 
 
 def finalize_and_store(engine, key):
@@ -223,7 +261,7 @@ def finalize_and_store(engine, key):
     engine.set_object_cache(notify_func=lambda module, data: made.append(bytes(data)))
     engine.finalize_object()
     if made:
-        store(key, made[0])
+        store(key, pack_objects(made[:1]))
 
 
 def _trim(directory, limit=None):

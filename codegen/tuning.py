@@ -369,6 +369,18 @@ PLACEMENT_TRIES = 16
 #: is found by the first order
 PLACEMENT_SLACK = 0.01
 
+#: unit: characters
+#: a kernel's module of at least this much IR text is compiled in parts on every usable
+#: core (:mod:`tegrad.codegen.target.split`); a smaller one compiles in under 0.1 s,
+#: where the parts' own set-up would take most of the gain (reasoning, not measured)
+SPLIT_CHARACTERS = 100_000
+
+#: unit: parts per core
+#: the parts a module compiled in parts is cut into, per usable core: more parts share
+#: the cores more evenly. A 1-layer transformer step's module (453,000 characters), 2
+#: cores of Zen 3, best of 3: whole 1.25 s; 2 parts 0.73, 4 parts 0.76, 8 parts 0.67
+PARTS_PER_CORE = 4
+
 #: unit: seconds
 #: the interpreter's switch interval while the JIT's background thread compiles shared
 #: routines: it waits for the interpreter's lock between its calls into LLVM (about 30

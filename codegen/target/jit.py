@@ -45,9 +45,11 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from tegrad.codegen import object_cache
+from tegrad.codegen.target.concurrent import compile_objects
 from tegrad.codegen.target.machine import Target
 from tegrad.codegen.target.optimise import optimise
-from tegrad.codegen.tuning import BACKGROUND_SWITCH_INTERVAL
+from tegrad.codegen.target.split import split_module
+from tegrad.codegen.tuning import BACKGROUND_SWITCH_INTERVAL, PARTS_PER_CORE, SPLIT_CHARACTERS
 
 
 @dataclass(frozen=True)
@@ -386,6 +388,23 @@ class LoadedModule:
     def __init__(self, ir_text, *, optimise_module=True):
         self._ir_text, self._optimise = ir_text, optimise_module
         self.key = _key(ir_text, KERNEL.level if optimise_module else "O0")
+        workers = _usable_cores()
+        if optimise_module and workers > 1 and len(ir_text) >= SPLIT_CHARACTERS:
+            # compiled in parts on every core, linked into one engine; the optimised
+            # module is not kept (optimised_ir optimises it whole, as after a cache hit)
+            objects = object_cache.load_objects(self.key)
+            if objects is None:
+                # (compiling needs no symbol: the shared functions may still compile)
+                parts = split_module(ir_text, PARTS_PER_CORE * workers)
+                objects = compile_objects(parts, functools.partial(new_target_machine, KERNEL),
+                                          unroll=KERNEL.unroll, workers=workers)
+                object_cache.store(self.key, object_cache.pack_objects(objects))
+            await_requested()
+            with _lock:
+                _provide_declared(ir_text)
+                self.engine = object_cache.engine_of(objects, new_target_machine(KERNEL))
+            self._module = None
+            return
         await_requested()  # the shared functions it may call, registered before linking
         with _lock:
             # owned by the engine, which keeps it alive; None: loaded from the cache
@@ -418,6 +437,14 @@ class LoadedModule:
     def global_address(self, name):
         """The address of the global variable ``name``."""
         return self.engine.get_global_value_address(name)
+
+
+def _usable_cores():
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _new_lock_in_child():

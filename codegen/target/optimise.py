@@ -31,29 +31,45 @@ import threading
 
 import llvmlite.binding as llvm
 
+from tegrad.codegen.target.unlocked import unlocked
+
 #: the diagnostics LLVM prints on stderr for a loop marked ``llvm.loop.vectorize.enable``
 #: that it leaves scalar: the marks are checked in the optimised IR instead
 #: (:mod:`tegrad.codegen.llvm.vector_marks`: a declined request raises, a declined
-#: automatic mark prints as a plain loop), so these lines are not the user's to read
-_DECLINED_VECTORIZATION = re.compile(r"^(remark|warning): <unknown>:0:0: loop not vectorized")
+#: automatic mark prints as a plain loop), so these lines are not the user's to read.
+#: Optimisations running at once (:mod:`.concurrent`) write them in pieces that
+#: interleave within lines: a line holding the note, or only the pieces of its prefix,
+#: is one of them
+_DECLINED_VECTORIZATION = re.compile(
+    r"loop not vectorized|^\s*(remark|warning)(remark|warning|: |<unknown>:0:0|\s)*$")
 
 
-def optimise(module_ref, machine, *, unroll, speed_level=3):
+def optimise(module_ref, machine, *, unroll, speed_level=3, concurrent=False):
     """Run the ``O<speed_level>`` pipeline, loop and SLP vectorisation on and LLVM's loop
     unroller on or off (``unroll``: see the module docstring), over the binding module
-    ``module_ref`` in place, tuned for the target machine ``machine``."""
+    ``module_ref`` in place, tuned for the target machine ``machine``. ``concurrent``:
+    the module belongs to an LLVM context and the machine to a thread no other thread
+    uses, and the pipeline runs without llvmlite's lock, beside other such runs
+    (:mod:`.concurrent`)."""
     options = llvm.create_pipeline_tuning_options(speed_level=speed_level)
     options.loop_vectorization = True
     options.slp_vectorization = True
     options.loop_unrolling = unroll
     builder = llvm.create_pass_builder(machine, options)
-    with _stderr_lock, _declined_vectorization_dropped():
-        builder.getModulePassManager().run(module_ref, builder)
+    manager = builder.getModulePassManager()
+    with _declined_vectorization_dropped():
+        if concurrent:
+            unlocked("LLVMPY_RunNewModulePassManager")(manager, module_ref, builder)
+        else:
+            manager.run(module_ref, builder)
 
 
-#: one redirection of file descriptor 2 at a time (the JIT's background thread optimises
-#: too: a second redirection inside the first would restore the first's temporary file)
-_stderr_lock = threading.Lock()
+#: file descriptor 2's redirection, shared by the optimisations running at once (the
+#: JIT's background thread and concurrent compiles optimise too): ``runs`` of them,
+#: the saved descriptor and the temporary file; the first run redirects, the last one
+#: restores
+_redirection = {"runs": 0, "saved": None, "file": None}
+_redirection_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -61,7 +77,21 @@ def _declined_vectorization_dropped():
     """Run the body with file descriptor 2 sent to a temporary file, then pass on to
     stderr every line written there but LLVM's notes on declined vectorisation (llvmlite
     has no diagnostic handler to take them). Text other threads write meanwhile comes
-    out after the body, not lost."""
+    out after the last body running at once, not lost."""
+    with _redirection_lock:
+        if _redirection["runs"] == 0:
+            _redirect()
+        _redirection["runs"] += 1
+    try:
+        yield
+    finally:
+        with _redirection_lock:
+            _redirection["runs"] -= 1
+            if _redirection["runs"] == 0:
+                _restore()
+
+
+def _redirect():
     try:
         sys.stderr.flush()
     except (AttributeError, ValueError):
@@ -69,19 +99,24 @@ def _declined_vectorization_dropped():
     try:
         saved = os.dup(2)
     except OSError:  # no stderr to keep clean
-        yield
         return
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            text = captured.read()
+    captured = tempfile.TemporaryFile()
+    os.dup2(captured.fileno(), 2)
+    _redirection.update(saved=saved, file=captured)
+
+
+def _restore():
+    saved, captured = _redirection["saved"], _redirection["file"]
+    if saved is None:
+        return
+    _redirection.update(saved=None, file=None)
+    with captured:
+        os.dup2(saved, 2)
+        os.close(saved)
+        captured.seek(0)
+        text = captured.read()
     kept = [line for line in text.decode(errors="replace").splitlines(keepends=True)
-            if not _DECLINED_VECTORIZATION.match(line)]
+            if not _DECLINED_VECTORIZATION.search(line)]
     if kept:
         os.write(2, "".join(kept).encode())
 

@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 import tegrad as tg
 from tegrad.codegen import build
 from tegrad.codegen.llvm import emit as emit_module
+from tegrad.codegen.target import jit
 from tegrad.ir.errors import BufferTooLargeError
 
 from support.compiled_programs import CURRENT, FIRST, build_program, programs, with_gradient
@@ -98,6 +99,27 @@ def test_random_programs_emitted_one_function_per_statement_equal_evaluator(prog
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(emit_module, "PART_SIZE", 1)
         check_program(program, seed, name="in_parts")
+
+
+@settings(max_examples=15, deadline=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(programs(), st.integers(0, 2**31 - 1), st.integers(1, 6))
+def test_random_programs_compiled_in_llvm_parts_at_once_equal_evaluator(program, seed,
+                                                                        parts):
+    """A module compiled in parts on concurrent threads, linked into one engine (here
+    every module, whatever its size, as if on two cores)."""
+    modules, compiled = [], []
+    compile_objects = jit.compile_objects
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(emit_module, "PART_SIZE", 1)
+        patch.setattr(jit, "SPLIT_CHARACTERS", 0)
+        patch.setattr(jit, "PARTS_PER_CORE", parts)
+        patch.setattr(jit, "_usable_cores", lambda: modules.append(1) or 2)
+        patch.setattr(jit, "compile_objects",
+                      lambda texts, *a, **k: compiled.append(1) or compile_objects(texts, *a, **k))
+        check_program(program, seed, name="in_llvm_parts")
+    # every module compiled was compiled in parts (none was in the object cache)
+    assert len(compiled) == len(modules)
 
 
 #: seeds of large programs that, together, take every compiled path (a gemm kernel, a

@@ -12,6 +12,7 @@ from tegrad.codegen.target import Target, TargetError, host_triple
 from tegrad.codegen.tuning import WIDE_VECTORS
 
 from support.programs import matmul, mlp_gradient  # a 64x64 float32 matmul; an MLP's gradient
+from support.llvm_text import FORCED_BUT_SCALAR
 
 X86 = "x86_64-linux-gnu"
 ARM = "aarch64-unknown-linux-gnu"
@@ -81,8 +82,11 @@ def test_a_named_avx512_target_prefers_512_bit_vectors_like_the_host(triple, cpu
 
 
 @settings(max_examples=3, deadline=None)
-@given(n=st.integers(64, 4096), cpu=st.sampled_from(["skylake-avx512", "znver4"]))
+@given(n=st.integers(1, 64).map(lambda k: 64 * k),
+       cpu=st.sampled_from(["skylake-avx512", "znver4"]))
 def test_an_avx512_export_holds_512_bit_float_vectors(tmp_path_factory, n, cpu):
+    # (lengths of whole 64s: for 120 elements LLVM's cost model picks 8 lanes on
+    # skylake-avx512, a choice of its own, not a fact of the target)
     x = tg.placeholder((n,), name="x")
     y = tg.compute((n,), lambda i: x[i] * 3.0 + 1.0, name="y")
     result = tg.export([x], [y], tmp_path_factory.mktemp("k") / "k", llvm_ir=True,
@@ -92,26 +96,6 @@ def test_an_avx512_export_holds_512_bit_float_vectors(tmp_path_factory, n, cpu):
     assert ("<16 x float>" in text) == WIDE_VECTORS
     assert 0 < widest_float_vector(text) <= 512
 
-
-_FORCED_BUT_SCALAR = r'''
-declare void @opaque(i64)
-define void @f(i64 %n) {
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%j, %loop]
-  call void @opaque(i64 %i)
-  %j = add i64 %i, 1
-  %c = icmp slt i64 %j, %n
-  br i1 %c, label %loop, label %exit, !llvm.loop !0
-exit:
-  ret void
-}
-!0 = distinct !{!0, !1}
-!1 = !{!"llvm.loop.vectorize.enable", i1 true}
-'''
-
-
 @pytest.mark.parametrize("unroll", [False, True])
 def test_llvm_notes_on_declined_vectorization_do_not_reach_stderr(capfd, unroll):
     """A loop forced to vectorise whose body cannot (an opaque call) makes LLVM print a
@@ -119,7 +103,7 @@ def test_llvm_notes_on_declined_vectorization_do_not_reach_stderr(capfd, unroll)
     are checked in the optimised IR instead) and the loop stays scalar."""
     import llvmlite.binding as llvm
     from tegrad.codegen.target.optimise import optimise
-    module = llvm.parse_assembly(_FORCED_BUT_SCALAR)
+    module = llvm.parse_assembly(FORCED_BUT_SCALAR)
     optimise(module, Target.host().target_machine(), unroll=unroll)
     assert "isvectorized" not in str(module)
     err = capfd.readouterr().err

@@ -28,7 +28,7 @@ UNITS = {
     "LLVM instructions", "outputs per call", "points", "programs", "ratio",
     "residue classes", "rows", "spin checks", "statements", "tap loops", "tap tuples",
     "vector steps", "vector steps per accumulator", "vectors", "chunks per thread", "pairs", "orders",
-    "seconds",
+    "seconds", "characters", "parts per core",
 }
 
 #: the stages, in pipeline order, whose sections the tuning module has
