@@ -236,6 +236,12 @@ def load_objects(key):
     return objects
 
 
+def store_objects(key, objects):
+    """Store the object files ``objects`` (a list of bytes) under ``key``; False when
+    the directory cannot be written."""
+    return store(key, pack_objects(objects))
+
+
 def engine_of(objects, target_machine):
     """An MCJIT engine (on ``target_machine``, which it owns) holding the object files
     ``objects``, linked together (their symbols resolve to each other's) and
@@ -261,7 +267,7 @@ def finalize_and_store(engine, key):
     engine.set_object_cache(notify_func=lambda module, data: made.append(bytes(data)))
     engine.finalize_object()
     if made:
-        store(key, pack_objects(made[:1]))
+        store_objects(key, made[:1])
 
 
 def _trim(directory, limit=None):

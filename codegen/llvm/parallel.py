@@ -34,7 +34,6 @@ kernel reports the same error whatever the thread count.
 """
 from __future__ import annotations
 
-import os
 
 from llvmlite import ir
 
@@ -43,23 +42,12 @@ from tegrad.codegen.kernels.fork_join import TASK_FN_TYPE, declare_parallel_for
 from tegrad.codegen.kernels.irutil import VOIDPTR
 from tegrad.codegen.loops.mapper import buffers_of, distinct_exprs, walk_stmts
 from tegrad.codegen.loops.nodes import MatrixProduct
+from tegrad.codegen.target.concurrent import usable_cores
 from tegrad.codegen.llvm.types import I32, I64, PTR, Value
 from tegrad.codegen.llvm.names import llvm_name
 
 #: ``ctx.status`` while no task has failed
 NO_FAILURE = (1 << 64) - 1
-
-
-def usable_cores():
-    """The number of cores this process may run on (its CPU affinity).
-
-    >>> usable_cores() >= 1
-    True
-    """
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def resolve_threads(threads):

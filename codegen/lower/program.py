@@ -66,12 +66,11 @@ def prepare(outputs, contractions=False, plain=frozenset()):
     return prepared
 
 
-def product_dtypes(outputs, plain=frozenset()):
+def product_dtypes(outputs):
     """The dtypes of the products :func:`lower_program` with ``contractions`` runs for
     ``outputs`` (a stage with a plan that runs as products, found in the program as
-    written, before :func:`prepare` rewrites it), but for the stages named in ``plain``;
-    the stages are searched in order, only until each dtype a product computes in is
-    found.
+    written, before :func:`prepare` rewrites it); the stages are searched in order,
+    only until each dtype a product computes in is found.
 
     >>> import tegrad as tg
     >>> a = tg.placeholder((64, 64), name="a")
@@ -81,7 +80,7 @@ def product_dtypes(outputs, plain=frozenset()):
     found = []
     for t in topological_order(_tensor_list(outputs, "outputs")):
         if (not is_placeholder(t) and t.dtype in ELEMENT and t.dtype not in found
-                and t.name not in plain and runs_as_products(contraction_plan(t))):
+                and runs_as_products(contraction_plan(t))):
             found.append(t.dtype)
             if len(found) == len(ELEMENT):
                 break

@@ -12,12 +12,25 @@ parts (:mod:`.split`) optimises in about the time of its largest share.
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
 
 from tegrad.codegen.target.optimise import optimise
 from tegrad.codegen.target.unlocked import emit_object
+
+
+def usable_cores():
+    """The number of cores this process may run on (its CPU affinity).
+
+    >>> usable_cores() >= 1
+    True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def compile_objects(texts, new_machine, *, unroll, workers):
@@ -41,4 +54,4 @@ def compile_objects(texts, new_machine, *, unroll, workers):
         return list(pool.map(compile_one, texts))
 
 
-__all__ = ["compile_objects"]
+__all__ = ["compile_objects", "usable_cores"]

@@ -45,7 +45,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from tegrad.codegen import object_cache
-from tegrad.codegen.target.concurrent import compile_objects
+from tegrad.codegen.target.concurrent import compile_objects, usable_cores
 from tegrad.codegen.target.machine import Target
 from tegrad.codegen.target.optimise import optimise
 from tegrad.codegen.target.split import split_module
@@ -388,22 +388,11 @@ class LoadedModule:
     def __init__(self, ir_text, *, optimise_module=True):
         self._ir_text, self._optimise = ir_text, optimise_module
         self.key = _key(ir_text, KERNEL.level if optimise_module else "O0")
-        workers = _usable_cores()
+        workers = usable_cores()
         if optimise_module and workers > 1 and len(ir_text) >= SPLIT_CHARACTERS:
-            # compiled in parts on every core, linked into one engine; the optimised
-            # module is not kept (optimised_ir optimises it whole, as after a cache hit)
-            objects = object_cache.load_objects(self.key)
-            if objects is None:
-                # (compiling needs no symbol: the shared functions may still compile)
-                parts = split_module(ir_text, PARTS_PER_CORE * workers)
-                objects = compile_objects(parts, functools.partial(new_target_machine, KERNEL),
-                                          unroll=KERNEL.unroll, workers=workers)
-                object_cache.store(self.key, object_cache.pack_objects(objects))
-            await_requested()
-            with _lock:
-                _provide_declared(ir_text)
-                self.engine = object_cache.engine_of(objects, new_target_machine(KERNEL))
-            self._module = None
+            # the optimised module is not kept: optimised_ir optimises it whole, as
+            # after a cache hit
+            self.engine, self._module = _engine_in_parts(ir_text, self.key, workers), None
             return
         await_requested()  # the shared functions it may call, registered before linking
         with _lock:
@@ -439,12 +428,21 @@ class LoadedModule:
         return self.engine.get_global_value_address(name)
 
 
-def _usable_cores():
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+def _engine_in_parts(ir_text, key, workers):
+    """The engine of the kernel module ``ir_text``, compiled in parts on ``workers``
+    cores at once (:mod:`.split`, :mod:`.concurrent`; its object files stored under
+    ``key``, or loaded from there) and linked into one engine. Compiling needs no
+    symbol: the shared functions may still be compiling meanwhile."""
+    objects = object_cache.load_objects(key)
+    if objects is None:
+        parts = split_module(ir_text, PARTS_PER_CORE * workers)
+        objects = compile_objects(parts, functools.partial(new_target_machine, KERNEL),
+                                  unroll=KERNEL.unroll, workers=workers)
+        object_cache.store_objects(key, objects)
+    await_requested()  # the shared functions it may call, registered before linking
+    with _lock:
+        _provide_declared(ir_text)
+        return object_cache.engine_of(objects, new_target_machine(KERNEL))
 
 
 def _new_lock_in_child():

@@ -4,8 +4,8 @@ LLVM optimises and generates the parts of a large kernel on several cores at onc
 
 The identity kept: the parts define every function and global the module defines, once,
 with the same bodies and initialisers, and declare what they use from the others, so
-linked together they are the module. What changes: a function or global another part
-uses is no longer ``internal`` (it is found by name when the parts are linked), and LLVM
+linked together they are the module. What changes: a function another part uses is no
+longer ``internal`` (it is found by name when the parts are linked), and LLVM
 no longer optimises across parts (a kernel's parts are ``noinline`` functions already,
 see :func:`tegrad.codegen.llvm.emit.kernel_parts`).
 
@@ -43,19 +43,18 @@ import re
 
 _SYMBOL = re.compile(r'@("(?:[^"\\]|\\.)*"|[-\w$.]+)')
 _DEFINE = re.compile(r'^define (?:(?:internal|private) )?')
-_GLOBAL_LINKAGE = re.compile(r'^(@\S+ = )(?:internal |private )?')
 
 
 class _Entity:
     """A function (its ``define`` line to its ``}``) or a global (one line) the module
-    defines: ``name``, ``text`` (its lines), the symbols it uses, ``inline``: an
-    ``alwaysinline`` function."""
+    defines: ``name``, ``lines``, the symbols it ``uses``, ``inline``: an
+    ``alwaysinline`` function, and its ``size`` in characters."""
 
     def __init__(self, kind, lines):
         self.kind, self.lines = kind, lines
         self.name = _SYMBOL.search(lines[0]).group(1)
         self.uses = set(_SYMBOL.findall("\n".join(lines))) - {self.name}
-        self.inline = kind == "function" and "alwaysinline" in _after_params(lines[0])
+        self.inline = kind == "function" and "alwaysinline" in lines[0][_params_end(lines[0]):]
         self.size = sum(len(line) + 1 for line in lines)
 
 
@@ -72,10 +71,6 @@ def _params_end(line):
             if depth == 0:
                 return k + 1
     raise ValueError(f"unbalanced parameter list: {line[:200]}")
-
-
-def _after_params(line):
-    return line[_params_end(line):]
 
 
 def _parse(text):
@@ -133,13 +128,9 @@ def _declaration(entity):
 
 
 def _external(entity):
-    """The entity's lines with its linkage external (another part uses it)."""
-    first = entity.lines[0]
-    if entity.kind == "function":
-        first = _DEFINE.sub("define ", first, count=1)
-    else:
-        first = _GLOBAL_LINKAGE.sub(r"\1", first, count=1)
-    return [first] + entity.lines[1:]
+    """A function's lines with its linkage external (another part uses it; a global
+    never is, see :func:`_declaration`)."""
+    return [_DEFINE.sub("define ", entity.lines[0], count=1)] + entity.lines[1:]
 
 
 def split_module(text, parts):
@@ -148,16 +139,16 @@ def split_module(text, parts):
     the parts largest group first, each to the part holding the fewest characters so
     far. Fewer parts when it has fewer groups; ``[text]`` when one."""
     header, shared, entities = _parse(text)
-    clusters = sorted(_clusters(entities),
-                      key=lambda c: -sum(entities[k].size for k in c))
+    clusters = sorted(((sum(entities[k].size for k in c), c) for c in _clusters(entities)),
+                      key=lambda sized: -sized[0])
     if parts < 2 or len(clusters) < 2:
         return [text]
     count = min(parts, len(clusters))
     loads, members = [0] * count, [[] for _ in range(count)]
-    for cluster in clusters:
+    for size, cluster in clusters:
         p = loads.index(min(loads))
         members[p].extend(cluster)
-        loads[p] += sum(entities[k].size for k in cluster)
+        loads[p] += size
     part_of = {entities[k].name: p for p, ks in enumerate(members) for k in ks}
     used_apart = {name for p, ks in enumerate(members) for k in ks
                   for name in entities[k].uses if part_of.get(name, p) != p}

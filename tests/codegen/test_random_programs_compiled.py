@@ -114,7 +114,7 @@ def test_random_programs_compiled_in_llvm_parts_at_once_equal_evaluator(program,
         patch.setattr(emit_module, "PART_SIZE", 1)
         patch.setattr(jit, "SPLIT_CHARACTERS", 0)
         patch.setattr(jit, "PARTS_PER_CORE", parts)
-        patch.setattr(jit, "_usable_cores", lambda: modules.append(1) or 2)
+        patch.setattr(jit, "usable_cores", lambda: modules.append(1) or 2)
         patch.setattr(jit, "compile_objects",
                       lambda texts, *a, **k: compiled.append(1) or compile_objects(texts, *a, **k))
         check_program(program, seed, name="in_llvm_parts")
