@@ -6,12 +6,16 @@ kernel's arguments and temporaries, aligned to :data:`STORAGE_ALIGNMENT` bytes.
 In that storage (:func:`plan_storage`) buffers of disjoint lifetimes share memory, and a
 temporary computed elementwise from a temporary that dies with it takes that one's
 memory (:func:`in_place_temporaries`), the kernel then emitted with the second named as
-the first (:func:`in_place_kernel`). The identity the plan preserves: every element a
-statement reads holds the value last written to that element's buffer, as in separate
+the first (:func:`in_place_kernel`); a temporary that only copies another at the same
+flat offsets (a reshape) is that one's memory, its stores dropped
+(:mod:`tegrad.codegen.lower.copy_views`). The identity the plan preserves: every element
+a statement reads holds the value last written to that element's buffer, as in separate
 memory; between two buffers placed at the same bytes, either their lifetimes are
 disjoint, or one is written over the other in place under
 :func:`~tegrad.codegen.lower.in_place.overwriting_statement`'s condition (each element of
-the old read, for its old value, only before the one store of the new one's value).
+the old read, for its old value, only before the one store of the new one's value), or
+one is a view of the other (:func:`~tegrad.codegen.lower.copy_views.copy_views`'s
+condition: the source unchanged from the copy on, the view written by the copy alone).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import numpy as np
 from tegrad.codegen.kernels.product import product_space_bytes
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
+from tegrad.codegen.lower.copy_views import copies_dropped, copy_views
 from tegrad.codegen.lower.in_place import (overwriting_statement, read_at_loaded_index,
                                            rename_buffers, written_buffers)
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
@@ -84,13 +89,15 @@ class StoragePlan:
     place); ``separate_bytes`` what the buffers would take each in a place of its own;
     ``in_place[new]`` the temporary ``old`` whose memory ``new`` is written over (see
     :func:`in_place_temporaries`; the kernel is emitted with ``new`` named ``old``,
-    :func:`in_place_kernel`)."""
+    :func:`in_place_kernel`); ``views[d]`` the temporary whose memory ``d`` reads under
+    its own shape, its copy dropped (:mod:`tegrad.codegen.lower.copy_views`)."""
 
     offsets: dict
     nbytes: int
     shares: dict
     separate_bytes: int
     in_place: dict = field(default_factory=dict)
+    views: dict = field(default_factory=dict)
 
     def sharing(self, a, b):
         """Whether buffers ``a`` and ``b`` have overlapping memory."""
@@ -161,8 +168,10 @@ def plan_storage(body, buffers, packing=None, in_place=True):
     """
     ranges = live_ranges(body, buffers, packing)
     in_place = in_place_temporaries(body, buffers, ranges) if in_place else {}
-    # a chain of writes in place is one buffer for placement, named by its first
-    root = {b: _chain_first(in_place, b) for b in buffers}
+    views = copy_views(body, buffers, ranges, {*in_place, *in_place.values()})
+    # a chain of writes in place is one buffer for placement, named by its first; a view
+    # is its source's
+    root = {b: _chain_first(in_place, views.get(b, b)) for b in buffers}
     units = [b for b in buffers if root[b] == b]
     nbytes_of = {b: _round_up(buffer_bytes(b), STORAGE_ALIGNMENT) for b in buffers}
     spans = {}
@@ -176,7 +185,7 @@ def plan_storage(body, buffers, packing=None, in_place=True):
     placed = _best_placement(units, spans, nbytes_of)
     offsets = {b: placed[root[b]] for b in buffers}
     return StoragePlan(offsets, _extent(offsets, nbytes_of), _overlapping(offsets, nbytes_of),
-                       sum(nbytes_of.values()), in_place)
+                       sum(nbytes_of.values()), in_place, views)
 
 
 def _overlapping(offsets, nbytes_of):
@@ -257,7 +266,8 @@ def in_place_kernel(kernel, plan):
     statement writing one over the other then reads and writes through one pointer, and
     no function of the emitted module receives two pointers to that memory, each
     declared ``noalias``. ``new`` stays one of the kernel's temporaries, at the same
-    offset (the runtime's table of pointers is unchanged).
+    offset (the runtime's table of pointers is unchanged). The stores of the views of
+    ``plan.views`` are dropped (:func:`~tegrad.codegen.lower.copy_views.copies_dropped`).
 
     >>> from tegrad.ir.expr import Var, Const
     >>> from tegrad.codegen.loops.nodes import Block, Buffer, For, Kernel, Load, Store
@@ -273,11 +283,11 @@ def in_place_kernel(kernel, plan):
     >>> sorted(x.name for x in buffers_of(in_place_kernel(k, plan).body)[0])
     ['a', 'out']
     """
-    if not plan.in_place:
+    if not plan.in_place and not plan.views:
         return kernel
     body = rename_buffers(kernel.body, {new: _chain_first(plan.in_place, new)
                                         for new in plan.in_place})
-    return _n.Kernel(kernel.name, kernel.args, kernel.temps, body)
+    return _n.Kernel(kernel.name, kernel.args, kernel.temps, copies_dropped(body, plan.views))
 
 
 def _chain_first(in_place, b):

@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from tegrad.codegen.kernels.product import emit_product, product_space_bytes
 from tegrad.codegen.loops import nodes as _n
-from tegrad.codegen.loops.mapper import walk_stmts
+from tegrad.codegen.loops.mapper import walk_expr, walk_stmts
 from tegrad.codegen.tuning import UNROLL_LIMIT
 from tegrad.codegen.llvm.names import llvm_name
 from tegrad.codegen.llvm.types import I32, I64, PTR, Value, memory_type
@@ -32,7 +32,23 @@ def first_target(stmt):
     return None
 
 
+def _effect_free(stmt):
+    """Whether ``stmt`` is loops and blocks with nothing inside (a copy dropped by the
+    storage plan, :mod:`tegrad.codegen.lower.copy_views`) and bounds read from no
+    buffer (a loaded bound would be checked)."""
+    for node in walk_stmts(stmt):
+        if type(node) is _n.For:
+            if any(type(x) is _n.Load for e in (node.begin, node.end) for x in walk_expr(e)):
+                return False
+        elif type(node) is not _n.Block:
+            return False
+    return True
+
+
 def _for(em, s):
+    if _effect_free(s):
+        return  # (its loop id is simply absent: an unvectorised loop is not reported)
+
     def bounds():
         return em.expr(s.begin, "int64").ir, em.expr(s.end, "int64").ir
     begin, end = em.statement_exprs(bounds)

@@ -130,20 +130,34 @@ def _same_indices(a, b):
     return all(f is not None and f == g for f, g in forms)
 
 
+def flat_offset(buffer, indices):
+    """The row-major flat offset of ``buffer[indices]`` as an affine form of the loop
+    variables, or None (an index that is not one).
+
+    >>> from tegrad.ir.expr import Var
+    >>> from tegrad.codegen.loops.nodes import Buffer
+    >>> i, j = Var("i", "int64"), Var("j", "int64")
+    >>> str(flat_offset(Buffer("b", (3, 5), "float32"), (i, j + 1)))
+    '5*i + j + 1'
+    """
+    flat, stride = Affine.const(0), 1
+    for index, extent in zip(reversed(indices), reversed(buffer.shape)):
+        form = to_affine(index)
+        if form is None:
+            return None
+        flat, stride = flat + form * stride, stride * int(extent)
+    return flat
+
+
 def each_element_once(store, loops):
     """Whether the ``loops`` around ``store`` (outermost first) run it at most once per
     element: its flat offset is an affine form of their variables in which, taken by
     increasing coefficient (per trip of each loop), every coefficient exceeds the most
     the smaller terms can add up to (a mixed radix, as a split loop's ``o * 16 + l``),
     so distinct iterations reach distinct offsets."""
-    flat, stride = Affine.const(0), 1
-    for index, extent in zip(reversed(store.indices), reversed(store.buffer.shape)):
-        form = to_affine(index)
-        if form is None:
-            return False
-        flat, stride = flat + form * stride, stride * int(extent)
+    flat = flat_offset(store.buffer, store.indices)
     names = {loop.var.name for loop in loops}
-    if not set(flat.variables()) <= names:
+    if flat is None or not set(flat.variables()) <= names:
         return False
     terms = []
     for loop in loops:
@@ -316,5 +330,6 @@ def rare_branch_after(kernel, buffers):
     return any(type(n) is _n.If and n.likely for s in stmts[first:] for n in walk_stmts(s))
 
 
-__all__ = ["in_place_safe", "overwriting_statement", "rare_branch_after", "rename_buffer",
-           "rename_buffers", "stored_and_updated", "write_in_place", "written_buffers"]
+__all__ = ["each_element_once", "flat_offset", "in_place_safe", "overwriting_statement",
+           "rare_branch_after", "rename_buffer", "rename_buffers", "stored_and_updated",
+           "write_in_place", "written_buffers"]

@@ -42,6 +42,25 @@ def same_in_interpreter(kernel, transform, seed):
     return changed
 
 
+def executable_twice_equals_interpreter(kernel, seed, **options):
+    """The one-input, one-output ``kernel`` compiled (``Executable(kernel, **options)``)
+    equals the loop interpreter (which keeps every buffer apart) on a uniform input drawn
+    from ``seed``, called twice (the second call on storage holding the first call's
+    values); returns the executable."""
+    from tegrad.codegen.loops.interpret import run
+    from tegrad.codegen.runtime.executable import Executable
+    x = kernel.args[0]
+    data = np.random.default_rng(seed).uniform(-1, 1, x.shape).astype(x.dtype)
+    (want,), _ = run(kernel, [data])
+    tol = 1e-12 if x.dtype == "float64" else 1e-5
+    exe = Executable(kernel, **options)
+    for _ in range(2):
+        got = np.full(want.shape, np.nan, dtype=want.dtype)
+        exe.run([data, got])
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    return exe
+
+
 def built_twice_equals_evaluator(inputs, outputs, seed, dtype, threads):
     """``tg.build`` of the program on ``threads`` threads equals ``tg.evaluate`` on
     uniform arrays drawn from ``seed``, called twice (the second call finds the shared
