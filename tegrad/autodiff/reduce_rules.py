@@ -341,7 +341,8 @@ def tuple_rule(fd, e):
     d[j][c](f(k), Y) * df_c(k))``, reading the values ``Y`` only (the stages of the
     other components, built once per stage). Without: ``dY_j = sum_k(sum_c
     dcombine_j/db_c(rest_k, f(k)) * df_c(k))``, ``rest_k`` the reduction of the other
-    points (a reduction per point: quadratic in the reduction's length).
+    points (a reduction per point: quadratic in the reduction's length), read from a
+    stage per component over the output and the points (:func:`_tuple_rest`)
     """
     tangents = [fd.tangent(c) for c in e.sources]
     if all(t is ZERO for t in tangents):
@@ -405,14 +406,43 @@ def _declared_rows(e, x, y):
     return out
 
 
+def _tuple_rest(fd, e):
+    """The components of ``rest_k``, the reduction of every point but ``k`` of the
+    reduction of a tuple ``e``: reads ``R_c[y, k]`` of stages over the axes of the stage
+    ``Y`` that ``e`` is the whole body of and the points of its reduction (a component
+    of a reduction of a tuple is only ever a stage's whole body), built once per stage.
+    A reduction whose bounds are not constants has no such stages: refused by name (a
+    declared ``derivative`` reads the forward values alone)."""
+    y = fd.answer(e)
+    if not (type(y) is Read and type(compute_body(y.tensor)) is TupleReduce):
+        raise DifferentiationError(f"reducer {e.reducer.name!r}: a reduction of a tuple is "
+                                   f"differentiated only as the whole body of a stage")
+    Y = y.tensor
+    body = Y.op.body
+    if _flat_position(body.axes) is None or len(body.axes) != len(e.axes):
+        raise DifferentiationError(
+            f"stage {Y.name!r}: the gradient of the reduction of a tuple by "
+            f"{e.reducer.name!r}, which declares no derivative, needs constant reduction "
+            f"bounds (it reduces the other points for each one); declare "
+            f"comm_reducer(..., derivative=...)")
+    stages = _STATISTICS.get()
+    cache = {} if stages is None else stages.setdefault(id(Y), (Y, {}))[1]
+    if "rest" not in cache:
+        sources2, where2, axes2 = _others(fd, body, [ax.var for ax in Y.op.axes])
+        points = tuple(IterVar(ax.var, ax.lo, ax.extent, "data") for ax in body.axes)
+        cache["rest"] = tuple(
+            compute_stage(f"{Y.name}_rest{c}", Y.op.axes + points,
+                          TupleReduce(e.reducer, sources2, axes2, where2, c, src.dtype))
+            for c, src in enumerate(body.sources))
+    index = tuple(y.indices) + tuple(ax.var for ax in e.axes)
+    return [Read(stage, index, stage.dtype) for stage in cache["rest"]]
+
+
 def _combine_partials(fd, e):
     """``dcombine_j/db_c(rest_k, f(k))`` for ``j = e.index`` and every ``c``."""
     dtypes = tuple(c.dtype for c in e.sources)
     xs, ys, bodies = e.reducer.tuple_combiner(dtypes)
-    sources2, where2, axes2 = _others(fd, e)
-    rest = [TupleReduce(e.reducer, sources2, axes2, where2, c, d)
-            for c, d in enumerate(dtypes)]
-    at = {x.name: r for x, r in zip(xs, rest)}
+    at = {x.name: r for x, r in zip(xs, _tuple_rest(fd, e))}
     at.update({y.name: s for y, s in zip(ys, e.sources)})
     out = []
     for y in ys:

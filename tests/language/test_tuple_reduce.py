@@ -62,6 +62,45 @@ def test_the_generic_gradient_of_a_reducer_without_derivative():
     assert tg.testing.check_grad(y, [x, w], head="random", rng=4) < 1e-6
 
 
+#: (min, max) of pairs, and the (index, value) of the first maximum: combiners whose
+#: partial derivatives hold the other points' reduction inside a select
+MIN_MAX = tg.comm_reducer(lambda a, b: (tg.min(a[0], b[0]), tg.max(a[1], b[1])),
+                          lambda t0, t1: (tg.max_value(t0), tg.min_value(t1)), name="min_max")
+ARGMAX = tg.comm_reducer(
+    lambda a, b: (tg.if_then_else(a[1] >= b[1], a[0], b[0]), tg.max(a[1], b[1])),
+    lambda t0, t1: (-1, tg.min_value(t1)), name="argmax")
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from(["sum_max", "min_max", "argmax"]), st.integers(1, 3),
+       st.integers(1, 3), st.integers(1, 5), st.booleans(), st.integers(0, 2**32 - 1))
+def test_generic_gradients_of_tuple_reducers_with_selects(reducer, rows, depth, cols,
+                                                          masked, seed):
+    """Without a declared derivative, each point's partial reads the reduction of the
+    other points (stages ``Y_rest<c>`` over the output and the point): every component
+    of SUM_MAX, MIN_MAX and ARGMAX over 2 axes equals central differences in
+    float64 (distinct values: no ties), and compiled equals ``tg.evaluate``."""
+    rng = np.random.default_rng(seed)
+    a = rng.permutation(rows * depth * cols).reshape(rows, depth, cols) * 0.37 - 1.0
+    x = tg.placeholder(a.shape, dtype="float64", name="x")
+    k, m = tg.reduce_axis((0, depth), name="k"), tg.reduce_axis((0, cols), name="m")
+    where = ((m + k) % 3 != 1) if masked and cols > 1 else None
+    sources = {"sum_max": lambda i: (x[i, k, m] * 2.0, x[i, k, m]),
+               "min_max": lambda i: (x[i, k, m], x[i, k, m] * x[i, k, m]),
+               "argmax": lambda i: (m + k * 0, x[i, k, m] * 1.5)}[reducer]
+    red = {"sum_max": SUM_MAX, "min_max": MIN_MAX, "argmax": ARGMAX}[reducer]
+    first, second = tg.compute((rows,), lambda i: red(sources(i), axis=[k, m], where=where),
+                               name=("first", "second"))
+    outputs = [second] if reducer == "argmax" else [first, second]
+    for out in outputs:
+        assert tg.testing.check_grad(out, [x], feed={x: a}, head="random",
+                                     rng=seed % 97) < 1e-6
+        (dx,) = tg.differentiate(out, [x])
+        want = tg.evaluate(dx, {x: a})
+        np.testing.assert_allclose(tg.build([x], [dx], threads=2)(a)[0], want, rtol=1e-12,
+                                   atol=1e-12)
+
+
 def test_an_axis_free_tuple_is_its_element():
     x = tg.placeholder((3,), dtype="float64", name="x")
     a, b = tg.compute((3,), lambda i: SUM_MAX((x[i], x[i] + 1.0), axis=[]), name=("a", "b"))
