@@ -55,8 +55,10 @@ def _extremum(pred):
         if _dt.is_float(dtype):
             # numpy's maximum/minimum: a NaN ``a``, else ``a`` when strictly beyond ``b``,
             # else ``b`` (a NaN ``b``, and ``b`` on ties such as -0.0 against 0.0); the
-            # inner select is one maxps/minps on x86
-            beyond = bld.select(bld.fcmp_ordered(pred, a, b), a, b)
+            # inner select is one maxps/minps on x86. numpy's float16 loop keeps ``a`` on
+            # ties (``a >= b ? a : b``)
+            tie = "=" if dtype == "float16" else ""
+            beyond = bld.select(bld.fcmp_ordered(pred + tie, a, b), a, b)
             return bld.select(bld.fcmp_unordered("uno", a, a), a, beyond)
         cmp = bld.icmp_signed if is_signed(dtype) else bld.icmp_unsigned
         return bld.select(cmp(pred, a, b), a, b)

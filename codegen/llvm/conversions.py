@@ -65,10 +65,50 @@ def _int_to_float(em, v, dtype):
     return conv(v.ir, register_type(dtype))
 
 
+def fptrunc(bld, x, ty):
+    """``x`` (a float or a vector of floats) rounded to the narrower float type ``ty``, to
+    nearest, ties to even. A double becomes a half through a float rounded to odd:
+    truncated toward zero, its last bit set when inexact (float has 13 more bits than
+    half, and half's range and subnormals lie within float's normal range, so rounding
+    that float to half rounds the double once); LLVM's own double-to-half truncation
+    calls ``__truncdfhf2``, which neither x86-64's instructions nor the JIT provide."""
+    src = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+    dst = ty.element if isinstance(ty, ir.VectorType) else ty
+    if not (isinstance(src, ir.DoubleType) and isinstance(dst, ir.HalfType)):
+        return bld.fptrunc(x, ty)
+
+    def like(t):
+        return ir.VectorType(t, x.type.count) if isinstance(x.type, ir.VectorType) else t
+
+    f32, i32 = like(ir.FloatType()), like(ir.IntType(32))
+    near = bld.fptrunc(x, f32)
+    back = bld.fpext(near, x.type)
+    fabs = lambda v: bld.call(_fabs(bld, v.type), [v])  # noqa: E731
+    word = bld.bitcast(near, i32)
+    one = ir.Constant(i32, 1) if not isinstance(i32, ir.VectorType) else \
+        ir.Constant(i32, [1] * i32.count)
+    # rounded away from zero: one step down in magnitude is the truncation (never 0 here)
+    word = bld.select(bld.fcmp_ordered(">", fabs(back), fabs(x)), bld.sub(word, one), word)
+    # inexact (or NaN, which stays NaN): the sticky last bit
+    word = bld.select(bld.fcmp_unordered("!=", back, x), bld.or_(word, one), word)
+    return bld.fptrunc(bld.bitcast(word, f32), ty)
+
+
+def _fabs(bld, ty):
+    """The declaration of ``llvm.fabs`` on ``ty`` in the builder's module."""
+    module = bld.block.function.module
+    scalar = ty.element if isinstance(ty, ir.VectorType) else ty
+    suffix = {"double": "f64", "float": "f32", "half": "f16"}[str(scalar)]
+    name = f"llvm.fabs.v{ty.count}{suffix}" if isinstance(ty, ir.VectorType) \
+        else f"llvm.fabs.{suffix}"
+    fn = module.globals.get(name)
+    return fn if fn is not None else ir.Function(module, ir.FunctionType(ty, [ty]), name=name)
+
+
 def _float_to_float(em, v, dtype):
     src, dst = bits(v.dtype), bits(dtype)
     if dst < src:
-        return em.builder.fptrunc(v.ir, register_type(dtype))
+        return fptrunc(em.builder, v.ir, register_type(dtype))
     if dst > src:
         return em.builder.fpext(v.ir, register_type(dtype))
     return v.ir

@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from tegrad.ir import dtypes as _dt
 
+from tegrad.codegen.llvm.conversions import fptrunc
 from tegrad.codegen.llvm.polynomial import contract, horner
 from tegrad.codegen.llvm.random import philox
 from tegrad.codegen.llvm.trig import SIN_COS_FLOAT32
@@ -80,7 +81,7 @@ def exp_in_double(em, x):
     i64 = ir.IntType(64)
     scale = bld.bitcast(bld.shl(bld.add(bld.fptosi(n, i64), ir.Constant(i64, 1023)),
                                 ir.Constant(i64, 52)), f64)
-    y = bld.fptrunc(bld.fmul(poly, scale), x.type)
+    y = fptrunc(bld, bld.fmul(poly, scale), x.type)
     return bld.select(nan, x, y)
 
 
@@ -285,7 +286,7 @@ def _libm_double(name):
         f64 = ir.DoubleType()
         wide = x if dtype == "float64" else bld.fpext(x, f64)
         y = bld.call(em.libm(name, f64, [f64]), [wide])
-        return y if dtype == "float64" else bld.fptrunc(y, x.type)
+        return y if dtype == "float64" else fptrunc(bld, y, x.type)
     return lower
 
 

@@ -26,7 +26,7 @@ from tegrad.codegen.llvm.intrinsics import INTRINSIC_LOWERINGS
 from tegrad.codegen.runtime.executable import Executable
 
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-FLOATS = ("float32", "float64")
+FLOATS = ("float16", "float32", "float64")
 DTYPES = FLOATS + INTS + ("bool",)
 
 FLOAT_VALUES = [-3.7, -2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.5, 3.7, -7.0, 7.0, 1e-30,
@@ -93,7 +93,7 @@ def assert_matches(outs, inputs, feeds):
         expected = tg.evaluate(out, dict(zip(inputs, feeds)))
         assert got.dtype == expected.dtype, out.name
         if got.dtype.kind == "f":
-            tol = 2e-6 if got.dtype == np.float32 else 1e-14
+            tol = {np.float16: 1e-3, np.float32: 2e-6}.get(got.dtype.type, 1e-14)
             np.testing.assert_allclose(got, expected, rtol=tol, atol=0, equal_nan=True,
                                        err_msg=out.name)
         else:
@@ -155,8 +155,9 @@ def test_binary_ops(dtype):
 def test_float_max_and_min_give_numpys_zero_signs_and_nan_payloads(dtype):
     # numpy returns the second operand on ties (-0.0 against 0.0) and the first NaN
     a, b = pairs(dtype)
-    bits = "uint32" if dtype == "float32" else "uint64"
-    quiet = np.array([0x7FC00000 if dtype == "float32" else 0x7FF8000000000000], bits)
+    bits = {"float16": "uint16", "float32": "uint32"}.get(dtype, "uint64")
+    quiet = np.array([{"float16": 0x7E00, "float32": 0x7FC00000}.get(dtype, 0x7FF8000000000000)],
+                     bits)
     nan_a, nan_b = (quiet | 1).view(dtype)[0], (quiet | 2).view(dtype)[0]
     a = np.concatenate([a, [nan_a, nan_a, 1.0, -0.0, 0.0]]).astype(dtype)
     b = np.concatenate([b, [nan_b, 1.0, nan_b, 0.0, -0.0]]).astype(dtype)
@@ -482,6 +483,58 @@ def test_casts(src):
     outs = [tg.compute(x.shape, lambda i, dst=dst: tg.cast(X[i], dst), name=dst)
             for dst in DTYPES]
     assert_matches(outs, [X], [x])
+
+
+def _half_rounding_cases(rng):
+    """Doubles whose rounding to float16 is hard: just above and below the midpoints of
+    consecutive halves (normal and subnormal; rounded to float first, they would land on
+    the midpoint and round to even), the midpoints themselves, the overflow threshold,
+    random doubles over the whole range, and the non-finite values and zeros."""
+    halves = rng.integers(0, 0x7C00, 3000, dtype=np.uint16).view(np.float16)
+    low = halves.astype(np.float64)
+    high = np.nextafter(halves, np.float16(np.inf)).astype(np.float64)
+    mid = (low + high) / 2
+    tiny = np.abs(mid) * 2.0 ** -40 + 2.0 ** -1070
+    cases = [mid, mid + tiny, mid - tiny, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf),
+             rng.uniform(-7e4, 7e4, 2000), rng.standard_normal(1000) * 2.0 ** -20,
+             [65504.0, 65519.99999999999, 65520.0, 1e300, 5e-324, 2.0 ** -25,
+              np.nextafter(2.0 ** -25, 1.0), np.inf, -np.inf, np.nan, 0.0, -0.0]]
+    x = np.concatenate([np.asarray(c, np.float64) for c in cases])
+    return np.concatenate([x, -x])
+
+
+def test_doubles_round_to_float16_once_as_numpy_rounds_them():
+    """A cast from float64 to float16 (and a float16 intrinsic computed in double) rounds
+    once, to nearest, ties to even: bit for bit numpy's ``astype``, vectorised or not
+    (LLVM's own truncation calls ``__truncdfhf2``, which the JIT does not have)."""
+    x = _half_rounding_cases(np.random.default_rng(5))
+    X = tg.placeholder(x.shape, dtype="float64", name="X")
+    out = tg.compute(x.shape, lambda i: tg.cast(X[i], "float16"), name="half")
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    for threads in (1, 2):
+        got = tg.build([X], [out], threads=threads)(x)[0]
+        np.testing.assert_array_equal(got.view(np.uint16) & 0x7FFF == 0x7E00,
+                                      np.isnan(want))
+        finite = ~np.isnan(want)
+        np.testing.assert_array_equal(got.view(np.uint16)[finite], want.view(np.uint16)[finite])
+
+
+@pytest.mark.parametrize("name", ["exp", "expm1", "log1p", "asinh", "acosh", "atanh", "erf",
+                                  "tanh", "sigmoid", "log"])
+def test_float16_intrinsics_computed_wider_run_and_round(name):
+    """float16 operands of intrinsics computed in double or float32, compiled (in loops
+    LLVM vectorises), equal the evaluator to half a float16 ulp."""
+    x = np.concatenate([np.linspace(-12, 12, 1001), [0.0, -0.0, 1.0, 0.5, 65504.0, -65504.0,
+                                                      np.inf, -np.inf, np.nan]])
+    x = x.astype(np.float16)
+    X = tg.placeholder(x.shape, dtype="float16", name="X")
+    out = tg.compute(x.shape, lambda i: tg.call(name, X[i]), name=name)
+    with np.errstate(all="ignore"):
+        want = tg.evaluate(out, {X: x})
+        got = tg.build([X], [out], threads=1)(x)[0]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-3,
+                               atol=0, equal_nan=True, err_msg=name)
 
 
 def test_float_to_int_cast_of_non_finite_values_is_zero():
