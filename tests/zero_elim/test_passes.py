@@ -41,7 +41,29 @@ def test_expand_splits_sums_and_selects_and_drops_zeros():
     i = Var("i")
     e = tg.if_then_else(i > 0, x[i] + x[0], ZERO) - x[1] * ZERO + x[2] / 2.0
     terms = expand(e)
-    assert [str(t) for t in terms] == ["[i > 0] x[i]", "[i > 0] x[0]", "x[2] / 2.0"]
+    # (a sum with nothing to lift stays one term)
+    assert [str(t) for t in terms] == ["[i > 0] x[i] + x[0]", "x[2] / 2.0"]
+    w = tg.if_then_else(i > 0, x[i], ZERO)
+    terms = expand((w + x[0]) * (x[1] - x[2]) + x[3] * 2.0)
+    assert [str(t) for t in terms] == ["[i > 0] x[i] * (x[1] - x[2])",
+                                       "x[0] * (x[1] - x[2])", "x[3] * 2.0"]
+
+
+def test_expanded_gradients_keep_plain_factors_whole():
+    """Factors with nothing to lift are not multiplied out: tanh-GELU's and SiLU's
+    gradients at large inputs (where tanh**2 and the sigmoid round to 1) are exactly 1
+    in float32 and float64, as PyTorch's are (multiplied out, the leading 1 was lost in
+    a sum of terms of the size of x**3: 0 or 2)."""
+    import numpy as np
+    from tegrad import nn
+    for dtype, big in (("float32", [800.0, 1000.0, 3000.0, 2e7]),
+                       ("float64", [6e5, 8e5, 1e6, 1e16])):
+        x = tg.placeholder((4,), dtype=dtype, name="x")
+        for f in (lambda v: nn.gelu(v, approximate="tanh"), nn.silu):
+            (g,) = tg.differentiate(f(x), [x])
+            values = np.array(big, dtype)
+            assert tg.evaluate(g, {x: values}).tolist() == [1.0] * 4
+            assert tg.build([x], [g], threads=1)(values)[0].tolist() == [1.0] * 4
 
 
 def test_expand_renames_axes_that_would_be_captured():

@@ -186,7 +186,7 @@ PROGRAMS = {
     "logits": (_logits, {}, {"product"}),
     "avg_pool_exclude_pad": (lambda: program("avg_pool2d_exclude_pad", "float32", 3)[:2], {},
                              {"split_divisor", "unroll_tiny"}),
-    "batch_norm": (lambda: program("batch_norm_train", "float32", 3)[:2], {}, {"sink"}),
+    "layer_norm": (lambda: program("layer_norm", "float32", 3)[:2], {}, {"sink"}),
     "by_hand": (_rows, {"schedule": {"B": {"split": {"j": 4}, "order": ["j_o", "i_1"],
                                            "unroll": ["j_i"]},
                                      "S": {"parallel": "i"}}},
