@@ -6,8 +6,8 @@ For ``Y = reduce_k(f(k) if where(k), init)`` with tangents ``df`` (source) and `
 - prod: ``dY = sum_k(P_k * df) + Q * dI`` where, with ``z`` the number of zero factors
   and ``P`` the product of the nonzero ones, ``P_k = z == 0 ? Y / f(k) : (z == 1 &&
   f(k) == 0 ? init * P : 0)`` and ``Q = z == 0 ? P : 0``;
-- max/min: the tangent flows to the positions equal to ``Y`` (``init`` counts as one),
-  split equally among ties: ``dY = (sum_k(f(k) == Y ? df : 0) + (init == Y ? dI : 0))
+- max/min: the tangent flows to the positions equal to ``Y`` (``init`` counts as one;
+  a NaN element is one where ``Y`` is NaN), split equally among ties: ``dY = (sum_k(f(k) == Y ? df : 0) + (init == Y ? dI : 0))
   / max(count, 1)``;
 - any other reducer (``tg.comm_reducer``): ``dY = sum_k(dcombine/db(rest_k, f(k)) * df)
   + dcombine/da(init, R) * dI`` where ``rest_k`` reduces all ``k' != k`` (with init) and
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
+from tegrad.ir import dtypes as _dt
 from tegrad.ir import reduction as _red
 from tegrad.ir.errors import DifferentiationError
 from tegrad.ir.expr import (And, Binary, Const, IterVar, Or, Read, Reduce, TupleReduce, Var,
@@ -195,15 +196,25 @@ def _extremum_rule(fd, e):
         return ZERO
     y = _value(fd, e)
     one, zero = Const(1, COUNT), Const(0, COUNT)
-    hit = compare("eq", e.source, y)
-    count = _stage_statistic(fd, e, "ties",
-                             lambda f, v: _indicator(compare("eq", f, v), COUNT), SUM, COUNT)
+    hit = _tie(e.source, y)
+    count = _stage_statistic(fd, e, "ties", lambda f, v: _indicator(_tie(f, v), COUNT), SUM,
+                             COUNT)
     total = _sum_k(e, choose(hit, df, ZERO, e.dtype))
     if e.init is not None:
         init_hit = compare("eq", e.init, y)
         count = add(count, select(init_hit, one, zero))
         total = add(total, choose(init_hit, di, ZERO, e.dtype))
     return div(total, cast(Binary("max", count, one, COUNT), e.dtype))
+
+
+def _tie(f, v):
+    """Whether the element ``f`` is the extremum ``v``: equal, or a NaN (the extremum of a
+    window holding one is NaN, numpy's and PyTorch's max pooling: its tangent flows to the
+    NaNs, so the gradient shows the NaN's position rather than zeros)."""
+    equal = compare("eq", f, v)
+    if not _dt.is_float(f.dtype):
+        return equal
+    return Or(equal, compare("ne", f, f))
 
 
 REDUCER_RULES[_red.BUILTIN_REDUCERS["max"]] = _extremum_rule

@@ -140,6 +140,34 @@ def test_extremum_reduction_ties_split_equally(red):
     assert np.allclose(g, [[0, 1 / 3, 1 / 3, 1 / 3], [0.5, 0, 0.5, 0]])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_nan_in_a_max_pool_window_takes_its_gradient(threads):
+    """A window holding NaNs pools to NaN (numpy's max), and its gradient flows to the
+    NaNs, split among them, as PyTorch's max_pool2d sends it to its NaN (not zeros that
+    hide the NaN); other windows are unchanged."""
+    import torch
+    rng = np.random.default_rng(3)
+    v = rng.standard_normal((2, 3, 6, 8))
+    v[0, 0, 0, 1] = np.nan
+    v[1, 2, 4, 4] = v[1, 2, 5, 5] = np.nan  # two in one window: half each
+    v[0, 1, 2, 3] = np.inf
+    x = tg.placeholder(v.shape, dtype=F64, name="x")
+    y = tg.nn.max_pool2d(x, 2)
+    head = rng.standard_normal(y.shape)
+    h = tg.placeholder(y.shape, dtype=F64, name="h")
+    (g,) = tg.differentiate(y, [x], head=h)
+    want = tg.evaluate(g, {x: v, h: head})
+    got = tg.build([x, h], [g], threads=threads)(v, head)[0]
+    np.testing.assert_array_equal(got, want)
+    X = torch.tensor(v, requires_grad=True)
+    torch.nn.functional.max_pool2d(X, 2).backward(torch.tensor(head))
+    single = np.ones(v.shape, bool)
+    single[1, 2, 4:6, 4:6] = False
+    np.testing.assert_allclose(want[single], X.grad.numpy()[single], rtol=1e-12)
+    assert want[1, 2, 4, 4] == want[1, 2, 5, 5] == head[1, 2, 2, 2] / 2
+    assert want[1, 2, 4, 5] == want[1, 2, 5, 4] == 0.0
+
+
 def test_extremum_reduction_tie_with_init_counts_init():
     A = tg.placeholder((3,), dtype=F64, name="A")
     c = tg.placeholder((), dtype=F64, name="c")
