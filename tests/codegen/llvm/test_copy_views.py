@@ -102,7 +102,7 @@ def copies(draw):
     return kernel, mode == "view"
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(copies(), st.integers(0, 2**31 - 1))
 def test_random_copies_are_views_exactly_where_the_condition_holds(case, seed):
     kernel, viewed = case
