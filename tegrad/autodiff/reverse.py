@@ -30,6 +30,7 @@ from tegrad.ir.mapper import children, walk
 from tegrad.ir.stages import compute_body, output_axis_names, stage_exprs
 from tegrad.ir.tensor import Tensor
 from tegrad.analysis.kronecker import kronecker
+from tegrad.analysis.read_bounds import check_reads_inside
 from tegrad.autodiff.algebra import ZERO, add
 from tegrad.autodiff.normalize import normalize
 from tegrad.autodiff.contribution import stage_contribution
@@ -45,6 +46,9 @@ def _check_output(output):
     if not _dt.is_float(output.dtype):
         raise DTypeError(f"differentiate: the output {output.name!r} has the non-float dtype "
                          f"{output.dtype}; only floating-point outputs have gradients")
+    # a read outside a tensor raises when the program runs, but its adjoint drops the
+    # points outside: refused here, not turned into a plausible gradient
+    check_reads_inside([output])
 
 
 def _check_inputs(output, inputs):
