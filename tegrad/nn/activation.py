@@ -65,12 +65,14 @@ def gelu(x, *, approximate="none"):
     [-0.1587, 0.0, 1.9545]
     """
     check_tensor(x, "gelu", "x")
+    # (x / 2 first, as PyTorch's kernels: x * (1 + erf) overflows for x above half the
+    # largest float)
     if approximate == "none":
         def fn(v):
-            return v * (erf(v * (1 / math.sqrt(2))) + 1) * 0.5
+            return v * 0.5 * (erf(v * (1 / math.sqrt(2))) + 1)
     elif approximate == "tanh":
         def fn(v):
-            return v * (tanh((v + v * v * v * 0.044715) * math.sqrt(2 / math.pi)) + 1) * 0.5
+            return v * 0.5 * (tanh((v + v * v * v * 0.044715) * math.sqrt(2 / math.pi)) + 1)
     else:
         raise TegradError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     return compute(x.shape, lambda *i: fn(x[i]), name="gelu")

@@ -85,6 +85,32 @@ def test_activations(rng, dtype):
           lambda x: F.softplus(x, beta=2, threshold=5), [x], dtype, compiled=True)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_activations_at_the_ends_of_the_float_range(dtype):
+    """GELU (both forms) and SiLU of values near the largest float, and their gradients
+    at large values (where tanh and the sigmoid round to 1), equal PyTorch's: no
+    overflow of x * (1 + erf) and no leading digit lost in the gradient."""
+    top = float(np.finfo(dtype).max)
+    v = np.array([top * 0.9, -top * 0.9, top * 0.6, 1e3, 3e3, 8e5, 2e7, -2e7], dtype)
+    x = tg.placeholder(v.shape, dtype=dtype, name="x")
+    for ours, theirs in ((nn.gelu, F.gelu), (nn.silu, F.silu),
+                         (lambda t: nn.gelu(t, approximate="tanh"),
+                          lambda t: F.gelu(t, approximate="tanh"))):
+        y = ours(x)
+        (g,) = tg.differentiate(y, [x])
+        t = torch.tensor(v, requires_grad=True)
+        theirs(t).backward(torch.ones_like(t))
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = tg.evaluate([y, g], {x: v})
+            compiled = tg.build([x], [y, g], threads=1)(v)
+        want = [theirs(torch.tensor(v)).numpy(), t.grad.numpy()]
+        finite = np.abs(v) < 1e7  # (the gradient at the largest values: inf * 0 forms)
+        for a, b in ((got[0], want[0]), (compiled[0], want[0])):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        for a in (got[1], compiled[1]):
+            np.testing.assert_allclose(a[finite], want[1][finite], rtol=1e-6)
+
+
 def test_embedding_scatter_add_gradient_on_two_threads(rng):
     table = rng.standard_normal((50, 64))
     ids = rng.integers(0, 50, size=(32, 40)).astype("int32")
