@@ -3,10 +3,9 @@
 Expanding an expression lifts every ``cond ? v : 0`` into the condition of its term
 (``*`` ANDs conditions, ``+`` and ``-`` make separate terms, ``/`` keeps the
 numerator's condition, a select splits into its two branches) and flattens nested sums
-into the axes of the term. A subexpression with nothing to lift (no condition, no sum)
-stays one term, and a product multiplies each term of one side by the other side whole:
-multiplied out, ``(1 - t*t) * v`` as ``v - v*t*t`` loses ``v``'s digits where ``t*t``
-rounds to 1. Each term is then simplified on its own domain: the sum
+into the axes of the term. A factor that is a constant plus terms with nothing to lift
+multiplies the other side whole: multiplied out, ``(1 - t*t) * v`` as ``v - v*t*t``
+loses ``v``'s digits where ``t*t`` rounds to 1. Each term is then simplified on its own domain: the sum
 splitting that TVM left as a TODO.
 
 >>> import tegrad as tg
@@ -107,7 +106,7 @@ class _Expander(Mapper):
     def add(self, e):
         left = yield self.visit(e.a)
         right = yield self.visit(e.b)
-        if len(left) + len(right) > MAX_SUM_TERMS or (left and right and _plain(left + right)):
+        if len(left) + len(right) > MAX_SUM_TERMS:
             return [Term((), (), e)]
         if e.op == "sub":
             right = [Term(r.axes, r.conds, _neg(r.value)) for r in right]
@@ -116,37 +115,28 @@ class _Expander(Mapper):
     def mul(self, e):
         left = yield self.visit(e.a)
         right = yield self.visit(e.b)
-        if len(left) * len(right) > MAX_PRODUCT_TERMS or (left and right
-                                                          and _plain(left + right)):
+        if len(left) * len(right) > MAX_PRODUCT_TERMS:
             return [Term((), (), e)]
-        # a factor with nothing to lift multiplies each term of the other whole: the
-        # tangent of tanh, (1 - t*t) * v, multiplied out as v - v*t*t, loses v's
-        # leading digits where t*t rounds to 1
-        if left and _plain(left):
+        # a factor ``c - f`` with nothing to lift multiplies each term of the other side
+        # whole: multiplied out, the tangent of tanh, (1 - t*t) * v, is v - v*t*t, which
+        # loses v's leading digits where t*t rounds to 1
+        if _constant_minus(left):
             left = [Term((), (), e.a)]
-        if right and _plain(right):
+        if _constant_minus(right):
             right = [Term((), (), e.b)]
         return [self.product(a, b) for a in left for b in right]
 
     def div(self, e):
-        terms = yield self.visit(e.a)
-        if terms and _plain(terms):
-            return [Term((), (), e)]
-        return [self.scale(r, e.b, "div") for r in terms]
+        return [self.scale(r, e.b, "div") for r in (yield self.visit(e.a))]
 
     def map_neg(self, e):
-        terms = yield self.visit(e.a)
-        if terms and _plain(terms):
-            return [Term((), (), e)]
-        return [Term(r.axes, r.conds, _neg(r.value)) for r in terms]
+        return [Term(r.axes, r.conds, _neg(r.value)) for r in (yield self.visit(e.a))]
 
     def map_cast(self, e):
         if not _dt.is_float(e.a.dtype):
             return [Term((), (), e)]
-        terms = yield self.visit(e.a)
-        if terms and _plain(terms):
-            return [Term((), (), e)]
-        return [Term(r.axes, r.conds, Cast(r.value, e.dtype)) for r in terms]
+        return [Term(r.axes, r.conds, Cast(r.value, e.dtype))
+                for r in (yield self.visit(e.a))]
 
     def map_reduce(self, e):
         return self.reduce(e) if e.reducer is sum_reducer else [Term((), (), e)]
@@ -213,10 +203,12 @@ _BINARY_EXPANSIONS = {"add": _Expander.add, "sub": _Expander.add, "mul": _Expand
                       "div": _Expander.div}
 
 
-def _plain(terms):
-    """Whether no term has a condition or an axis: nothing to lift, the expression they
-    came from is one term as it stands (expanded, a sum of them only loses precision)."""
-    return all(not t.axes and not t.conds for t in terms)
+def _constant_minus(terms):
+    """Whether ``terms`` are a constant and other terms, none with a condition or an axis
+    (``1 - t*t``, ``s + 1``): nothing to lift, and cancellation to fear when multiplied
+    out."""
+    return (len(terms) > 1 and all(not t.axes and not t.conds for t in terms)
+            and any(type(t.value) is Const for t in terms))
 
 
 def _term_names(t):

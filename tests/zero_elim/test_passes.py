@@ -41,12 +41,13 @@ def test_expand_splits_sums_and_selects_and_drops_zeros():
     i = Var("i")
     e = tg.if_then_else(i > 0, x[i] + x[0], ZERO) - x[1] * ZERO + x[2] / 2.0
     terms = expand(e)
-    # (a sum with nothing to lift stays one term)
-    assert [str(t) for t in terms] == ["[i > 0] x[i] + x[0]", "x[2] / 2.0"]
+    assert [str(t) for t in terms] == ["[i > 0] x[i]", "[i > 0] x[0]", "x[2] / 2.0"]
+    # (a factor of a constant and terms with nothing to lift stays whole)
     w = tg.if_then_else(i > 0, x[i], ZERO)
-    terms = expand((w + x[0]) * (x[1] - x[2]) + x[3] * 2.0)
-    assert [str(t) for t in terms] == ["[i > 0] x[i] * (x[1] - x[2])",
-                                       "x[0] * (x[1] - x[2])", "x[3] * 2.0"]
+    terms = expand((w + x[0]) * (1.0 - x[2] * x[2]) + x[3] * (x[1] - x[2]))
+    assert [str(t) for t in terms] == ["[i > 0] x[i] * (1.0 - x[2] * x[2])",
+                                       "x[0] * (1.0 - x[2] * x[2])", "x[3] * x[1]",
+                                       "x[3] * -x[2]"]
 
 
 def test_expanded_gradients_keep_plain_factors_whole():
