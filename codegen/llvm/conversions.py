@@ -77,32 +77,25 @@ def fptrunc(bld, x, ty):
     if not (isinstance(src, ir.DoubleType) and isinstance(dst, ir.HalfType)):
         return bld.fptrunc(x, ty)
 
-    def like(t):
-        return ir.VectorType(t, x.type.count) if isinstance(x.type, ir.VectorType) else t
+    def like(t, value):  # (t, and the constant value of that type or its vector)
+        if isinstance(x.type, ir.VectorType):
+            return ir.VectorType(t, x.type.count), [value] * x.type.count
+        return t, value
 
-    f32, i32 = like(ir.FloatType()), like(ir.IntType(32))
+    (f32, _), (i32, one), (_, zero) = like(ir.FloatType(), 0), like(ir.IntType(32), 1), \
+        like(x.type, 0.0)
     near = bld.fptrunc(x, f32)
     back = bld.fpext(near, x.type)
-    fabs = lambda v: bld.call(_fabs(bld, v.type), [v])  # noqa: E731
     word = bld.bitcast(near, i32)
-    one = ir.Constant(i32, 1) if not isinstance(i32, ir.VectorType) else \
-        ir.Constant(i32, [1] * i32.count)
-    # rounded away from zero: one step down in magnitude is the truncation (never 0 here)
-    word = bld.select(bld.fcmp_ordered(">", fabs(back), fabs(x)), bld.sub(word, one), word)
+    one, zero = ir.Constant(i32, one), ir.Constant(x.type, zero)
+    # rounded away from zero (beyond x, on x's side of 0): one step down in magnitude is
+    # the truncation (never 0 here)
+    away = bld.select(bld.fcmp_ordered(">", x, zero), bld.fcmp_ordered(">", back, x),
+                      bld.fcmp_ordered("<", back, x))
+    word = bld.select(away, bld.sub(word, one), word)
     # inexact (or NaN, which stays NaN): the sticky last bit
     word = bld.select(bld.fcmp_unordered("!=", back, x), bld.or_(word, one), word)
     return bld.fptrunc(bld.bitcast(word, f32), ty)
-
-
-def _fabs(bld, ty):
-    """The declaration of ``llvm.fabs`` on ``ty`` in the builder's module."""
-    module = bld.block.function.module
-    scalar = ty.element if isinstance(ty, ir.VectorType) else ty
-    suffix = {"double": "f64", "float": "f32", "half": "f16"}[str(scalar)]
-    name = f"llvm.fabs.v{ty.count}{suffix}" if isinstance(ty, ir.VectorType) \
-        else f"llvm.fabs.{suffix}"
-    fn = module.globals.get(name)
-    return fn if fn is not None else ir.Function(module, ir.FunctionType(ty, [ty]), name=name)
 
 
 def _float_to_float(em, v, dtype):

@@ -42,20 +42,13 @@ from tegrad.codegen.loops.mapper import StmtMapper, walk_stmts
 from tegrad.codegen.lower.in_place import flat_offset
 
 
-def _size(buffer):
-    n = 1
-    for extent in buffer.shape:
-        n *= int(extent)
-    return n
-
-
 def _copied_from(store):
     """The buffer ``store`` copies element for element at the same flat offset (its
     value a load of that buffer, of the stored buffer's dtype), or None."""
     value, target = store.value, store.buffer
     if type(value) is not _n.Load or value.dtype != target.dtype \
             or value.buffer.dtype != target.dtype or value.buffer == target \
-            or _size(value.buffer) != _size(target):
+            or value.buffer.size != target.size:
         return None
     mine, theirs = flat_offset(target, store.indices), flat_offset(value.buffer, value.indices)
     if mine is None or theirs is None or mine != theirs:
