@@ -15,11 +15,17 @@ order with the same results. Fusion recurses into the fused body (a row max, a r
 and an elementwise output over the same rows end up in one loop over rows).
 
 At the top level, where a temporary holds its storage from the first statement using
-it to the last, a loop does not move up to join a loop it reads nothing from (a
-sibling) when it is the first to use a temporary of :data:`SHARED_MIN_BYTES` or more
-and other statements stay between the two: fused, it would hold that temporary across
-them for no reuse (the zero fill of a recurrent network's input-projection gradient,
-fused with the forward bias add, held 0.75 MB through the whole forward pass).
+it to the last, a loop joins only a loop touching a buffer it touches (fused, they share
+the loads or stores of it). The bias and gain gradients of a transformer block, column
+sums each over another tensor, fused into one loop over columns, ran at the end of the
+backward pass, strided over rows, holding all those tensors until then: 1.05 ms of its
+12 ms step (benchmarks/models.py, profiled); apart, each sum runs as soon as its tensor
+is ready, rows outer and columns in vectors, about 0.36 ms in all. And a loop does not
+move up to join a loop it reads nothing from (a sibling) when it is the first to use a
+temporary of :data:`SHARED_MIN_BYTES` or more and other statements stay between the
+two: fused, it would hold that temporary across them for no reuse (the zero fill of a
+recurrent network's input-projection gradient, fused with the forward bias add, held
+0.75 MB through the whole forward pass).
 
 >>> import tegrad as tg
 >>> from tegrad.codegen.lower.program import lower_program
@@ -205,7 +211,7 @@ def _first_users(summaries, temps):
     return starts
 
 
-def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
+def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset(), top_level=False):
     """``(statements, groups)``: ``stmts`` with each loop fused with the later loops it can
     be (see the module doc), among the next :data:`FUSION_WINDOW`; ``groups`` lists the
     indices of the statements merged into each result statement. Statements whose index
@@ -213,7 +219,9 @@ def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
     only the statements it maps to. ``temps``: the buffers whose storage is held from
     the first statement of ``stmts`` touching them to the last (a kernel's temporaries);
     a loop that is the first to touch one of them and reads nothing the loop it would
-    join writes is not moved up past statements that stay between the two."""
+    join writes is not moved up past statements that stay between the two. With
+    ``top_level`` (a kernel's top-level statements, no ``allowed`` given), a loop joins
+    only a loop touching a buffer it touches."""
     summaries = [_Summary(_accesses(s), _has_check(s)) for s in stmts]
     starts = _first_users(summaries, temps) if temps else [frozenset()] * len(stmts)
 
@@ -243,7 +251,7 @@ def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
                 fused, lift = None, ()
                 if j not in keep and (allowed is None or j in allowed.get(i, ())):
                     fused, lift = _joins(loop, done, stmts, summaries, starts, keep, stay,
-                                         between, j, facts_of)
+                                         between, j, facts_of, top_level=top_level)
                 if fused is None:
                     stay.append(j)
                     between.add(summaries[j])
@@ -269,12 +277,15 @@ def fuse_list(stmts, keep=frozenset(), allowed=None, temps=frozenset()):
     return out, groups
 
 
-def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j, facts_of):
+def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j, facts_of, *,
+           top_level):
     """``(fused, lift)``: whether statement ``j`` joins ``loop`` (the loop's
     :meth:`_FusedLoop.fused_body` of it, or None) and the statements of ``stay`` that
     move up before the loop to let it, when some stand in its way. ``done``
     summarises the loop's statements so far; ``between``, those of ``stay``;
-    ``facts_of(k)``, the :class:`_LoopFacts` of loop ``k``.
+    ``facts_of(k)``, the :class:`_LoopFacts` of loop ``k``; ``top_level``: the
+    statements are a kernel's top-level ones (where temporaries hold storage), and
+    ``j`` joins only when it touches a buffer the loop touches.
 
     A statement of ``stay`` that ``j`` may not move past moves up before the loop when
     it is an initialisation (reads no buffer: an accumulator's zero fill, standing
@@ -290,6 +301,9 @@ def _joins(loop, done, stmts, summaries, starts, keep, stay, between, j, facts_o
     if type(stmts[j]) is not For:
         return None, ()
     cand = summaries[j]
+    if top_level and cand.reads and \
+            (cand.reads | cand.written).isdisjoint(done.reads | done.written):
+        return None, ()  # it touches nothing the loop touches: fused, no reuse
     if starts[j] and stay and cand.reads.isdisjoint(loop.written):
         return None, ()  # it would start its temporary earlier, past ``stay``, for no reuse
     if cand.commutes_with(between):
@@ -362,7 +376,7 @@ def fuse_stages(kernel, *, keep=(), allowed=None):
     # a temporary under SHARED_MIN_BYTES has storage of its own whatever its live range
     temps = frozenset(b for b in kernel.temps if buffer_bytes(b) >= SHARED_MIN_BYTES) \
         if allowed is None else frozenset()
-    new, groups = fuse_list(stmts, keep_idx, allowed, temps)
+    new, groups = fuse_list(stmts, keep_idx, allowed, temps, top_level=allowed is None)
     merged = [g for g in groups if len(g) > 1]
     fused = tuple(tuple(n for k in g for n in names[k]) for g in merged)
     return Kernel(kernel.name, kernel.args, kernel.temps, block(new)), fused, tuple(

@@ -50,15 +50,16 @@ def test_every_marked_loop_of_a_sample_of_the_library_is_vectorised(offset, dtyp
 
 
 def _fused_pads():
-    """Two padded copies of one row range: LLVM cannot vectorise their fused loop (two
-    guarded reads, one gathering across the row)."""
+    """Two padded copies of one row range, both reading x (so that they fuse): LLVM
+    cannot vectorise their fused loop (two guarded reads, one gathering across the
+    row)."""
     x = tg.placeholder((8, 20), name="x")
     h = tg.placeholder((8, 24), name="h")
     p = tg.compute((8, 24), lambda i, j: tg.if_then_else(all_of(i >= 2, j >= 1),
                                                           x[i - 2, j % 20], 0.0), name="P")
     # (h's row i + 2 is in bounds only under the guard: the read stays a branch)
-    q = tg.compute((8, 24), lambda i, j: tg.if_then_else(all_of(i < 6, j < 20), h[i + 2, j],
-                                                          0.0), name="Q")
+    q = tg.compute((8, 24), lambda i, j: tg.if_then_else(all_of(i < 6, j < 20),
+                                                          h[i + 2, j] + x[i, j], 0.0), name="Q")
     return [x, h], [p, q]
 
 

@@ -1,5 +1,9 @@
 """Fusion keeps a temporary's live range where the program uses it (codegen/schedule/fusion.py).
 
+Loops touching no common buffer (the bias and gain gradients of different layers, column
+sums of different tensors) stay apart at the top level: fused, they run at the end of the
+backward pass as one loop over rows, holding every tensor they read until then, strided.
+
 An accumulator's zero fill is not fused with an unrelated earlier loop of the same range
 (a recurrent network's forward bias add), which would hold the accumulator through the
 whole forward pass; it moves up only just before the loop its first accumulation fuses
@@ -163,7 +167,7 @@ def test_random_kernels_fuse_to_the_same_bits_holding_no_temporary_longer(kernel
     rng = np.random.default_rng(seed)
     feed = [rng.uniform(-1, 1, b.shape) for b in kernel.args if b.scope == "input"]
     parts = fusion_parts(kernel)
-    out, groups = fuse_list(parts, temps=frozenset(kernel.temps))
+    out, groups = fuse_list(parts, temps=frozenset(kernel.temps), top_level=True)
     assert sorted(k for g in groups for k in g) == list(range(len(parts)))
     fused = Kernel(kernel.name, kernel.args, kernel.temps, Block(tuple(out)))
     want, _ = run(kernel, feed)
@@ -179,9 +183,44 @@ def test_random_kernels_fuse_to_the_same_bits_holding_no_temporary_longer(kernel
     emitted = {k: pos for pos, g in enumerate(groups) for k in g}
     for pos, g in enumerate(groups):
         for n, j in enumerate(g[1:], 1):
+            # a statement reading something joins only a group touching a buffer it
+            # touches (reuse)
+            before = set().union(*(_written(parts[m]) | _reads(parts[m]) for m in g[:n]))
+            assert not _reads(parts[j]) or (_written(parts[j]) | _reads(parts[j])) & before, \
+                (g, j)
             starts = {b for b, k in first.items() if k == j}
             written = set().union(*(_written(parts[m]) for m in g[:n]))
             if not starts or _reads(parts[j]) & written:
                 continue
             for k in range(g[0] + 1, j):
                 assert emitted[k] <= pos, (g, j, k)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 2), t=st.integers(12, 20), heads=st.integers(2, 4),
+       per_head=st.integers(12, 16), causal=st.booleans(), threads=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**16))
+def test_bias_gradients_of_attention_projections_are_separate_statements(
+        n, t, heads, per_head, causal, threads, seed):
+    """The bias gradients of an attention's projections are column sums over different
+    tensors (at these sizes the projections' gradients are products, which no loop
+    joins): each is a top-level statement of its own (fused, they ran last, one loop
+    over columns, strided), and the compiled gradients equal the evaluator's."""
+    e = heads * per_head
+    x = tg.placeholder((n, t, e), dtype="float64", name="x")
+    ws = [tg.placeholder((e, e), dtype="float64", name=f"w_{c}") for c in "qkvo"]
+    bs = [tg.placeholder((e,), dtype="float64", name=f"b_{c}") for c in "qkvo"]
+    head = tg.placeholder((n, t, e), dtype="float64", name="head")
+    out = tg.nn.multi_head_attention(x, x, x, *ws, num_heads=heads, b_q=bs[0], b_k=bs[1],
+                                     b_v=bs[2], b_o=bs[3], causal=causal)
+    grads = list(tg.differentiate(tg.ops.sum(out * head), [x, *bs]))
+    inputs = [x, head, *ws, *bs]
+    f = tg.build(inputs, grads, threads=threads)
+    names = {f"d{b.name}" for b in bs}
+    for s in statements(f.kernel.body):
+        assert len(set(stage_names(s)) & names) <= 1, stage_names(s)
+    rng = np.random.default_rng(seed)
+    feed = [rng.standard_normal(p.shape) * 0.5 for p in inputs]
+    want = tg.evaluate(grads, dict(zip(inputs, feed)))
+    for g, w in zip(f(*feed), want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10 * max(1.0, np.abs(w).max()))
