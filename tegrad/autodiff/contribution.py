@@ -24,7 +24,7 @@ plus ``head[x]`` when ``X`` is the scatter's ``init``.
 from __future__ import annotations
 
 from tegrad.ir import reduction as _red
-from tegrad.ir.expr import Read, Reduce
+from tegrad.ir.expr import Const, Read, Reduce, Select
 from tegrad.ir.mapper import rename_axes, substitute
 from tegrad.ir.stages import StageMapper
 from tegrad.autodiff.algebra import ZERO, add, cast_to, choose, mul
@@ -94,6 +94,33 @@ class _Contribution(StageMapper):
         return cast_to(out, X.dtype)
 
 
+def _values(body, value):
+    """``{id(node): value}`` for the nodes of ``body`` whose value is the stage's,
+    ``value``, wherever their tangent is used: the body itself, and the arm of a select
+    whose other branch is a constant (a masked softmax's ``causal ? exp(a - m) / s : 0``),
+    down through such selects: the select rule uses an arm's tangent only where the arm
+    is taken, and there the stage holds the arm's value. (A node the condition shares
+    with the arm is not differentiated there: conditions have no tangent.)
+
+    >>> import tegrad as tg
+    >>> from tegrad.ir.expr import Var
+    >>> x = tg.placeholder((4,), dtype="float64", name="x")
+    >>> y = tg.compute((4,), lambda i: tg.if_then_else(i < 2, tg.exp(x[i]), 0.0), name="y")
+    >>> str(stage_contribution(y, x, lambda p, idx: tg.const(1.0, "float64"), [Var("j")], []))
+    'sum(i < 2 ? (i == j ? 1.0 : 0.0) * y[i] : 0.0, i in [0, 4))'
+    """
+    values, e = {id(body): value}, body
+    while type(e) is Select:
+        if type(e.false_value) is Const:
+            e = e.true_value
+        elif type(e.true_value) is Const:
+            e = e.false_value
+        else:
+            break
+        values[id(e)] = value
+    return values
+
+
 def _pointwise_contribution(Y, body, X, head, xs, prefix, taken):
     """The contribution of a stage holding ``body`` at every point of its axes."""
     out_axes = Y.op.axes
@@ -108,7 +135,7 @@ def _pointwise_contribution(Y, body, X, head, xs, prefix, taken):
     # stage's input need not be kept for the gradient when the stage's value is (a
     # clip's inner bound is tested on the value too: bound_tests)
     value = Read(Y, ys, Y.dtype)
-    fd = ForwardDiff(element_seed(X, xs), {id(body): value}, taken | {a.name for a in axes},
+    fd = ForwardDiff(element_seed(X, xs), _values(body, value), taken | {a.name for a in axes},
                      bound_tests(body, value))
     d = fd.tangent(body)
     term = mul(head(prefix, ys), d)

@@ -1,7 +1,8 @@
 """Attention: scaled dot-product attention and multi-head attention.
 
 The softmax over keys is written out in stages (the products ``q k``, the row maximum of
-the scores, the row sum of exponentials, the probabilities, the weighted values) so that
+the scores, their exponentials, the row sum of those, the values weighted by the
+exponentials, divided by the row sums: the probabilities are never stored) so that
 a causal mask is a reduction mask (``where s <= t``): the masked half of every stage is
 never visited, in the forward pass or in the gradient. A score is the product scaled
 (and an additive mask added) where a stage reads it, not a stage of its own. A boolean
@@ -57,14 +58,15 @@ def scaled_dot_product_attention(q, k, v, *, mask=None, causal=False, scale=None
     ``F.scaled_dot_product_attention`` with ``attn_mask=mask``, ``is_causal=causal``):
 
     ``out[..., t, e] = sum_s p[..., t, s] v[..., s, e]`` with
-    ``p[..., t, s] = exp(a[t, s] - m[t]) / sum_s' exp(a[t, s'] - m[t])``,
+    ``p[..., t, s] = exp(a[t, s] - m[t]) / sum_s' exp(a[t, s'] - m[t])`` (computed as
+    ``(sum_s x[t, s] v[s, e]) / sum_s x[t, s]`` of the stage ``x = exp(a - m)``),
     ``a[t, s] = scale * sum_d q[..., t, d] k[..., s, d]`` and ``m[t] = max_s a[t, s]``.
 
     ``q`` is ``(..., T, D)``, ``k`` ``(..., S, D)``, ``v`` ``(..., S, E)`` with equal
     leading axes; ``scale`` defaults to ``1 / sqrt(D)``. ``mask`` broadcasts to
     ``(..., T, S)``: a bool mask keeps the pairs where it is True, a float mask is added
-    to the scores. ``causal`` keeps ``s <= t`` (top-left aligned, as PyTorch). A row with
-    no kept key gives NaN, as PyTorch.
+    to the scores. ``causal`` keeps ``s <= t`` (top-left aligned, as PyTorch). A row whose
+    mask keeps no key (all False, or all -inf) gives zeros, as PyTorch.
     """
     op = "scaled_dot_product_attention"
     for what, t in (("q", q), ("k", k), ("v", v)):
@@ -123,25 +125,39 @@ def scaled_dot_product_attention(q, k, v, *, mask=None, causal=False, scale=None
                                   where=kept(i[-1], s)))
 
     m = compute(lead + (T,), row_max, name=f"{op}_max")
+    zero = Const(0, q.dtype)
+
+    def shift(row):
+        """The maximum subtracted in ``row``; with a mask, 0 where it keeps no key (the
+        maximum is -inf): the row's exponentials are then 0, not NaN."""
+        return m[row] if mask is None else if_then_else(m[row] == lowest, zero, m[row])
+
+    def exps_body(*i):
+        e = visible(i, exp(scores(i) - shift(i[:-1])), zero)
+        return if_then_else(i[-1] <= i[-2], e, zero) if causal else e
+
+    # the softmax's numerators: its gradient reads them (d exp = exp), not the scores,
+    # and no probabilities are stored: the weighted sum of the values is divided by the
+    # row sum once per output instead (the division distributes over the sum)
+    exps = compute(scores_shape, exps_body, name=f"{op}_exp")
 
     def row_sum(*i):
         s = reduce_axis((0, S), name="rs")
-        full = i + (s,)
-        return _sum(visible(full, exp(scores(full) - m[i]), Const(0, q.dtype)), axis=s,
-                    where=kept(i[-1], s))
+        return _sum(exps[i + (s,)], axis=s, where=kept(i[-1], s))
 
     total = compute(lead + (T,), row_sum, name=f"{op}_sum")
 
-    def probs_body(*i):
-        p = visible(i, exp(scores(i) - m[i[:-1]]) / total[i[:-1]], Const(0, q.dtype))
-        return if_then_else(i[-1] <= i[-2], p, Const(0, q.dtype)) if causal else p
-
-    probs = compute(scores_shape, probs_body, name=f"{op}_probs")
-
-    def out_body(*i):
+    def weighted_body(*i):
         b, t, e = i[:-2], i[-2], i[-1]
         s = reduce_axis((0, S), name="rs")
-        return _sum(probs[b + (t, s)] * v[b + (s, e)], axis=s, where=kept(t, s))
+        return _sum(exps[b + (t, s)] * v[b + (s, e)], axis=s, where=kept(t, s))
+
+    weighted = compute(lead + (T, E), weighted_body, name=f"{op}_weighted")
+
+    def out_body(*i):
+        value = weighted[i] / total[i[:-1]]
+        # a row keeping no key sums to 0: its output is 0, as PyTorch's
+        return value if mask is None else if_then_else(total[i[:-1]] == 0, zero, value)
 
     return compute(lead + (T, E), out_body, name=op)
 

@@ -188,6 +188,27 @@ def test_scaled_dot_product_attention(rng, dtype):
           [q, k, v, add], dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_attention_rows_keeping_no_key_are_zero_as_pytorch(dtype, seed):
+    """Rows whose mask keeps no key (all False, or all -inf added) give zeros and zero
+    gradients, as PyTorch's; the other rows are unchanged. Evaluated and compiled."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((2, 2, 5, 3)), rng.standard_normal((2, 2, 6, 3)),
+               rng.standard_normal((2, 2, 6, 4)))
+    keep = rng.uniform(size=(2, 5, 6)) > 0.5
+    keep[:, rng.integers(0, 5)] = False  # a row keeping nothing, in every batch element
+    keep[0, rng.integers(0, 5), :] = False
+    check(lambda q, k, v, m: nn.scaled_dot_product_attention(q, k, v, mask=m),
+          lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+          [q, k, v, keep[:, None]], dtype, ints={3: None}, compiled=True)
+    add = np.where(keep[0], rng.standard_normal((5, 6)), -np.inf)
+    check(lambda q, k, v, m: nn.scaled_dot_product_attention(q, k, v, mask=m, causal=True),
+          lambda q, k, v, m: F.scaled_dot_product_attention(
+              q, k, v, attn_mask=m + torch.triu(torch.full((5, 6), -torch.inf), 1)),
+          [q, k, v, add], dtype, compiled=True)
+
+
 def test_attention_errors():
     q = tg.placeholder((2, 5, 4), dtype="float64", name="q")
     k = tg.placeholder((2, 6, 3), dtype="float64", name="k")

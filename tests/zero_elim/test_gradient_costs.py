@@ -1265,15 +1265,17 @@ def _attention_costs(b, t, s, d, e, causal):
     Z = b * t * s
     P = b * t * (t + 1) // 2 if causal else Z
     M = b * t
-    # the forward's stages the gradients read: scores (Z + P d), max (M + P), sum
-    # (M + P), probabilities (Z)
+    # the forward's stages the gradients read: scores (Z + P d), max (M + P), exponentials
+    # x (Z), sum (M + P)
     forward = Z + P * d + 2 * (M + P) + Z
-    # dp[t, s] = sum_e head * v (Z + P e); r[t] = sum_s p dp (M + P); ds = p (dp - r)
-    # inline; dq[t, :] = scale sum_s ds k (B T D + P D), dk likewise (B S D + P D)
-    shared = forward + Z + P * e + M + P
-    # dv[s, :] = sum_t p head: B S E + P E
+    # dw[t, e] = head / sum (M E), for the values weighted by x; dsum[t] = -sum_e head *
+    # out / sum (M + M E), reading out, so the weighted values too (M E + P E); dx[t, s] =
+    # sum_e dw v + dsum (Z + P e); ds = scale dx x (Z); dq[t, :] = scale sum_s ds k
+    # (B T D + P D), dk likewise (B S D + P D)
+    shared = forward + M * e + (M + M * e) + (M * e + P * e) + Z + P * e + Z
+    # dv[s, :] = sum_t x dw: M E + B S E + P E
     return [shared + b * t * d + P * d, shared + b * s * d + P * d,
-            forward + b * s * e + P * e]
+            forward + M * e + b * s * e + P * e]
 
 
 def _attention(b, t, s, d, e, causal):
@@ -1298,9 +1300,10 @@ def _multi_head(n, t, e, heads, causal):
     P = b * t * (t + 1) // 2 if causal else Z
     M = b * t
     # dw_o[o, j] = sum_{n, t} head * att (W + N T E E), reading the attention's forward:
-    # three projections (N T E + N T E E each), scores, max, sum, probabilities and the
-    # weighted values (B T Dh + P Dh)
-    forward = 3 * (n * t * e + n * t * e * e) + Z + P * dh + 2 * (M + P) + Z + b * t * dh + P * dh
+    # three projections (N T E + N T E E each), scores, max, exponentials, sum, the
+    # values weighted by the exponentials (B T Dh + P Dh) and divided by the sums (B T Dh)
+    forward = 3 * (n * t * e + n * t * e * e) + Z + P * dh + 2 * (M + P) + Z + b * t * dh \
+        + P * dh + b * t * dh
     return out, [ws[3]], [e * e + n * t * e * e + forward]
 
 
