@@ -18,6 +18,8 @@ from __future__ import annotations
 from tegrad import autodiff
 from tegrad.autodiff.result import Gradients
 from tegrad.autodiff.reverse import jacobian_program
+from tegrad.ir.tensor import Tensor
+from tegrad.codegen.runtime.builder import request_product_routines
 from tegrad.zero_elim.explain import explain_pair, explained
 from tegrad.zero_elim.program import eliminate_zeros
 
@@ -66,8 +68,12 @@ def differentiate(output, inputs=None, *, head=None, manual=None, optimize=True)
     With ``optimize`` (the default) every adjoint is zero-eliminated
     (:mod:`tegrad.zero_elim`), so its loops are those of a hand-written gradient;
     ``optimize=False`` keeps the naive adjoints, and ``res.explain()`` shows both.
-    Returns a :class:`DifferentiationResult`.
+    Returns a :class:`DifferentiationResult`. When the program holds matrix products,
+    the routines that compute them compiled start compiling on a background thread
+    (once per process and dtype), so that a build of the gradients finds them ready.
     """
+    if isinstance(output, Tensor):
+        request_product_routines([output])
     naive = DifferentiationResult.of(
         autodiff.differentiate(output, inputs, head=head, manual=manual))
     return naive.optimized() if optimize else naive

@@ -107,11 +107,12 @@ def emit_gemm(module, spec, *, name="tegrad_gemm", blocking=None,
 def request_shared_routines(dtype):
     """Start compiling, on the JIT's background thread, the host's shared routines that
     every gemm of ``dtype`` calls whatever its spec (its packing routine, driver and
-    launch, and the thread pool the launch calls), as a module emitted with ``shared``
-    later declares them (:func:`.jit.request_shared`); returns at once. A caller that
-    knows a program will run products of ``dtype`` calls it before lowering: a first
-    build then no longer waits for these after emitting. (The micro-kernels depend on
-    the spec: each is requested as a module declares it.)
+    launch, and the thread pool the launch calls) and the micro-kernel of full row
+    blocks with a strided reduction, as a module emitted with ``shared`` later declares
+    them (:func:`.jit.request_shared`); returns at once. A caller that knows a program
+    will run products of ``dtype`` calls it before lowering: a first build then no
+    longer waits for these after emitting. (The other micro-kernels depend on the
+    spec: each is requested as a module declares it.)
 
     >>> request_shared_routines("float64"); jit.await_requested()
     >>> blk = default_blocking("float64")
@@ -124,6 +125,7 @@ def request_shared_routines(dtype):
                       blk, "requests", shared=True)
     em.emit_pack()
     em.emit_launch()
+    em.emit_micro(blk.mr)  # (the micro-kernel of full row blocks, strided: nearly any spec's)
 
 
 class CompiledGemm:

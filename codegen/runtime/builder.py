@@ -179,6 +179,26 @@ def _executable_of(kernel, threads, check_bounds, profile=False, defer_rare=True
     return executable
 
 
+def request_product_routines(outputs):
+    """Start compiling, on the JIT's background thread, the shared routines of the
+    products a build of ``outputs`` (or of their gradients: those of a product are
+    products of its dtype) runs (:func:`~tegrad.codegen.kernels.gemm.request_shared_routines`);
+    returns at once, and does nothing for outputs that are not a program (the build or
+    the differentiation reports those). ``tg.differentiate`` calls it as it begins: a
+    first build then finds them compiled while the gradients were derived.
+
+    >>> import tegrad as tg
+    >>> a = tg.placeholder((64, 64), name="a")
+    >>> request_product_routines(tg.ops.matmul(a, a)); request_product_routines("not one")
+    """
+    try:
+        dtypes = product_dtypes(outputs)
+    except TegradError:
+        return
+    for dtype in dtypes:
+        request_shared_routines(dtype)
+
+
 def _built(key, inputs, outputs, *, threads, schedule, name, check_bounds, profile,
            updates=None):
     """``(executable, schedule record, schedule)`` of the program ``key`` (of ``inputs``
@@ -194,8 +214,7 @@ def _built(key, inputs, outputs, *, threads, schedule, name, check_bounds, profi
     if schedule != "none":
         # the shared routines of its products compile on the JIT's background thread
         # while the program is lowered and emitted, not after
-        for dtype in product_dtypes(outputs):
-            request_shared_routines(dtype)
+        request_product_routines(outputs)
     compiled = compile_kernel(inputs, outputs, threads=threads, schedule=schedule, name=name)
     kernel, defer_rare = compiled.kernel, True
     if updates is not None:

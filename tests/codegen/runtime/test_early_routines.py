@@ -3,6 +3,7 @@ dtypes the program's products compute in (``product_dtypes``, found in the progr
 written) against the products the lowered kernel holds, over random layers; and the
 order of the requests against the lowering's."""
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,35 @@ def test_a_build_requests_its_products_routines_before_lowering(monkeypatch):
     tg.build([x], [tg.ops.tanh(x)], threads=1, name=f"early_none{id(events)}")
     tg.build([x, w], [y], threads=1, schedule="none", name=f"early_plain{id(events)}")
     assert ("request", "float64") not in events
+
+
+def test_differentiate_requests_the_products_routines_before_deriving(monkeypatch):
+    """``tg.differentiate`` asks for the routines of the forward program's product
+    dtypes before it derives anything (a build of the gradients then finds them
+    compiled); a program with no product, or an argument that is not one, asks for
+    none, and the differentiation reports the bad argument as before."""
+    events = []
+    derive = tg.autodiff.differentiate
+
+    def deriving(*args, **kwargs):
+        events.append("derive")
+        return derive(*args, **kwargs)
+    monkeypatch.setattr(tg.pipeline.autodiff, "differentiate", deriving)
+    monkeypatch.setattr(builder, "request_shared_routines",
+                        lambda dtype: events.append(("request", dtype)))
+    x = tg.placeholder((48, 40), dtype="float32", name="x")
+    w = tg.placeholder((24, 40), dtype="float32", name="w")
+    head = tg.placeholder((48, 24), dtype="float32", name="head")
+    loss = tg.ops.sum(tg.ops.multiply(tg.ops.tanh(nn.dense(x, w)), head))
+    grads = tg.differentiate(loss, [w])
+    assert events == [("request", "float32"), "derive"]
+    feed = np.random.default_rng(1).standard_normal((3, 48, 40)).astype("float32")
+    args = [feed[0], feed[1][:24], feed[2][:, :24]]
+    got = tg.build([x, w, head], list(grads), threads=1)(*args)[0]
+    want = tg.evaluate(grads[0], dict(zip([x, w, head], args)))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    events.clear()
+    tg.differentiate(tg.ops.sum(tg.ops.tanh(x)), [x])
+    with pytest.raises(tg.TegradError):
+        tg.differentiate("not a tensor", [x])
+    assert ("request", "float32") not in events
