@@ -189,7 +189,7 @@ def test_scaled_dot_product_attention(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_attention_rows_keeping_no_key_are_zero_as_pytorch(dtype, seed):
     """Rows whose mask keeps no key (all False, or all -inf added) give zeros and zero
     gradients, as PyTorch's; the other rows are unchanged. Evaluated and compiled."""

@@ -196,7 +196,7 @@ def test_random_kernels_fuse_to_the_same_bits_holding_no_temporary_longer(kernel
                 assert emitted[k] <= pos, (g, j, k)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 2), t=st.integers(12, 20), heads=st.integers(2, 4),
        per_head=st.integers(12, 16), causal=st.booleans(), threads=st.sampled_from([1, 2]),
        seed=st.integers(0, 2**16))
