@@ -69,7 +69,7 @@ def differentiate(output, inputs=None, *, head=None, manual=None, optimize=True)
     (:mod:`tegrad.zero_elim`), so its loops are those of a hand-written gradient;
     ``optimize=False`` keeps the naive adjoints, and ``res.explain()`` shows both.
     Returns a :class:`DifferentiationResult`. When the program holds matrix products,
-    the compiled routines that compute them start compiling on a background thread
+    the routines that compute them compiled start compiling on a background thread
     (once per process and dtype), so that a build of the gradients finds them ready.
     """
     if isinstance(output, Tensor):

@@ -183,14 +183,19 @@ def request_product_routines(outputs):
     """Start compiling, on the JIT's background thread, the shared routines of the
     products a build of ``outputs`` (or of their gradients: those of a product are
     products of its dtype) runs (:func:`~tegrad.codegen.kernels.gemm.request_shared_routines`);
-    returns at once. ``tg.differentiate`` calls it as it begins: a first build then finds
-    them compiled while the gradients were derived.
+    returns at once, and does nothing for outputs that are not a program (the build or
+    the differentiation reports those). ``tg.differentiate`` calls it as it begins: a
+    first build then finds them compiled while the gradients were derived.
 
     >>> import tegrad as tg
     >>> a = tg.placeholder((64, 64), name="a")
-    >>> request_product_routines([tg.ops.matmul(a, a)])
+    >>> request_product_routines(tg.ops.matmul(a, a)); request_product_routines("not one")
     """
-    for dtype in product_dtypes(outputs):
+    try:
+        dtypes = product_dtypes(outputs)
+    except TegradError:
+        return
+    for dtype in dtypes:
         request_shared_routines(dtype)
 
 
