@@ -21,10 +21,10 @@ computes it):
    (:func:`~.schedule.scalar_temps.scalar_temps`); keeps results bit for bit.
 6. ``memory_order``: the top-level statements reordered, dependencies kept, where that
    lowers the bytes of temporaries alive together (:func:`~.lower.memory_order.memory_order`).
-7. ``rematerialise``: a temporary that is a cheap copy of other buffers (a padded
-   input) written again right before its late readers, where that lowers the bytes of
-   temporaries alive together (:func:`~.lower.rematerialise.rematerialise`); keeps
-   results bit for bit.
+7. ``rematerialise``: a temporary that is cheap elementwise arithmetic of other
+   buffers (a padded input, an activation) written again right before its late readers,
+   where that lowers the bytes of temporaries alive together
+   (:func:`~.lower.rematerialise.rematerialise`); keeps results bit for bit.
 8. ``sum_in_place``: a sum of a product and a temporary computed in the sum's memory,
    the product adding onto the temporary's values (:func:`~.lower.sum_in_place.sums_in_place`);
    keeps results up to the order of the sum's additions.

@@ -90,6 +90,13 @@ MAX_RESIDUE_CLASSES = 16
 #: a bound on the statements and compile time a split adds; not measured)
 MAX_SCATTER_SLICES = 64
 
+#: unit: expression nodes
+#: the largest stored value (expression nodes per element) a temporary may have to be
+#: computed again before its late readers instead of kept alive (a GELU's output is 10
+#: nodes, a layer norm's 12; the transformer block's step computes both again for about
+#: 1% of its time and 1.2 MB less workspace); a bound on the time a copy adds
+REMATERIALISED_NODES = 48
+
 # ------------------------------------------------------------------------- schedule ----
 
 #: unit: expression nodes

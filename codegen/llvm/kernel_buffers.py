@@ -29,7 +29,8 @@ from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import buffers_of, walk_stmts
 from tegrad.codegen.lower.copy_views import copies_dropped, copy_views
 from tegrad.codegen.lower.in_place import (overwriting_statement, read_at_loaded_index,
-                                           rename_buffers, written_buffers)
+                                           read_at_loaded_indices, rename_buffers,
+                                           written_buffers)
 from tegrad.codegen.lower.memory_order import buffer_bytes  # noqa: F401 - also this module's
 from tegrad.codegen.tuning import (
     PLACEMENT_SLACK, PLACEMENT_TRIES, SHARED_MIN_BYTES, STACK_LIMIT_BYTES)
@@ -113,17 +114,31 @@ def _round_up(n, multiple):
     return -(-n // multiple) * multiple
 
 
-def live_ranges(body, buffers, packing=None):
+def remembered(memo, kind, stmt, compute, *key):
+    """``compute()``, remembered in the dict ``memo`` (when not None) for the statement
+    ``stmt`` (by identity, the statement kept so its identity is not reused) under
+    ``kind`` and ``key``: a pass that asks again about statements it left as they were
+    (loop-IR statements are immutable) finds the answer."""
+    if memo is None:
+        return compute()
+    at = (kind, id(stmt), *key)
+    hit = memo.get(at)
+    if hit is None or hit[0] is not stmt:
+        hit = memo[at] = (stmt, compute())
+    return hit[1]
+
+
+def live_ranges(body, buffers, packing=None, memo=None):
     """``{buffer: (first, last)}``: the top-level statements of the kernel body ``body``
     (by position) between the first and the last that use each of ``buffers`` (reading,
     writing or allocating it; ``packing`` is used by every statement holding a matrix
     product). A buffer no statement uses is live throughout. A kernel runs its top-level
     statements once each, in order, so a buffer holds nothing another statement needs
-    outside its range."""
+    outside its range. ``memo``: see :func:`remembered`."""
     stmts = list(body.stmts) if type(body) is _n.Block else [body]
     wanted, ranges = set(buffers), {}
     for k, s in enumerate(stmts):
-        used, allocated = buffers_of(s)
+        used, allocated = remembered(memo, "buffers", s, lambda: buffers_of(s))
         touched = set(used) | allocated
         if packing is not None and has_product(s):
             touched.add(packing)
@@ -205,7 +220,7 @@ def _overlapping(offsets, nbytes_of):
     return {b: frozenset(s) for b, s in shares.items()}
 
 
-def in_place_temporaries(body, buffers, ranges=None):
+def in_place_temporaries(body, buffers, ranges=None, memo=None):
     """``{new: old}``: the temporaries of ``buffers`` (scope ``temp``) written over another
     of them, ``old``, in the kernel body ``body``: ``new``'s first top-level statement is
     ``old``'s last, and there ``new`` is computed elementwise, each element from ``old``'s
@@ -213,7 +228,7 @@ def in_place_temporaries(body, buffers, ranges=None):
     :func:`~tegrad.codegen.lower.in_place.overwriting_statement`). Each ``old`` takes at
     most one ``new`` (two written over one would overwrite each other); an ``old`` may be
     a ``new`` itself (a chain ``a <- b <- c`` takes one place). ``ranges``: the
-    :func:`live_ranges` of ``buffers`` when known.
+    :func:`live_ranges` of ``buffers`` when known; ``memo``: see :func:`remembered`.
 
     >>> from tegrad.ir.expr import Var, Const
     >>> from tegrad.codegen.loops.nodes import Block, Buffer, For, Load, Store
@@ -227,7 +242,7 @@ def in_place_temporaries(body, buffers, ranges=None):
     {'b': 'a', 'c': 'b'}
     """
     if ranges is None:
-        ranges = live_ranges(body, buffers)
+        ranges = live_ranges(body, buffers, memo=memo)
     stmts = list(body.stmts) if type(body) is _n.Block else [body]
     temps = [b for b in buffers if b.scope == "temp"]
     dying, facts = {}, {}
@@ -236,7 +251,9 @@ def in_place_temporaries(body, buffers, ranges=None):
 
     def fact(k):  # the buffers statement k uses and those it writes, once each
         if k not in facts:
-            facts[k] = (buffers_of(stmts[k])[0], written_buffers(stmts[k]))
+            s = stmts[k]
+            facts[k] = (remembered(memo, "buffers", s, lambda: buffers_of(s))[0],
+                        remembered(memo, "written", s, lambda: written_buffers(s)))
         return facts[k]
 
     pairs, taken = {}, set()
@@ -252,8 +269,12 @@ def in_place_temporaries(body, buffers, ranges=None):
         for old in olds:
             # new is written at T alone and old is not used after T (its range ends
             # there): the condition on the whole body is the condition on T
-            if overwriting_statement([stmts[t]], new, old) == 0 \
-                    and not read_at_loaded_index(stmts[t:last + 1], new):
+            at = stmts[t]
+            if remembered(memo, "over", at, lambda: overwriting_statement([at], new, old),
+                          new, old) == 0 \
+                    and not any(new in remembered(memo, "loaded", s,
+                                                  lambda: read_at_loaded_indices(s))
+                                for s in stmts[t:last + 1]):
                 pairs[new] = old
                 taken.add(old)
                 break

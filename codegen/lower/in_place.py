@@ -207,10 +207,15 @@ def read_at_loaded_index(stmts, buffer):
     """Whether one of ``stmts`` reads ``buffer`` at an index computed from loaded data:
     the check of that index names the buffer, which must then stay ``buffer``'s own
     name (its memory is not taken by another)."""
-    return any(ld.buffer == buffer and any(type(n) is _n.Load for i in ld.indices
-                                           for n in walk_expr(i))
-               for s in stmts for node in walk_stmts(s) for e in stmt_exprs(node)
-               for ld in loads(e))
+    return any(buffer in read_at_loaded_indices(s) for s in stmts)
+
+
+def read_at_loaded_indices(stmt):
+    """The buffers ``stmt`` reads at an index computed from loaded data (see
+    :func:`read_at_loaded_index`)."""
+    return {ld.buffer for node in walk_stmts(stmt) for e in stmt_exprs(node)
+            for ld in loads(e)
+            if any(type(n) is _n.Load for i in ld.indices for n in walk_expr(i))}
 
 
 def in_place_safe(kernel, new, old):

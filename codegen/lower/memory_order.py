@@ -162,10 +162,13 @@ def _greedy_order(preds, used, nbytes):
     return order
 
 
-def memory_order(kernel):
+def memory_order(kernel, measure=None, held=()):
     """``kernel`` with its top-level statements in the order that keeps the fewest bytes
     of temporaries alive together (see the module docstring), or ``kernel`` itself when
-    reordering would not lower its peak."""
+    reordering would not lower its peak (:func:`peak_bytes`, or ``measure(kernel)`` when
+    given: a peak that counts what the storage plan shares). The statements at the
+    positions ``held`` follow the statement before them, as well as their dependencies
+    (they may move later, not earlier)."""
     if type(kernel.body) is not _n.Block or len(kernel.body.stmts) < 3:
         return kernel
     stmts = kernel.body.stmts
@@ -175,12 +178,20 @@ def memory_order(kernel):
     inputs = [b for b in kernel.args if b.scope == "input"]
     twins = {o.name: [i.name for i in inputs if (i.shape, i.dtype) == (o.shape, o.dtype)]
              for o in kernel.args if o.scope == "output"}
-    order = _greedy_order(_dependencies(accesses, twins), used, nbytes)
-    if len(order) != len(stmts) or \
-            peak_bytes(order, used, nbytes) >= peak_bytes(range(len(stmts)), used, nbytes):
+    preds = _dependencies(accesses, twins)
+    for k in held:
+        if k:
+            preds[k].add(k - 1)
+    order = _greedy_order(preds, used, nbytes)
+    if len(order) != len(stmts) or order == list(range(len(stmts))):
         return kernel
-    return _n.Kernel(kernel.name, kernel.args, kernel.temps,
-                     _n.Block(tuple(stmts[k] for k in order)))
+    ordered = _n.Kernel(kernel.name, kernel.args, kernel.temps,
+                        _n.Block(tuple(stmts[k] for k in order)))
+    if measure is not None:
+        return ordered if measure(ordered) < measure(kernel) else kernel
+    if peak_bytes(order, used, nbytes) >= peak_bytes(range(len(stmts)), used, nbytes):
+        return kernel
+    return ordered
 
 
 __all__ = ["buffer_bytes", "memory_order", "peak_bytes"]

@@ -1,29 +1,35 @@
-"""Cheap copies computed again where they are read late, instead of kept alive between.
+"""Cheap temporaries computed again where they are read late, instead of kept alive
+between.
 
 A convolution with padding reads a zero-padded copy of its input (``x_padded``): the
 forward product reads it, and so does the weight gradient at the end of the backward
 pass, so the copy stays in the workspace for the whole step although its source (``x``)
-is there too. :func:`rematerialise` writes such a copy a second time, into a buffer of
-its own (``x_padded_again``), right before a later group of its readers, which then read
-the new buffer: the first buffer dies after its early readers, the second lives only
-from the new statement to its last reader.
+is there too. Likewise a GELU's output is read by the next product and again by that
+product's weight gradient, while the GELU's input stays alive for the GELU's derivative.
+:func:`rematerialise` writes such a temporary a second time, into a buffer of its own
+(``x_padded_again``, ``gelu_again``), right before a later group of its readers, which
+then read the new buffer: the first buffer dies after its early readers, the second
+lives only from the new statement to its last reader.
 
 A temporary ``t`` qualifies when
 
 - one top-level statement ``W`` writes it, with stores only (no accumulation, no matrix
-  product), and every store of ``t`` is cheap: its value is a load of another buffer, a
-  constant, a choice between such values (a select, as the padding's
-  ``where(inside, x[...], 0)``) or a cast of one; loads, floating-point arithmetic and
-  calls appear nowhere else in it (indices, conditions and loop bounds are integer
-  arithmetic on loop variables). The new statement is ``W`` pruned to the loops and
-  conditions around the stores of ``t`` (their variables renamed), so it costs a read
-  and a write of each element of ``t``, as the first copy did;
+  product), and every store of ``t`` is cheap: its value is elementwise arithmetic (of
+  at most :data:`~tegrad.codegen.tuning.REMATERIALISED_NODES` nodes: arithmetic,
+  comparisons, selects, casts, intrinsic calls) of loads, constants and loop variables,
+  each load at indices computed from loop variables alone; indices, conditions and loop
+  bounds are integer arithmetic on loop variables. The new statement is ``W`` pruned to
+  the loops and conditions around the stores of ``t`` (their variables renamed), so it
+  costs what ``W``'s stores of ``t`` cost;
 - the sources (the buffers those stores load) are arguments or temporaries other than
   ``t``, none written by a statement between ``W`` and the new statement, and no input
   among them read, in ``W`` or between, by a statement writing an output of its shape
   and dtype (an update, which may be written in place over the input, :mod:`.in_place`,
   and no longer could with the input read after it); a source that ``W`` writes too is
-  written there by stores only and by no other top-level statement.
+  written there by stores only, and either by no other top-level statement, or by
+  earlier ones and by one store of ``W`` that precedes every load of it in the stores of
+  ``t``, in the same block or one around it, at the same indices (a bias added in place
+  to a product's output, then read by the activation fused behind it).
 
 Identity preserved: the new statement computes the same elements as ``W`` computed into
 ``t``, because its stores are ``W``'s (same indices, conditions and values) and every
@@ -31,21 +37,29 @@ source holds, where it runs, the values ``W``'s stores read: a source written be
 ``W`` is not written again until then, and a source ``W`` writes holds, once ``W`` has
 run, the values of its tensor, which are what ``W``'s own later stages read (lowering and
 scheduling put every write of a stage's element before any read of it, and a source only
-stored to holds no partial sum). Readers of the new buffer therefore read what they read
-of ``t``.
+stored to holds no partial sum); one written before ``W`` too holds, once ``W`` has run,
+what ``W``'s one store of it wrote, which is what each load of it after that store, at
+its indices, read. Readers of the new buffer therefore read what they read of ``t``.
 
 A copy is made, one at a time (the one whose peak is lowest, ties to the earliest
 statement), only where it lowers the peak bytes of temporaries alive together (each
 alive from the first top-level statement that uses it to the last, as
-:func:`~tegrad.codegen.llvm.kernel_buffers.live_ranges` has it); the new buffer may be
-copied again. Nothing is chosen that the kernel does not determine, so a replayed
-schedule makes the same copies (like :mod:`.memory_order`, the pass records no step;
-``f.schedule`` lists each copy as a stage of its own, ``stage x_padded_again``).
+:func:`~tegrad.codegen.llvm.kernel_buffers.live_ranges` has it, and a temporary written
+in place over another counted as that one's memory, as the storage plan places it:
+:func:`planned_peak`); the new buffer may be copied again. Once copies are made, the
+statements are ordered again (:func:`~.memory_order.memory_order`, by
+:func:`planned_peak`), each copy no earlier than it was placed: a statement freeing
+memory may now better run before a copy. Nothing is chosen that the kernel does not
+determine, so a replayed schedule makes the same copies (like :mod:`.memory_order`, the
+pass records no step; ``f.schedule`` lists each copy as a stage of its own,
+``stage x_padded_again``).
 
 Measured on the ResNet block of ``benchmarks/models.py`` (training step, 1 thread): the
 workspace goes from 10.05 to 7.52 MB (``x_padded`` and ``relu_padded``, 1.27 MB each,
 no longer alive across the backward pass), the two copies take 0.94 ms of a 149 ms
-profiled step (0.7%); LeNet's workspace goes from 6.06 to 5.81 MB.
+profiled step (0.7%); LeNet's workspace goes from 6.06 to 5.81 MB. On the transformer
+block's step, the GELU's output and two layer norms' outputs are computed again: the
+workspace goes from 5.72 to 4.54 MB.
 
 >>> from tegrad.ir.expr import Const, Var, select
 >>> from tegrad.codegen.loops.nodes import Block, Buffer, For, Kernel, Load, Store
@@ -56,7 +70,7 @@ profiled step (0.7%); LeNet's workspace goes from 6.06 to 5.81 MB.
 >>> p, a, b = (Buffer(n, (1000,), "float32") for n in ("p", "a", "b"))
 >>> loop = lambda dst, value: For(i, zero, Const(1000, "int64"), Store(dst, (i,), value))
 >>> body = Block((loop(p, select(i < 500, Load(x, (i,)), 0.0)),
-...               loop(a, Load(p, (i,)) * 2.0), loop(b, Load(a, (i,)) + 1.0),
+...               loop(a, Load(p, (i,)) * 2.0), loop(b, Load(a, (999 - i,)) + 1.0),
 ...               Store(out, (zero,), Load(b, (zero,)) + Load(p, (zero,)))))
 >>> k = rematerialise(Kernel("k", (x, out), (p, a, b), body))
 >>> [t.name for t in k.temps]
@@ -68,14 +82,22 @@ for (i_1 = 0; i_1 < 1000; i_1++) {
 """
 from __future__ import annotations
 
-from tegrad.ir.expr import Cast, Const, Select, Var, logical_not
+from tegrad.ir.expr import (And, Binary, Call, Cast, Compare, Const, Neg, Not, Or,
+                            Select, Var, logical_not, structural_equal)
 from tegrad.ir.mapper import fresh_name
 
 from tegrad.codegen.loops import nodes as _n
 from tegrad.codegen.loops.mapper import (buffers_of, loads, names_in, stmt_exprs,
                                          substitute_expr, walk_expr, walk_stmts)
-from tegrad.codegen.lower.in_place import rename_buffer, stored_and_updated
-from tegrad.codegen.lower.memory_order import buffer_bytes, peak_bytes
+from tegrad.codegen.lower.in_place import rename_buffer, stored_and_updated, written_buffers
+from tegrad.codegen.llvm.kernel_buffers import in_place_temporaries, remembered
+from tegrad.codegen.lower.memory_order import buffer_bytes, memory_order
+from tegrad.codegen.tuning import REMATERIALISED_NODES
+
+#: the expression nodes a cheap stored value may hold: arithmetic, comparisons, choices,
+#: casts and intrinsic calls (``erf``, ``sqrt``, ...) of loads, constants and loop
+#: variables; no reduction, no read of data at an index loaded from data
+_ELEMENTWISE = (_n.Load, Const, Var, Binary, Neg, Compare, And, Or, Not, Select, Cast, Call)
 
 
 class _NotCheap(Exception):
@@ -83,18 +105,13 @@ class _NotCheap(Exception):
 
 
 def _cheap_value(e):
-    """Whether ``e`` is a cheap stored value (see the module docstring)."""
-    t = type(e)
-    if t is _n.Load:
-        return _no_loads(*e.indices)
-    if t is Const:
-        return True
-    if t is Select:
-        return _no_loads(e.cond) and _cheap_value(e.true_value) and \
-            _cheap_value(e.false_value)
-    if t is Cast:
-        return _cheap_value(e.a)
-    return False
+    """Whether ``e`` is a cheap stored value (see the module docstring): at most
+    :data:`~tegrad.codegen.tuning.REMATERIALISED_NODES` nodes, its loads at indices
+    computed from loop variables alone."""
+    nodes = list(walk_expr(e))
+    return len(nodes) <= REMATERIALISED_NODES and all(
+        type(n) is not _n.Load or _no_loads(*n.indices) for n in nodes) and \
+        all(type(n) in _ELEMENTWISE for n in nodes)
 
 
 def _no_loads(*exprs):
@@ -111,6 +128,9 @@ class _Copy:
 
     def __init__(self, t, again, taken):
         self.t, self.again, self.taken = t, again, taken
+        # the stores (buffer, indices) before the one being cut out, in its block and
+        # the blocks around it, and the buffers its values load elsewhere than there
+        self.before, self.plain_reads = [], set()
 
     def of(self, s, names=None):
         """The part of ``s`` writing ``t``, as ``again`` (None if none), its variables
@@ -129,6 +149,10 @@ class _Copy:
             return None
         if not (_no_loads(*s.indices) and _cheap_value(s.value)):
             raise _NotCheap("value")
+        for ld in loads(s.value):
+            if not any(b == ld.buffer and len(ix) == len(ld.indices) and
+                       all(map(structural_equal, ix, ld.indices)) for b, ix in self.before):
+                self.plain_reads.add(ld.buffer)
         return _n.Store(self.again, tuple(self._expr(i, names) for i in s.indices),
                         self._expr(s.value, names))
 
@@ -147,7 +171,14 @@ class _Copy:
         return None
 
     def _block(self, s, names):
-        kept = [c for c in (self.of(c, names) for c in s.stmts) if c is not None]
+        depth, kept = len(self.before), []
+        for c in s.stmts:
+            cut = self.of(c, names)
+            if cut is not None:
+                kept.append(cut)
+            if type(c) is _n.Store:
+                self.before.append((c.buffer, c.indices))
+        del self.before[depth:]
         return None if not kept else kept[0] if len(kept) == 1 else _n.Block(tuple(kept))
 
     def _for(self, s, names):
@@ -193,11 +224,43 @@ def _sources(copy):
             for ld in loads(e)}
 
 
-def _candidates(kernel, stmts, writes, used, taken):
+def _stores_of(stmt, buffer):
+    return sum(1 for node in walk_stmts(stmt) if type(node) is _n.Store
+               and node.buffer == buffer)
+
+
+def _holds_what_was_read(s, w, stmts, writes, writers, plain_reads):
+    """Whether the source ``s``, which the statement ``stmts[w]`` writes, holds once
+    ``w`` has run the values ``w``'s stores of the copied temporary read: ``w`` alone
+    writes it, by stores only; or, written before ``w`` too, ``w`` stores it once and
+    each load of it in the copied stores follows that store in its block (or a block
+    around it), at the same indices, so it reads the value stored there."""
+    if s in writes[w][1]:
+        return False
+    if writers[s] == [w]:
+        return True
+    return max(writers[s]) == w and s not in plain_reads and \
+        _stores_of(stmts[w], s) == 1
+
+
+def _cut(t, stmt):
+    """``(sources, plain reads)`` of the copy of ``t`` cut out of ``stmt`` (see
+    :class:`_Copy`), or None when ``stmt`` writes no cheap copy of ``t``."""
+    copier = _Copy(t, t, set())
+    try:
+        copy = copier.of(stmt)
+    except _NotCheap:
+        return None
+    return None if copy is None else (_sources(copy), frozenset(copier.plain_reads))
+
+
+def _candidates(kernel, stmts, writes, used, taken, peaks, seen):
     """``(t, w, copy, again, sources)`` for each temporary written by one top-level
-    statement ``w`` as a cheap copy (``copy``: that statement's part writing it, into the
-    new buffer ``again``) and used after the statement following ``w`` (a copy right
-    after ``w`` would only add a buffer)."""
+    statement ``w`` as a cheap copy (``copy()`` makes that statement's part writing it,
+    into the new buffer ``again``) and used after the statement following ``w`` (a copy right
+    after ``w`` would only add a buffer), with two consecutive uses around the
+    statements ``peaks`` (first, last) where the live bytes peak (a copy frees ``t``
+    between two uses only: elsewhere the peak stays)."""
     writers = {}
     for k, (stored, other) in enumerate(writes):
         for b in stored | other:
@@ -209,18 +272,22 @@ def _candidates(kernel, stmts, writes, used, taken):
         w = writers[t][0]
         if not any(t.name in u for u in used[w + 2:]):
             continue
+        uses = [w] + [k for k in range(w + 1, len(stmts)) if t.name in used[k]]
+        if not any(a < peaks[0] and peaks[1] < b for a, b in zip(uses, uses[1:])):
+            continue
+        cut = remembered(seen, "cut", stmts[w], lambda: _cut(t, stmts[w]), t)
+        if cut is None:
+            continue
+        sources, plain_reads = cut
+        if t in sources or not sources <= readable:
+            continue
+        if not all(_holds_what_was_read(s, w, stmts, writes, writers, plain_reads)
+                   for s in sources if s in writes[w][0]):
+            continue
         again = _n.Buffer(fresh_name(f"{t.name}_again", taken), t.shape, t.dtype, t.scope)
-        try:
-            copy = _Copy(t, again, set(taken) | {again.name}).of(stmts[w])
-        except _NotCheap:
-            continue
-        sources = _sources(copy)
-        if copy is None or t in sources or not sources <= readable:
-            continue
-        if any(s in writes[w][1] or writers[s] != [w]
-               for s in sources if s in writes[w][0]):
-            continue
-        yield t, w, copy, again, sources
+        yield t, w, (lambda t=t, w=w, again=again:
+                     _Copy(t, again, set(taken) | {again.name}).of(stmts[w])), \
+            again, sources
 
 
 def _changed(kernel, writes, uses):
@@ -240,49 +307,106 @@ def _changed(kernel, writes, uses):
 
 
 def _accesses(stmt, seen):
-    """``(stored_and_updated(stmt), the buffers stmt uses)``, remembered in ``seen`` (by
-    identity: the statements a copy leaves as they were are looked at again)."""
-    if id(stmt) not in seen:
-        seen[id(stmt)] = (stmt, stored_and_updated(stmt), set(buffers_of(stmt)[0]))
-    return seen[id(stmt)][1:]
+    """``(stored_and_updated(stmt), the buffers stmt uses)``, remembered in ``seen`` (see
+    :func:`~tegrad.codegen.llvm.kernel_buffers.remembered`: the statements a copy leaves
+    as they were are looked at again)."""
+    return remembered(seen, "accesses", stmt, lambda: (
+        stored_and_updated(stmt),
+        set(remembered(seen, "buffers", stmt, lambda: buffers_of(stmt))[0])))
+
+
+def planned_peak(kernel, memo=None):
+    """The most bytes of ``kernel``'s temporaries alive together at one top-level
+    statement, a temporary written in place over another counted as that one's memory
+    (as :func:`~tegrad.codegen.llvm.kernel_buffers.plan_storage` places them).
+    ``memo``: see :func:`~tegrad.codegen.llvm.kernel_buffers.remembered`."""
+    nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
+    stmts = kernel.body.stmts if type(kernel.body) is _n.Block else (kernel.body,)
+    used = [{b.name for b in remembered(memo, "buffers", s, lambda: buffers_of(s))[0]}
+            & nbytes.keys() for s in stmts]
+    over = {new.name: old.name for new, old in
+            in_place_temporaries(kernel.body, list(kernel.temps), memo=memo).items()}
+    return _planned_peak(used, nbytes, over)
+
+
+def _planned_peak(used, nbytes, over):
+    return max(_live_bytes(used, nbytes, over), default=0)
+
+
+def _live_bytes(used, nbytes, over):
+    """Per top-level statement (``used[k]``: the temporaries statement ``k`` uses), the
+    bytes of temporaries alive there, each alive from its first user to its last and
+    each written in place over another (``over``: new -> old, as the storage plan's
+    :func:`~tegrad.codegen.llvm.kernel_buffers.in_place_temporaries` finds them) counted
+    as the memory of the first of its chain."""
+    def first(name):
+        while name in over:
+            name = over[name]
+        return name
+    span = {}
+    for k, u in enumerate(used):
+        for b in {first(b) for b in u}:
+            span[b] = (span.get(b, (k,))[0], k)
+    change = [0] * (len(used) + 1)
+    for b, (lo, hi) in span.items():
+        change[lo] += nbytes[b]
+        change[hi + 1] -= nbytes[b]
+    live, now = [], 0
+    for delta in change[:-1]:
+        now += delta
+        live.append(now)
+    return live
 
 
 def _best_copy(kernel, seen):
     """``(peak, kernel')``: of the kernels with one more copy (see the module
-    docstring), the one of lowest peak, or None when none is below ``kernel``'s
-    (``seen``: see :func:`_accesses`)."""
+    docstring), the one of lowest :func:`planned_peak`, or None when none is below
+    ``kernel``'s (``seen``: see :func:`_accesses`). The peaks are estimated with
+    ``kernel``'s writes in place, the temporary written over the copied one at its
+    last reader written over the copy instead; each estimate below ``kernel``'s peak is
+    checked, lowest first, on the kernel it makes."""
     stmts = list(kernel.body.stmts)
     writes, uses = zip(*(_accesses(s, seen) for s in stmts))
     nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
     used = [{b.name for b in u} & nbytes.keys() for u in uses]
     changed = _changed(kernel, writes, uses)
-    best = (peak_bytes(range(len(stmts)), used, nbytes), None)
+    over = {new.name: old.name for new, old in
+            in_place_temporaries(kernel.body, list(kernel.temps), memo=seen).items()}
+    live = _live_bytes(used, nbytes, over)
+    now = max(live, default=0)
+    at_peak = [k for k, v in enumerate(live) if v == now]
+    peaks = (at_peak[0], at_peak[-1]) if at_peak else (0, 0)
+    found = []
     for t, w, copy, again, sources in _candidates(kernel, stmts, writes, used,
-                                                  names_in(kernel)):
+                                                  names_in(kernel), peaks, seen):
         readers = [k for k in range(w + 1, len(stmts)) if t.name in used[k]]
         size = {**nbytes, again.name: buffer_bytes(again)}
         # an update of an input W reads and writes counts too (W's own writes do not)
         if sources & changed[w] - writes[w][0] - writes[w][1]:
             continue
+        moved = {new: again.name if old == t.name else old for new, old in over.items()}
         for j, r in enumerate(readers):
             if any(sources & changed[k] for k in range(w + 1, r)):
                 break  # a source changes before this reader, and so before later ones
-            if r == w + 1:
-                continue
+            if r == w + 1 or not (readers[j - 1] if j else w) < peaks[0] or \
+                    not peaks[1] < r:
+                continue  # t would not be freed where the bytes peak
             late = set(readers[j:])
             new_used = [(u - {t.name}) | {again.name} if k in late else u
                         for k, u in enumerate(used)]
             new_used.insert(r, {b.name for b in sources if b.name in nbytes} | {again.name})
-            peak = peak_bytes(range(len(new_used)), new_used, size)
-            if peak < best[0]:
-                best = (peak, (t, copy, again, r, late))
-    if best[1] is None:
-        return None
-    t, copy, again, r, late = best[1]
-    body = [rename_buffer(s, t, again) if k in late else s for k, s in enumerate(stmts)]
-    body.insert(r, copy)
-    return best[0], _n.Kernel(kernel.name, kernel.args, kernel.temps + (again,),
-                              _n.Block(tuple(body)))
+            peak = _planned_peak(new_used, size, moved)
+            if peak < now:
+                found.append((peak, len(found), (t, copy, again, r, late)))
+    for _, _, (t, copy, again, r, late) in sorted(found, key=lambda f: f[:2]):
+        body = [rename_buffer(s, t, again) if k in late else s for k, s in enumerate(stmts)]
+        body.insert(r, copy())
+        made = _n.Kernel(kernel.name, kernel.args, kernel.temps + (again,),
+                         _n.Block(tuple(body)))
+        peak = planned_peak(made, seen)
+        if peak < now:
+            return peak, made
+    return None
 
 
 def rematerialise(kernel):
@@ -292,13 +416,20 @@ def rematerialise(kernel):
     if type(kernel.body) is not _n.Block or len(kernel.body.stmts) < 3:
         return kernel
     # each copy lowers the peak by at least a byte; a kernel has few temporaries
-    seen = {}
+    seen, copied = {}, kernel
     for _ in range(2 * len(kernel.temps)):
-        found = _best_copy(kernel, seen)
+        found = _best_copy(copied, seen)
         if found is None:
             break
-        kernel = found[1]
-    return kernel
+        copied = found[1]
+    if copied is kernel:
+        return kernel
+    # a copy moves the peak: a statement that frees memory may now better run before a
+    # copy; the copies stay at least as late as they are
+    new = set(copied.temps[len(kernel.temps):])
+    held = [k for k, s in enumerate(copied.body.stmts)
+            if set(written_buffers(s)) <= new]
+    return memory_order(copied, measure=lambda k: planned_peak(k, seen), held=held)
 
 
-__all__ = ["rematerialise"]
+__all__ = ["planned_peak", "rematerialise"]
