@@ -16,11 +16,13 @@ A temporary ``t`` qualifies when
 - one top-level statement ``W`` writes it, with stores only (no accumulation, no matrix
   product), and every store of ``t`` is cheap: its value is elementwise arithmetic (of
   at most :data:`~tegrad.codegen.tuning.REMATERIALISED_NODES` nodes: arithmetic,
-  comparisons, selects, casts, intrinsic calls) of loads, constants and loop variables,
-  each load at indices computed from loop variables alone; indices, conditions and loop
-  bounds are integer arithmetic on loop variables. The new statement is ``W`` pruned to
-  the loops and conditions around the stores of ``t`` (their variables renamed), so it
-  costs what ``W``'s stores of ``t`` cost;
+  comparisons, selects, casts, intrinsic calls) of loads, constants and loop variables
+  (a load's indices may load too: an embedding's gather); the stores' indices,
+  conditions and loop bounds are integer arithmetic on loop variables. The new
+  statement is ``W`` pruned to the loops and conditions around the stores of ``t``
+  (their variables renamed; without ``W``'s checks of gathered indices, which passed on
+  the same data before the new statement runs), so it costs what ``W``'s stores of
+  ``t`` cost;
 - the sources (the buffers those stores load) are arguments or temporaries other than
   ``t``, none written by a statement between ``W`` and the new statement, and no input
   among them read, in ``W`` or between, by a statement writing an output of its shape
@@ -41,8 +43,11 @@ stored to holds no partial sum); one written before ``W`` too holds, once ``W`` 
 what ``W``'s one store of it wrote, which is what each load of it after that store, at
 its indices, read. Readers of the new buffer therefore read what they read of ``t``.
 
-A copy is made, one at a time (the one whose peak is lowest, ties to the earliest
-statement), only where it lowers the peak bytes of temporaries alive together (each
+A copy reads, instead of a source no statement uses from its place on, a copy of that
+source made before (an embedding's copy, read by its layer norm's copy): written
+earlier, or moved up to run right before it (its own sources unchanged in between), so
+that the source need not live on for it. A copy is made, one at a time (the one whose
+peak is lowest, ties to the earliest statement), only where it lowers the peak bytes of temporaries alive together (each
 alive from the first top-level statement that uses it to the last, as
 :func:`~tegrad.codegen.llvm.kernel_buffers.live_ranges` has it, and a temporary written
 in place over another counted as that one's memory, as the storage plan places it:
@@ -58,8 +63,8 @@ Measured on the ResNet block of ``benchmarks/models.py`` (training step, 1 threa
 workspace goes from 10.05 to 7.52 MB (``x_padded`` and ``relu_padded``, 1.27 MB each,
 no longer alive across the backward pass), the two copies take 0.94 ms of a 149 ms
 profiled step (0.7%); LeNet's workspace goes from 6.06 to 5.81 MB. On the transformer
-block's step, the GELU's output and two layer norms' outputs are computed again: the
-workspace goes from 5.72 to 4.54 MB.
+block's step, the GELU's output, the embedding's and two layer norms' outputs are
+computed again: the workspace goes from 5.72 to 4.29 MB.
 
 >>> from tegrad.ir.expr import Const, Var, select
 >>> from tegrad.codegen.loops.nodes import Block, Buffer, For, Kernel, Load, Store
@@ -106,12 +111,12 @@ class _NotCheap(Exception):
 
 def _cheap_value(e):
     """Whether ``e`` is a cheap stored value (see the module docstring): at most
-    :data:`~tegrad.codegen.tuning.REMATERIALISED_NODES` nodes, its loads at indices
-    computed from loop variables alone."""
-    nodes = list(walk_expr(e))
-    return len(nodes) <= REMATERIALISED_NODES and all(
-        type(n) is not _n.Load or _no_loads(*n.indices) for n in nodes) and \
-        all(type(n) in _ELEMENTWISE for n in nodes)
+    :data:`~tegrad.codegen.tuning.REMATERIALISED_NODES` nodes, elementwise (its indices
+    may load: a gather)."""
+    for count, node in enumerate(walk_expr(e)):
+        if count == REMATERIALISED_NODES or type(node) not in _ELEMENTWISE:
+            return False  # (a deep expression is not walked to its end)
+    return True
 
 
 def _no_loads(*exprs):
@@ -358,13 +363,15 @@ def _live_bytes(used, nbytes, over):
     return live
 
 
-def _best_copy(kernel, seen):
-    """``(peak, kernel')``: of the kernels with one more copy (see the module
-    docstring), the one of lowest :func:`planned_peak`, or None when none is below
-    ``kernel``'s (``seen``: see :func:`_accesses`). The peaks are estimated with
-    ``kernel``'s writes in place, the temporary written over the copied one at its
-    last reader written over the copy instead; each estimate below ``kernel``'s peak is
-    checked, lowest first, on the kernel it makes."""
+def _best_copy(kernel, seen, copies):
+    """``(peak, kernel', t, again)``: of the kernels with one more copy (see the module
+    docstring), of ``t`` into ``again``, the one of lowest :func:`planned_peak`, or None
+    when none is below
+    ``kernel``'s (``seen``: see :func:`_accesses`; ``copies``: each copy made so far, by
+    name, -> the temporary it copies). The peaks are estimated with ``kernel``'s writes
+    in place, the temporary written over the copied one at its last reader written over
+    the copy instead; each estimate below ``kernel``'s peak is checked, lowest first, on
+    the kernel it makes."""
     stmts = list(kernel.body.stmts)
     writes, uses = zip(*(_accesses(s, seen) for s in stmts))
     nbytes = {b.name: buffer_bytes(b) for b in kernel.temps}
@@ -376,6 +383,10 @@ def _best_copy(kernel, seen):
     now = max(live, default=0)
     at_peak = [k for k, v in enumerate(live) if v == now]
     peaks = (at_peak[0], at_peak[-1]) if at_peak else (0, 0)
+    last_use = {b: k for k, u in enumerate(used) for b in u}
+    written_at = {b: k for k, (stored, _) in enumerate(writes) for b in stored
+                  if b.name in copies}
+    copy_of = {copies[a.name].name: a for a in written_at}
     found = []
     for t, w, copy, again, sources in _candidates(kernel, stmts, writes, used,
                                                   names_in(kernel), peaks, seen):
@@ -392,21 +403,57 @@ def _best_copy(kernel, seen):
                     not peaks[1] < r:
                 continue  # t would not be freed where the bytes peak
             late = set(readers[j:])
-            new_used = [(u - {t.name}) | {again.name} if k in late else u
-                        for k, u in enumerate(used)]
-            new_used.insert(r, {b.name for b in sources if b.name in nbytes} | {again.name})
+            hoisted, renamed = _read_from_copies(t, sources, r, stmts, writes, uses, used,
+                                                 changed, last_use, written_at, copy_of)
+            order = [k for k in range(len(stmts)) if k != hoisted]
+            if hoisted is not None:
+                order.insert(r, hoisted)
+            at = r + (hoisted is not None)
+            order.insert(at, None)  # the copy
+            read = {renamed.get(b, b).name for b in sources if b.name in nbytes}
+            new_used = [read | {again.name} if k is None else
+                        (used[k] - {t.name}) | {again.name} if k in late else used[k]
+                        for k in order]
             peak = _planned_peak(new_used, size, moved)
             if peak < now:
-                found.append((peak, len(found), (t, copy, again, r, late)))
-    for _, _, (t, copy, again, r, late) in sorted(found, key=lambda f: f[:2]):
-        body = [rename_buffer(s, t, again) if k in late else s for k, s in enumerate(stmts)]
-        body.insert(r, copy())
+                found.append((peak, len(found), (t, copy, again, late, order, renamed)))
+    for _, _, (t, copy, again, late, order, renamed) in sorted(found, key=lambda f: f[:2]):
+        cut = copy()
+        for b, a in renamed.items():
+            cut = rename_buffer(cut, b, a)
+        body = [cut if k is None else rename_buffer(stmts[k], t, again) if k in late
+                else stmts[k] for k in order]
         made = _n.Kernel(kernel.name, kernel.args, kernel.temps + (again,),
                          _n.Block(tuple(body)))
         peak = planned_peak(made, seen)
         if peak < now:
-            return peak, made
+            return peak, made, t, again
     return None
+
+
+def _read_from_copies(t, sources, r, stmts, writes, uses, used, changed, last_use,
+                      written_at, copy_of):
+    """``(hoisted, renamed)``: for a copy of ``t`` written right before statement ``r``,
+    the sources no statement uses from ``r`` on but a copy of them made earlier
+    (``renamed``: source -> that copy), which the copy reads instead; the copy is
+    written before ``r`` already, or its statement (at ``hoisted``, at most one) moves up
+    to run right before the new copy: its own sources unchanged between, and ``t`` not
+    among them. Identity: a copy holds its temporary's values (see the module docstring)."""
+    hoisted, renamed = None, {}
+    for b in sources:
+        a = copy_of.get(b.name)
+        if a is None or last_use.get(b.name, len(stmts)) >= r:
+            continue
+        p = written_at[a]
+        if p < r:  # (read at r, the copy lives on to there)
+            renamed[b] = a
+            continue
+        reads = uses[p] - writes[p][0] - writes[p][1]
+        if hoisted is not None or t.name in used[p] or \
+                any(reads & changed[k] for k in range(r, p)):
+            continue
+        hoisted, renamed[b] = p, a
+    return hoisted, renamed
 
 
 def rematerialise(kernel):
@@ -416,12 +463,13 @@ def rematerialise(kernel):
     if type(kernel.body) is not _n.Block or len(kernel.body.stmts) < 3:
         return kernel
     # each copy lowers the peak by at least a byte; a kernel has few temporaries
-    seen, copied = {}, kernel
+    seen, copied, copies = {}, kernel, {}
     for _ in range(2 * len(kernel.temps)):
-        found = _best_copy(copied, seen)
+        found = _best_copy(copied, seen, copies)
         if found is None:
             break
-        copied = found[1]
+        _, copied, t, again = found
+        copies[again.name] = t
     if copied is kernel:
         return kernel
     # a copy moves the peak: a statement that frees memory may now better run before a
