@@ -217,7 +217,9 @@ class _Reverse:
         """
         if not self.manual:
             return None
-        owner = self.owners.get(id(c)) or self.originals.get(id(c), c)
+        owner = self.owners.get(id(c))
+        if owner is None:
+            owner = self.originals.get(id(c), c)
         key = (owner, self.originals.get(id(t), t))
         return key if key in self.manual else None
 

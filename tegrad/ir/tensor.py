@@ -131,7 +131,16 @@ class Tensor(TensorLike):
         raise IndexingError(f"tensor {self.name!r} is not iterable; index it with t[i, j]")
 
     def __bool__(self):
-        return True
+        # a comparison of tensors is a tensor of truth values, known only when the program
+        # runs: ``if t > 0:`` must not quietly take one branch
+        raise TegradError(
+            f"the truth value of tensor {self.name!r} is not known when the program is "
+            f"built; use tg.if_then_else, or compare with `is None` for an optional tensor")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TegradError(
+            f"tensor {self.name!r} has no values until the program runs: evaluate it "
+            f"(tg.evaluate) or build it (tg.build), then use the arrays returned")
 
     def __repr__(self):
         return f"Tensor({self.name}, shape={self.shape}, dtype={self.dtype})"

@@ -67,6 +67,26 @@ def test_truth_value_of_an_inequality_raises():
             pass
 
 
+
+@pytest.mark.parametrize("make", [
+    lambda x: x > 0, lambda x: x, lambda x: tg.compute(x.shape, lambda i: x[i] * 2.0),
+    lambda x: (x * x).sum()])
+def test_a_tensor_has_no_truth_value_and_no_array(make):
+    """A tensor (a comparison's, a placeholder, a stage, a reduction) is known only when
+    the program runs: ``if``, ``bool`` and ``np.asarray`` raise a TegradError naming it
+    instead of taking a branch or making an object array."""
+    t = make(tg.placeholder((3,), name="x"))
+    with pytest.raises(tg.TegradError, match=f"truth value of tensor '{t.name}'"):
+        bool(t)
+    with pytest.raises(tg.TegradError, match=f"truth value of tensor '{t.name}'"):
+        if t:
+            pass
+    for convert in (np.asarray, np.array):
+        with pytest.raises(tg.TegradError, match=f"tensor '{t.name}' has no values"):
+            convert(t)
+    if t.dtype != "bool":  # a numpy scalar still combines with a tensor
+        assert isinstance(np.float32(2) * t, tg.Tensor)
+
 def test_dtype_mismatch_needs_a_cast():
     A = tg.placeholder((2,), dtype="float32", name="A")
     B = tg.placeholder((2,), dtype="float64", name="B")
