@@ -15,11 +15,11 @@ import pytest
 
 import tegrad as tg
 
-#: operations deep and stages long: four times Python's default recursion limit, which a
+#: operations deep and stages long: three times Python's default recursion limit, which a
 #: recursive pass would exceed, in a thread whose stack a native recursion would
 #: overflow. ``TEGRAD_DEPTH=10000`` (and ``TEGRAD_STAGES=2000``) runs the longer local
 #: check (about 8 minutes)
-DEPTH = int(os.environ.get("TEGRAD_DEPTH", "4000"))
+DEPTH = int(os.environ.get("TEGRAD_DEPTH", "3000"))
 STAGES = int(os.environ.get("TEGRAD_STAGES", "800"))
 #: a thread stack far smaller than a recursive pass needs at these sizes
 STACK_BYTES = 4 << 20

@@ -20,7 +20,7 @@ fixed seeds that such programs reach those paths. Programs are built with
 ``check_bounds=True`` when ``build`` has that option.
 
 Each program costs a fraction of a second (differentiation and LLVM), so a CI run
-draws ``TEGRAD_RANDOM_PROGRAMS`` programs (default 200); set it higher for a long run,
+draws ``TEGRAD_RANDOM_PROGRAMS`` programs (default 90); set it higher for a long run,
 with a new seed each time::
 
     TEGRAD_RANDOM_PROGRAMS=2000 python -m pytest -q \
@@ -45,7 +45,7 @@ from support.random_programs import Seeded
 
 #: programs per run (half of them large, 16-48 x 16-48 stages: about 1.5 s each with
 #: their gradient); ``TEGRAD_RANDOM_PROGRAMS=N`` runs more locally
-EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "120"))
+EXAMPLES = int(os.environ.get("TEGRAD_RANDOM_PROGRAMS", "90"))
 
 #: ``build`` options: bounds checks where the compiler offers them
 BUILD_OPTIONS = ({"check_bounds": True}
