@@ -110,6 +110,12 @@ def peak_bytes(order, used, nbytes):
     """The most bytes of temporaries alive together when the statements run in ``order``
     (``used[k]``: the temporaries statement ``k`` uses; ``nbytes``: their sizes), each
     alive from the first statement using it to the last."""
+    return max(live_bytes(order, used, nbytes), default=0)
+
+
+def live_bytes(order, used, nbytes):
+    """Per position of ``order``, the bytes of temporaries alive there (see
+    :func:`peak_bytes`)."""
     first, last = {}, {}
     for pos, k in enumerate(order):
         for b in used[k]:
@@ -119,11 +125,11 @@ def peak_bytes(order, used, nbytes):
     for b, start in first.items():
         change[start] += nbytes[b]
         change[last[b] + 1] -= nbytes[b]
-    peak = now = 0
-    for delta in change:
+    live, now = [], 0
+    for delta in change[:-1]:
         now += delta
-        peak = max(peak, now)
-    return peak
+        live.append(now)
+    return live
 
 
 def _greedy_order(preds, used, nbytes):
@@ -194,4 +200,4 @@ def memory_order(kernel, measure=None, held=()):
     return ordered
 
 
-__all__ = ["buffer_bytes", "memory_order", "peak_bytes"]
+__all__ = ["buffer_bytes", "live_bytes", "memory_order", "peak_bytes"]

@@ -47,7 +47,8 @@ A copy reads, instead of a source no statement uses from its place on, a copy of
 source made before (an embedding's copy, read by its layer norm's copy): written
 earlier, or moved up to run right before it (its own sources unchanged in between), so
 that the source need not live on for it. A copy is made, one at a time (the one whose
-peak is lowest, ties to the earliest statement), only where it lowers the peak bytes of temporaries alive together (each
+peak is lowest, ties to the earliest statement), only where it lowers the peak bytes of
+temporaries alive together (each
 alive from the first top-level statement that uses it to the last, as
 :func:`~tegrad.codegen.llvm.kernel_buffers.live_ranges` has it, and a temporary written
 in place over another counted as that one's memory, as the storage plan places it:
@@ -96,12 +97,12 @@ from tegrad.codegen.loops.mapper import (buffers_of, loads, names_in, stmt_exprs
                                          substitute_expr, walk_expr, walk_stmts)
 from tegrad.codegen.lower.in_place import rename_buffer, stored_and_updated, written_buffers
 from tegrad.codegen.llvm.kernel_buffers import in_place_temporaries, remembered
-from tegrad.codegen.lower.memory_order import buffer_bytes, memory_order
+from tegrad.codegen.lower.memory_order import buffer_bytes, live_bytes, memory_order
 from tegrad.codegen.tuning import REMATERIALISED_NODES
 
 #: the expression nodes a cheap stored value may hold: arithmetic, comparisons, choices,
-#: casts and intrinsic calls (``erf``, ``sqrt``, ...) of loads, constants and loop
-#: variables; no reduction, no read of data at an index loaded from data
+#: casts and intrinsic calls (``erf``, ``sqrt``, ...) of loads (at indices that may load:
+#: a gather), constants and loop variables; no reduction
 _ELEMENTWISE = (_n.Load, Const, Var, Binary, Neg, Compare, And, Or, Not, Select, Cast, Call)
 
 
@@ -262,8 +263,8 @@ def _cut(t, stmt):
 def _candidates(kernel, stmts, writes, used, taken, peaks, seen):
     """``(t, w, copy, again, sources)`` for each temporary written by one top-level
     statement ``w`` as a cheap copy (``copy()`` makes that statement's part writing it,
-    into the new buffer ``again``) and used after the statement following ``w`` (a copy right
-    after ``w`` would only add a buffer), with two consecutive uses around the
+    into the new buffer ``again``) and used after the statement following ``w`` (a copy
+    right after ``w`` would only add a buffer), with two consecutive uses around the
     statements ``peaks`` (first, last) where the live bytes peak (a copy frees ``t``
     between two uses only: elsewhere the peak stays)."""
     writers = {}
@@ -348,19 +349,7 @@ def _live_bytes(used, nbytes, over):
         while name in over:
             name = over[name]
         return name
-    span = {}
-    for k, u in enumerate(used):
-        for b in {first(b) for b in u}:
-            span[b] = (span.get(b, (k,))[0], k)
-    change = [0] * (len(used) + 1)
-    for b, (lo, hi) in span.items():
-        change[lo] += nbytes[b]
-        change[hi + 1] -= nbytes[b]
-    live, now = [], 0
-    for delta in change[:-1]:
-        now += delta
-        live.append(now)
-    return live
+    return live_bytes(range(len(used)), [{first(b) for b in u} for u in used], nbytes)
 
 
 def _best_copy(kernel, seen, copies):
