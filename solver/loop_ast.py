@@ -92,8 +92,50 @@ def build_loops(variables: Sequence[str], parameters: Sequence[str], statements,
     ``context`` lists constraints over the parameters known to hold.
     """
     variables, parameters = list(variables), list(parameters)
+    if len(statements) == 1:
+        box = _constant_box(variables, statements[0])
+        if box is not None:
+            return _box_loops(variables, box)
     domains = [_basic_set(variables, parameters, list(c)) for c in statements]
     return _loops(variables, parameters, domains, context)
+
+
+def _constant_box(variables, constraints):
+    """``[(lo, hi)]`` per variable when ``constraints`` are only constant bounds
+    ``lo <= v < hi`` of single variables (each bounded both ways), else None."""
+    lower, upper = {}, {}
+    for con in constraints:
+        terms = con.expr.terms
+        if con.is_equality or len(terms) != 1:
+            return None
+        (name, coef), = terms
+        if type(name) is not str or name not in variables:
+            return None
+        if coef == 1:  # v + c >= 0
+            lower[name] = max(lower.get(name, -con.expr.constant), -con.expr.constant)
+        elif coef == -1:  # c - v >= 0
+            upper[name] = min(upper.get(name, con.expr.constant + 1), con.expr.constant + 1)
+        else:
+            return None
+    if len(lower) != len(variables) or len(upper) != len(variables):
+        return None
+    return [(lower[v], upper[v]) for v in variables]
+
+
+def _box_loops(variables, box):
+    """The tree isl builds over a box (see :func:`_constant_box`), without isl: the
+    points of a box are the product of its ranges, so nested loops over the ranges of
+    more than one value visit each once (a range of one value is the point's constant;
+    an empty range, no statement at all)."""
+    if any(hi <= lo for lo, hi in box):
+        return Seq(())
+    values = tuple(("var", v) if hi - lo > 1 else ("int", lo)
+                   for v, (lo, hi) in zip(variables, box))
+    tree = Point(0, values)
+    for v, (lo, hi) in reversed(list(zip(variables, box))):
+        if hi - lo > 1:
+            tree = Loop(v, ("int", lo), ("int", hi), 1, tree)
+    return tree
 
 
 def build_disjoint_loops(variables: Sequence[str], parameters: Sequence[str], statements,

@@ -152,20 +152,25 @@ def bottom_up(root, children_of, combine, whole=None):
     """
     results = {}
     keep = []  # nodes stay alive while their ids key ``results``
-    stack = [(root, False)]
+    # entries (node, None): to expand; (node, its children): to combine, the children
+    # combined (they were pushed above it)
+    stack = [(root, None)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, expanded = stack.pop()
+        node, kids = pop()
         key = id(node)
         if key in results:
             continue
-        if whole is not None and whole(node):
-            results[key] = combine(node, [])
-            keep.append(node)
-            continue
-        kids = children_of(node)
-        if not expanded:
-            stack.append((node, True))
-            stack.extend((c, False) for c in reversed(kids) if id(c) not in results)
+        if kids is None:
+            if whole is not None and whole(node):
+                results[key] = combine(node, [])
+                keep.append(node)
+                continue
+            kids = children_of(node)
+            push((node, kids))
+            for c in reversed(kids):
+                if id(c) not in results:
+                    push((c, None))
             continue
         results[key] = combine(node, [results[id(c)] for c in kids])
         keep.append(node)

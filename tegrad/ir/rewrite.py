@@ -17,7 +17,7 @@ from tegrad.ir.expr import Read
 from tegrad.ir.graph import topological_order
 from tegrad.ir.mapper import IdentityMapper
 from tegrad.ir.stages import StageMapper, is_placeholder
-from tegrad.ir.tensor import compute_stage, scan_stage, scatter_stage
+from tegrad.ir.tensor import compute_stage, scan_stage, scatter_stage, with_tensors_replaced
 
 
 class _Retarget(IdentityMapper):
@@ -35,15 +35,21 @@ def _by_id(mapping):
 
 
 class _MapStage(StageMapper):
-    def __init__(self, fn, init_of):
-        self.fn, self.init_of = fn, init_of
+    def __init__(self, fn, init_of, same_scope=False):
+        # same_scope: fn only changes the tensor of reads (indices and dtype kept), so a
+        # rebuilt compute stage passes compute_stage's checks as the old one did
+        self.fn, self.init_of, self.same_scope = fn, init_of, same_scope
 
     def map_placeholder(self, t):
         return t
 
     def map_compute(self, t):
         body = self.fn(t.op.body)
-        return t if body is t.op.body else compute_stage(t.name, t.op.axes, body)
+        if body is t.op.body:
+            return t
+        if self.same_scope:
+            return with_tensors_replaced(t, body)
+        return compute_stage(t.name, t.op.axes, body)
 
     def map_scatter(self, t):
         op = t.op
@@ -91,7 +97,7 @@ def retarget_ids(t, ids):
     # (a stage reading no remapped tensor is itself: its body is not walked and rebuilt)
     if not ids or all(ids.get(id(s), s) is s for s in t.op.input_tensors()):
         return t
-    return map_stage(t, _Retarget(ids), lambda init: ids.get(id(init), init))
+    return _MapStage(_Retarget(ids), lambda init: ids.get(id(init), init), same_scope=True)(t)
 
 
 def rewrite_program(outputs, transform, skip=()):

@@ -23,7 +23,7 @@ from tegrad.ir.errors import (DTypeError, ImmutableError, IndexingError, ScopeEr
                               TegradError)
 from tegrad.ir.expr import (TEXT, Const, IterVar, Reduce, TensorLike, TupleReduce, Var, as_expr,
                             read, retype)
-from tegrad.ir.mapper import (all_var_names, free_var_names, fresh_name, reduce_axis_names,
+from tegrad.ir.mapper import (all_var_names, free_var_names, fresh_name,
                               substitute, tensors_read, walk)
 from tegrad.ir.reduction import Reducer
 
@@ -360,6 +360,21 @@ def compute_stage(name, axes, body):
     return Tensor(ComputeOp(name, axes, body), shape, body.dtype, name)
 
 
+def with_tensors_replaced(t, body):
+    """The compute stage ``t`` with ``body`` for its body, where ``body`` is ``t``'s body
+    with some of its reads reading other tensors, each read keeping its indices and dtype
+    (see :func:`tegrad.ir.rewrite.retarget`). Such a body has the variables, reductions
+    and dtype of ``t``'s, so what :func:`compute_stage` checks holds already and is not
+    checked again (a rewrite of a program retargets every stage downstream of a change).
+
+    >>> A, A2 = placeholder((3,), name="A"), placeholder((3,), name="A2")
+    >>> B = compute((3,), lambda i: A[i] + 1.0, name="B")
+    >>> str(with_tensors_replaced(B, A2[B.op.axes[0].var] + 1.0).op.body)
+    'A2[i] + 1.0'
+    """
+    return Tensor(ComputeOp(t.name, t.op.axes, body), t.shape, body.dtype, t.name)
+
+
 def scatter_stage(name, shape, axes, targets, init=None):
     """The tensor ``name = init (or zeros); name[t.indices] += t.value for each point of
     axes, for each target t where t.where holds``, checked like :func:`scatter_add`.
@@ -500,19 +515,24 @@ def _check_scope(stage_kind, name, expr, axis_names, what, tuple_root=False):
         raise ScopeError(f"{stage_kind} {name!r}: {what} uses the variable {v!r}, which is "
                          f"not an axis of {name!r} (a reduce axis used outside its "
                          f"reduction, or a variable of another stage)")
-    clash = reduce_axis_names(expr) & set(axis_names)
-    if clash:
-        raise ScopeError(f"{stage_kind} {name!r}: the reduce axis {sorted(clash)[0]!r} has the "
-                         f"same name as an axis of {name!r}; rename one of them")
+    # one walk for the other three checks (this runs on every stage a pass rebuilds)
     for node in walk(expr):
-        if isinstance(node, Var) and not _dt.is_int(node.dtype) and node.name in axis_names:
-            raise DTypeError(f"{stage_kind} {name!r}: axis variable {node.name!r} is not an "
-                             f"integer")
-        if type(node) is TupleReduce and not (tuple_root and node is expr):
-            raise TegradError(f"{stage_kind} {name!r}: {what} uses a component of the "
-                              f"reduction of a tuple ({node.reducer.name!r}) inside an "
-                              f"expression; it must be the whole body of a compute (compute "
-                              f"the components as stages, then combine them)")
+        t = type(node)
+        if t is Var:
+            if node.name in axis_names and not _dt.is_int(node.dtype):
+                raise DTypeError(f"{stage_kind} {name!r}: axis variable {node.name!r} is not "
+                                 f"an integer")
+        elif t is Reduce or t is TupleReduce:
+            clash = {ax.name for ax in node.axes} & set(axis_names)
+            if clash:
+                raise ScopeError(f"{stage_kind} {name!r}: the reduce axis {sorted(clash)[0]!r} "
+                                 f"has the same name as an axis of {name!r}; rename one of "
+                                 f"them")
+            if t is TupleReduce and not (tuple_root and node is expr):
+                raise TegradError(f"{stage_kind} {name!r}: {what} uses a component of the "
+                                  f"reduction of a tuple ({node.reducer.name!r}) inside an "
+                                  f"expression; it must be the whole body of a compute "
+                                  f"(compute the components as stages, then combine them)")
 
 
 def compute(shape, fcompute, name=None, dtype=None, axis_names=None):

@@ -1,11 +1,13 @@
 """Loops from isl's AST builder visit exactly the points of their domains; the disjoint
 form visits each point of a union once, running the statements whose domains hold it."""
 import itertools
+import random
 
 import pytest
 
 from tegrad.solver.affine import Affine
-from tegrad.solver.constraint import eq, ge, lt
+from tegrad.solver import loop_ast
+from tegrad.solver.constraint import eq, ge, gt, le, lt
 from tegrad.solver.loop_ast import Guard, Loop, Point, Seq, build_disjoint_loops, build_loops
 
 
@@ -104,3 +106,35 @@ def test_loops_isl_builds_wrongly_are_refused():
             want = [(0, (vi, vt)) for vi in range(2) for vt in range(-40, 40)
                     if all(c.evaluate({**env, "i": vi, "t": vt}) for c in domain)]
             assert sorted(visits(tree, ["i", "t"], env)) == want
+
+
+def test_a_box_gets_the_loops_isl_builds_without_isl():
+    """Constant bounds of single variables (the most common domain) skip isl: the tree
+    is the one isl builds, over random boxes, empty and one-point ranges included, with
+    redundant bounds and their order drawn too."""
+    rng = random.Random(20261127)
+    for _ in range(400):
+        names = [f"v{n}" for n in range(rng.randint(1, 4))]
+        cons = []
+        for name in names:
+            v = Affine.var(name)
+            for _ in range(rng.randint(1, 2)):
+                lo = rng.randint(-3, 3)
+                cons.append(ge(v, lo) if rng.random() < 0.5 else gt(v, lo - 1))
+            for _ in range(rng.randint(1, 2)):
+                hi = rng.randint(-2, 6)
+                cons.append(lt(v, hi) if rng.random() < 0.5 else le(v, hi - 1))
+        rng.shuffle(cons)
+        assert loop_ast._constant_box(names, cons) is not None
+        by_isl = loop_ast._loops(names, [], [loop_ast._basic_set(names, [], cons)], [])
+        assert build_loops(names, [], [cons]) == by_isl
+
+
+def test_bounds_that_are_not_a_constant_box_go_to_isl():
+    assert loop_ast._constant_box(["i", "k"], [ge(i, 0), lt(i, 4), ge(k, 0), lt(k, i)]) is None
+    assert loop_ast._constant_box(["i"], [ge(i, 0)]) is None  # unbounded above
+    assert loop_ast._constant_box(["i"], [ge(2 * i, 0), lt(i, 3)]) is None
+    assert loop_ast._constant_box(["i"], [eq(i, 2)]) is None
+    tree = build_loops(["i", "k"], [], [[ge(i, 0), lt(i, 4), ge(k, 0), lt(k, i)]])
+    assert sorted(p for _, p in visits(tree, ["i", "k"], {})) == \
+        [(a, b) for a in range(4) for b in range(a)]
