@@ -1,9 +1,11 @@
 """Machine code kept on disk, so that a second process compiling the same kernel loads it
 instead of running LLVM again (most of a large program's build: the transformer's
 training step spends most of its build in LLVM's optimisation and code generation).
-The same directory holds a second kind of entry, a built program
-(:mod:`tegrad.codegen.runtime.program_cache`): every kind is a file of its own suffix
-(:data:`KINDS`) with the same format, checks and bound.
+The same directory holds two more kinds of entry, a built program
+(:mod:`tegrad.codegen.runtime.program_cache`) and, per shared routine of the JIT, the key
+of its machine code (:func:`tegrad.codegen.target.jit.shared_function`, which then need
+not emit the routine to find it): every kind is a file of its own suffix (:data:`KINDS`)
+with the same format, checks and bound.
 
 An entry is the object code LLVM made for one module (one object file, or one per part
 of a module compiled in parts: :func:`pack_objects`), keyed by the SHA-256 of everything
@@ -52,7 +54,8 @@ from tegrad.codegen.tuning import OBJECT_CACHE_BYTES
 #: kind of entry -> (its file's suffix, its first line); a new format gets a new first
 #: line: old entries then fail to check and are made again
 KINDS = {"object": (".o", b"tegrad object code 2\n"),
-         "program": (".program", b"tegrad program 1\n")}
+         "program": (".program", b"tegrad program 1\n"),
+         "routine": (".routine", b"tegrad routine 1\n")}
 
 #: the first line of an object-code entry
 MAGIC = KINDS["object"][1]

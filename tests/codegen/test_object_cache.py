@@ -2,7 +2,8 @@
 building the same program loads the code instead of compiling it, and gets the same
 results; a corrupted entry is compiled again and replaced; two processes writing one
 entry at once both succeed and leave a whole one; ``TEGRAD_CACHE=0`` writes nothing; the
-directory is trimmed to its bound, least recently used first."""
+directory is trimmed to its bound, least recently used first; another program's process
+finds the shared routines by name."""
 import json
 import os
 import subprocess
@@ -107,3 +108,64 @@ def test_the_directory_is_trimmed_least_recently_used_first(tmp_path, monkeypatc
     kept = {p.stem for p in _entries(tmp_path)}
     assert keys[0] in kept and keys[5] in kept and keys[1] not in kept
     assert sum(p.stat().st_size for p in _entries(tmp_path)) <= 3 * 1100
+
+
+ROUTINES = r"""
+import json, sys
+import numpy as np, tegrad as tg
+from tegrad.codegen import object_cache
+from tegrad.codegen.target import jit
+emitted = []
+compiled = jit._compiled
+jit._compiled = lambda module: emitted.append(module.name) or compiled(module)
+n = int(sys.argv[1])
+a = tg.placeholder((24 + n, 40), dtype="float32", name="a")
+b = tg.placeholder((40, 8 + 3 * n), dtype="float32", name="b")
+y = tg.ops.matmul(a, b)
+f = tg.build([a, b], [y], threads=2)
+rng = np.random.default_rng(n)
+arrays = [rng.standard_normal(t.shape).astype("float32") for t in (a, b)]
+error = float(np.abs(f(*arrays)[0] - tg.evaluate([y], dict(zip([a, b], arrays)))[0]).max())
+print(json.dumps({"routines": object_cache.STATS_OF["routine"], "emitted": emitted,
+                  "error": error}))
+"""
+
+
+def _run_routines(directory, n):
+    # built programs not cached: each process emits its kernel, and its routines unless
+    # it finds them by name
+    run = subprocess.run([sys.executable, "-c", ROUTINES, str(n)], capture_output=True,
+                         text=True, timeout=600,
+                         env=dict(os.environ, TEGRAD_CACHE_DIR=str(directory),
+                                  TEGRAD_PROGRAM_CACHE="0"))
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["error"] < 1e-3
+    return result
+
+
+def test_another_program_finds_the_shared_routines_by_name_without_emitting_them(tmp_path):
+    """The gemm's routines and the thread pool an earlier process compiled are loaded by
+    their names in a process building another program (their modules not emitted, only
+    the routines the new shapes need besides); a routine's entry that does not check,
+    or whose machine code is gone, is made again."""
+    first = _run_routines(tmp_path, 1)
+    made = first["emitted"]
+    assert made and first["routines"]["hits"] == 0
+    assert first["routines"]["writes"] == len(made) == len(list(tmp_path.glob("*/*.routine")))
+    second = _run_routines(tmp_path, 2)
+    assert not set(second["emitted"]) & set(made) and second["routines"]["hits"] >= 2
+    assert second["routines"]["misses"] == len(second["emitted"])
+    assert _run_routines(tmp_path, 1)["emitted"] == []
+    for path in tmp_path.glob("*/*.routine"):
+        data = bytearray(path.read_bytes())
+        data[-2] ^= 0x5A
+        path.write_bytes(bytes(data))
+    corrupted = _run_routines(tmp_path, 1)
+    assert sorted(corrupted["emitted"]) == sorted(made)
+    assert corrupted["routines"]["corrupt"] == len(made)
+    for path in tmp_path.glob("*/*.o"):
+        path.unlink()
+    gone = _run_routines(tmp_path, 1)
+    assert sorted(gone["emitted"]) == sorted(made) and gone["routines"]["writes"] == len(made)
+    assert _run_routines(tmp_path, 1)["emitted"] == []
