@@ -81,19 +81,14 @@ def solve_term_domain(term, params):
         free |= lo.variables() | hi.variables()
     parameters = sorted(free - names)
     domain = solver.Domain(variables, split.affine, parameters=parameters)
-    transformation = _simplified(domain)
-    new = transformation.new
-    if transformation.is_empty or new.is_empty():
+    solved = _solved(domain, tuple(axis_names), tuple(sorted(params.items())))
+    if solved is None:
         return None
-    if not all(_small(transformation.old_to_new[name]) for name in axis_names):
+    if solved is _NOT_SMALL:
         return _keep(term)
-    mapping = {name: from_affine(transformation.old_to_new[name]) for name in axis_names}
-    new_axes, single = _drop_single_points(tight_axes(new))
+    mapping, new_axes, single, inner_conds, outer_conds = solved
     new_names = {ax.name for ax in new_axes}
-    inner_conds = [from_constraint(c) for c in new.variable_conditions
-                   if not _captured_by_bounds(c, new_names | set(single))]
-    outer_conds = [from_constraint(c) for c in _drop_implied(
-        tuple(new.parameter_conditions), tuple(sorted(params.items())))]
+    inner_conds, outer_conds = list(inner_conds), list(outer_conds)
 
     def rewrite(e):
         e = substitute(substitute(e, mapping), single) if single else substitute(e, mapping)
@@ -182,6 +177,11 @@ def _keep(term):
     return tuple(outer), Term(term.axes, tuple(inner), term.value)
 
 
+#: what :func:`_solved` gives for a domain whose change of variables has entries past
+#: :data:`MAX_TRANSFORM_ENTRY`
+_NOT_SMALL = "not small"
+
+
 #: unit: entries. The domains of a program's terms repeat: every layer of a model
 #: stacking equal blocks solves the same ones (its stages differ only in the tensors
 #: they read): an 8-layer transformer's differentiation solves 623 domains, 37 of them
@@ -192,17 +192,35 @@ DOMAIN_MEMO_ENTRIES = 4096
 
 
 @functools.lru_cache(maxsize=DOMAIN_MEMO_ENTRIES)
-def _simplified(domain):
-    """``solver.simplify_domain(domain)``, remembered (domains are immutable values;
-    nobody changes the transformation it gives)."""
-    return solver.simplify_domain(domain)
+def _solved(domain, axis_names, params):
+    """What a term's summation ``domain`` (over ``axis_names``, its parameters ranging
+    over ``params``: sorted ``(name, (lo, hi))`` pairs) becomes, whatever the term's
+    value: ``(mapping from the old axes to expressions of the new ones, the new axes,
+    {name: value} of the axes with one value, the conditions on the new axes, the
+    conditions on the parameters alone)``; None when the domain is empty,
+    :data:`_NOT_SMALL` when its change of variables is not worth taking. Remembered
+    (domains are immutable values; nobody changes a result: the dicts are only read)."""
+    transformation = solver.simplify_domain(domain)
+    new = transformation.new
+    if transformation.is_empty or new.is_empty():
+        return None
+    if not all(_small(transformation.old_to_new[name]) for name in axis_names):
+        return _NOT_SMALL
+    mapping = {name: from_affine(transformation.old_to_new[name]) for name in axis_names}
+    new_axes, single = _drop_single_points(tight_axes(new))
+    new_names = {ax.name for ax in new_axes}
+    inner = tuple(from_constraint(c) for c in new.variable_conditions
+                  if not _captured_by_bounds(c, new_names | set(single)))
+    outer = tuple(from_constraint(c) for c in _drop_implied(
+        tuple(new.parameter_conditions), params))
+    return mapping, tuple(new_axes), single, inner, outer
 
 
 @functools.lru_cache(maxsize=DOMAIN_MEMO_ENTRIES)
 def _drop_implied(constraints, params):
     """The ``constraints`` (a tuple) without those implied by the parameters' ranges
     (``params``: sorted ``(name, (lo, hi))`` pairs) and the others, as a tuple;
-    remembered, as :func:`_simplified`."""
+    remembered, as :func:`_solved`."""
     params = dict(params)
     kept = list(constraints)
     for con in list(kept):

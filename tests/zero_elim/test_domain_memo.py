@@ -23,10 +23,10 @@ def _block(n, d, k):
 def test_an_equal_block_adds_no_solver_work(n, d):
     x0, w0, loss0 = _block(n, d, 0)
     tg.differentiate(loss0, [x0, w0])
-    solved, implied = domain._simplified.cache_info(), domain._drop_implied.cache_info()
+    solved, implied = domain._solved.cache_info(), domain._drop_implied.cache_info()
     x1, w1, loss1 = _block(n, d, 1)
     tg.differentiate(loss1, [x1, w1])
-    again, implied_again = domain._simplified.cache_info(), domain._drop_implied.cache_info()
+    again, implied_again = domain._solved.cache_info(), domain._drop_implied.cache_info()
     assert again.misses == solved.misses and again.hits > solved.hits
     assert implied_again.misses == implied.misses
     # the remembered solutions give the gradient finite differences give
