@@ -109,12 +109,13 @@ def _constant_box(variables, constraints):
         if con.is_equality or len(terms) != 1:
             return None
         (name, coef), = terms
+        c = con.expr.constant
         if type(name) is not str or name not in variables:
             return None
-        if coef == 1:  # v + c >= 0
-            lower[name] = max(lower.get(name, -con.expr.constant), -con.expr.constant)
-        elif coef == -1:  # c - v >= 0
-            upper[name] = min(upper.get(name, con.expr.constant + 1), con.expr.constant + 1)
+        if coef == 1:  # v + c >= 0: v >= -c
+            lower[name] = max(lower.get(name, -c), -c)
+        elif coef == -1:  # c - v >= 0: v < c + 1
+            upper[name] = min(upper.get(name, c + 1), c + 1)
         else:
             return None
     if len(lower) != len(variables) or len(upper) != len(variables):

@@ -244,6 +244,8 @@ def _load_by_name(name):
     made for it (found by :func:`_routine_key`, without emitting its module: 0.2-0.3 s of
     Python for a gemm's routines); False when the cache has no such entry, or its code,
     or the code of a routine it calls is not loaded yet."""
+    if object_cache.cache_dir() is None:  # (no key to compute: the source's hash)
+        return False
     payload = object_cache.load(_routine_key(name), "routine")
     loaded = False
     if payload is not None:
@@ -264,8 +266,9 @@ def _load_by_name(name):
 def _store_by_name(name, key, names, calls):
     """Record that ``name``'s module is the machine code under ``key``, defining ``names``
     and calling ``calls`` (see :func:`_load_by_name`)."""
-    entry = {"key": key, "names": list(names), "calls": list(calls)}
-    object_cache.store(_routine_key(name), json.dumps(entry).encode(), "routine")
+    if object_cache.cache_dir() is not None:
+        entry = {"key": key, "names": list(names), "calls": list(calls)}
+        object_cache.store(_routine_key(name), json.dumps(entry).encode(), "routine")
 
 
 def _register(engine, names, key, calls):

@@ -509,7 +509,8 @@ def _data_axes(shape, names):
 def _check_scope(stage_kind, name, expr, axis_names, what, tuple_root=False):
     """Free variables of ``expr`` must be the stage's axes; reduce axes must not clash; a
     reduction of a tuple is only the whole expression (with ``tuple_root``)."""
-    stray = free_var_names(expr) - set(axis_names)
+    axes = set(axis_names)
+    stray = free_var_names(expr) - axes
     if stray:
         v = sorted(stray)[0]
         raise ScopeError(f"{stage_kind} {name!r}: {what} uses the variable {v!r}, which is "
@@ -519,11 +520,11 @@ def _check_scope(stage_kind, name, expr, axis_names, what, tuple_root=False):
     for node in walk(expr):
         t = type(node)
         if t is Var:
-            if node.name in axis_names and not _dt.is_int(node.dtype):
+            if node.name in axes and not _dt.is_int(node.dtype):
                 raise DTypeError(f"{stage_kind} {name!r}: axis variable {node.name!r} is not "
                                  f"an integer")
         elif t is Reduce or t is TupleReduce:
-            clash = {ax.name for ax in node.axes} & set(axis_names)
+            clash = {ax.name for ax in node.axes} & axes
             if clash:
                 raise ScopeError(f"{stage_kind} {name!r}: the reduce axis {sorted(clash)[0]!r} "
                                  f"has the same name as an axis of {name!r}; rename one of "
