@@ -28,6 +28,7 @@ with a new seed each time::
 """
 import inspect
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -110,7 +111,10 @@ def test_random_programs_compiled_in_llvm_parts_at_once_equal_evaluator(program,
     every module, whatever its size, as if on two cores)."""
     modules, compiled = [], []
     compile_objects = jit.compile_objects
-    with pytest.MonkeyPatch.context() as patch:
+    # a cache of its own: an earlier example drawing the same program (with another
+    # count of parts: the same module) left its machine code in the session's
+    with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as cache:
+        patch.setenv("TEGRAD_CACHE_DIR", cache)
         patch.setattr(emit_module, "PART_SIZE", 1)
         patch.setattr(jit, "SPLIT_CHARACTERS", 0)
         patch.setattr(jit, "PARTS_PER_CORE", parts)
